@@ -1,0 +1,133 @@
+/* program.h — a training program: the model and cluster it refers to, the batch, dtypes,
+ * annotations that tag regions (PP, EP, TP), and the ordered list of directives (part of ir/,
+ * included by ir.h). Programs load from YAML or JSON; a bare JSON array of directives written to
+ * Piper's schema loads too, with model and cluster given separately. See docs/programs.md. */
+#ifndef PIPER_IR_PROGRAM_H
+#define PIPER_IR_PROGRAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sched/plan.h"
+#include "cluster.h"
+#include "doc.h"
+#include "model.h"
+
+typedef enum {
+    IR_DIR_PLACE,
+    IR_DIR_REPLICATE,
+    IR_DIR_SHARD,
+    IR_DIR_SHARD_TENSOR,
+    IR_DIR_SPLIT,
+    IR_DIR_ORDER,
+    IR_DIR_RECOMPUTE,
+    IR_DIR_SCHEDULE,
+    IR_NDIR
+} ir_directive_op;
+
+/* Tags that filters match. PASS values are plan_pass; REGION values are ir_region_kind. */
+typedef enum {
+    IR_TAG_PP,      /* pipeline stage */
+    IR_TAG_EP,      /* expert block (value: stage-local index; "*" for any) */
+    IR_TAG_TP,      /* tensor-parallel block */
+    IR_TAG_MB,      /* micro-batch */
+    IR_TAG_PASS,    /* F, B, BI, BW, R, UPD */
+    IR_TAG_LAYER,   /* transformer layer */
+    IR_TAG_REGION,  /* region kind: embed, attn, mlp, moe_gate, moe_experts, moe_combine, head */
+    IR_TAG_CHUNK,   /* model chunk on a rank (interleaved / V schedules) */
+    IR_NTAGS
+} ir_tag;
+
+typedef struct ir_tag_match {
+    ir_tag tag;
+    bool any;       /* "*" */
+    int64_t value;  /* stage, layer, mb, chunk; or the enum value of PASS / REGION */
+} ir_tag_match;
+
+/* A conjunction of tag matches; the empty filter `{}` matches every node. */
+typedef struct ir_filter {
+    int n;
+    ir_tag_match *m;
+    int line, col;  /* where the filter was written */
+} ir_filter;
+
+typedef struct ir_directive {
+    ir_directive_op op;
+    int index;             /* 0-based position in the program */
+    const char *file;
+    int line, col;
+    const ir_doc *doc;     /* the directive as written (builders read their own options) */
+
+    ir_filter filter;      /* place, replicate, shard, shard_tensor, split, recompute */
+    int ndevices;
+    int32_t *devices;      /* place/replicate/shard/shard_tensor: the device group */
+    const char *stream;    /* logical stream, NULL for the default */
+
+    /* replicate */
+    int zero;              /* 0..3 (Piper's shard_grads => 2, shard_params => 3) */
+    double bucket_bytes;   /* gradient bucket size; 0 = one bucket per region */
+    const char *reduce_stream, *gather_stream;
+
+    /* shard_tensor */
+    bool sequence_parallel;
+
+    /* split */
+    const char *dim_name;
+    int64_t num_microbatches;
+
+    /* order: groups[g] is a list of filters; filters of one group may interleave */
+    int ngroups;
+    int *group_nfilters;
+    ir_filter **groups;
+
+    /* recompute */
+    ir_recompute recompute;
+
+    /* schedule */
+    const char *schedule;  /* builder name, or NULL with schedule_file */
+    const char *schedule_file;
+} ir_directive;
+
+typedef struct ir_annotations {
+    int64_t pp_stages;         /* PP: even split of the layers into N stages (0 = no PP tags) */
+    int npp_ranges;            /* or explicit [first, last] layer ranges, one per stage */
+    int64_t (*pp_ranges)[2];
+    bool ep;                   /* tag the expert blocks EP */
+    bool tp;                   /* tag attention and MLP blocks TP */
+} ir_annotations;
+
+typedef enum { IR_OPT_ADAMW, IR_OPT_SGD } ir_optimizer;
+
+typedef struct ir_program {
+    const char *file;
+    ir_model model;
+    ir_cluster cluster;
+    int64_t global_batch;      /* sequences per step, all replicas together */
+    int64_t micro_batch;       /* sequences per micro-batch on one replica */
+    plan_dtype param_dtype, act_dtype, grad_dtype, opt_dtype;
+    ir_optimizer optimizer;
+    double grad_clip;          /* 0 = no clipping */
+    ir_annotations ann;
+    int ndirectives;
+    ir_directive *directives;
+    bool from_piper_array;     /* loaded from a bare JSON array of directives */
+} ir_program;
+
+/* Loads a program file. model_path / cluster_path override the program's own references (and
+ * are required for a bare directive array). Relative references resolve against the program's
+ * directory. Warnings (keys Piper defines that piper ignores) go into e->warnings. */
+int ir_program_load(const char *path, const char *model_path, const char *cluster_path,
+                    base_arena *a, ir_program *p, base_error *e);
+
+/* The same from a parsed document. `dir` resolves relative references; a non-NULL model or
+ * cluster is used instead of the program's own reference (the fuzz target and tests use this
+ * to load programs from memory). */
+int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
+                        const ir_cluster *cluster, base_arena *a, ir_program *p, base_error *e);
+
+const char *ir_directive_name(ir_directive_op op);
+const char *ir_tag_name(ir_tag t);
+const char *ir_region_kind_name(ir_region_kind k);
+
+#endif
