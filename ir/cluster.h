@@ -39,8 +39,18 @@ typedef struct ir_cluster {
 
 static inline int64_t ir_cluster_devices(const ir_cluster *c) { return c->nodes * c->gpus_per_node; }
 
-/* Known GPU types: fills g from the built-in table; -1 (with the list of known names) if unknown. */
+/* Known GPU types: fills g from the built-in table; -1 (with the list of known names) if unknown.
+ * Names match case-insensitively and ignore '-', '_' and spaces ("H100", "h100-sxm",
+ * "A100-80GB", "a100_sxm4_40gb"); a bare "A100" is refused as ambiguous (40 or 80 GB). A figure
+ * of 0 in peak_flops means the type has no such unit (fp8 on A100). */
 int ir_gpu_lookup(const char *name, plan_gpu *g, base_error *e);
+/* The usual system's links for a known type (DGX/HGX): NVLink per direction per GPU, and the
+ * NIC bandwidth per direction of one GPU's NIC. 0 when the name is unknown. */
+double ir_gpu_nvlink_default(const char *name);
+double ir_gpu_nic_default(const char *name);
+/* The built-in type names (canonical spelling), for listings and tests. */
+int ir_gpu_count(void);
+const char *ir_gpu_name(int i);
 /* Loads a cluster from a parsed map: `gpu: H100` or a gpu map overriding figures, `nodes`,
  * `gpus_per_node`, `nvlink: {bandwidth, latency}`, `network: {nic_bandwidth, gpus_per_nic,
  * latency, topology, oversubscription}`, `memory_reserve`, `platform`, `calibration`. */

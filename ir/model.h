@@ -9,7 +9,8 @@
  * For each region and pass the cost model gives the kernels (GEMMs with m,n,k; memory-bound ops
  * with bytes), the parameters, the activation bytes kept for backward and the bytes of the tensor
  * that crosses to the next region. Everything is per device for one micro-batch of b sequences,
- * given the tensor-parallel degree t, sequence parallelism, expert-parallel degree and recompute. */
+ * given the tensor-parallel degree t, sequence parallelism, expert-parallel degree and
+ * recompute. */
 #ifndef PIPER_IR_MODEL_H
 #define PIPER_IR_MODEL_H
 
@@ -68,38 +69,92 @@ typedef struct ir_shape {
     bool sequence_parallel;
     int64_t ep;              /* expert-parallel degree (1 = none): experts per device = E/ep */
     ir_recompute recompute;
+    /* FULL only: the previous region of this layer is recomputed too, so this region keeps
+     * nothing of its own (its input is rebuilt by that recomputation). Set it for every region of
+     * a layer but the first, and a fully recomputed layer keeps exactly its input. */
+    bool recompute_from_prev;
     plan_dtype act_dtype;    /* activations and GEMMs (bf16 default) */
     plan_dtype param_dtype;
 } ir_shape;
+
+/* b = 1, no parallelism, no recompute, bf16 activations and parameters. */
+ir_shape ir_shape_default(void);
+/* Checks that a shape fits the model: tp divides heads, ffn, expert_ffn and vocab, kv_heads and
+ * tp divide one another (kv heads are replicated when tp > kv_heads), seq divisible by tp under
+ * sequence parallelism, ep divides experts. The cost functions assume a valid shape. */
+int ir_shape_validate(const ir_model *m, const ir_shape *s, base_error *e);
 
 int ir_model_nregions(const ir_model *m);
 /* Fills the region list; `out` must hold ir_model_nregions() entries. Names are arena-owned. */
 void ir_model_regions(const ir_model *m, base_arena *a, ir_region *out);
 bool ir_model_layer_is_moe(const ir_model *m, int64_t layer);
 
-/* Validates shapes (heads divide hidden, kv_heads divide heads, top_k <= experts, ...). */
+/* Validates shapes: ranges (bounded so that no count overflows), kv_heads divides heads, top_k
+ * <= experts, MoE and options only for the family that has them. Errors name the model's file. */
 int ir_model_validate(const ir_model *m, base_error *e);
-/* Loads a model from a parsed YAML/JSON map (see configs/models/). */
+/* Loads a model from a parsed YAML/JSON map (see configs/models/ for the keys and their
+ * defaults). Unknown keys and bad values fail with "file:line:col: what; what to do"; the result
+ * is validated (shape errors point at the offending key). */
 int ir_model_from_doc(const ir_doc *d, base_arena *a, ir_model *m, base_error *e);
+/* ir_doc_load + ir_model_from_doc. */
+int ir_model_load(const char *path, base_arena *a, ir_model *m, base_error *e);
 
-/* Parameters of a region (whole, before any sharding) and on one device under `s`. */
+/* MoE: tokens each expert takes from each source device per micro-batch,
+ * C = ceil(capacity_factor * b * s * top_k / experts); 0 for a dense model. With EP each device
+ * holds experts/ep experts, and each of them receives C tokens from every one of the ep sources,
+ * so the dispatched buffer on every device is experts * C tokens of hidden elements. */
+int64_t ir_moe_capacity(const ir_model *m, const ir_shape *s);
+
+/* Parameters of a region (whole, before any sharding) and on one device under `s`: Megatron TP
+ * splits QKV/fc1/gate-up by columns (with their biases) and out-proj/fc2/down by rows (their
+ * biases and the norms stay whole); key/value heads are replicated when tp > kv_heads; the token
+ * embedding and an untied LM head are vocab-parallel, the learned position table whole; a device
+ * holds experts/ep experts, each TP-split like a dense MLP; the router is whole. */
 int64_t ir_region_params(const ir_model *m, const ir_region *r);
 int64_t ir_region_params_per_device(const ir_model *m, const ir_region *r, const ir_shape *s);
 int64_t ir_model_params(const ir_model *m);
+/* With tied embeddings the LM head uses the embedding's weight, which belongs to the embed region
+ * (the head region counts no parameters for it). A head placed on another device than the embed
+ * holds a copy of that weight of this many parameters (vocab-parallel under TP); 0 when untied. */
+int64_t ir_model_tied_copy_params_per_device(const ir_model *m, const ir_shape *s);
 
 /* The kernels of one pass of a region on one device. PLAN_PASS_B is BI followed by BW;
- * PLAN_PASS_R is the forward recomputation that recompute adds before the backward (empty when
- * s->recompute is NONE; for SELECTIVE only the attention core). UPD is the optimizer step. */
+ * PLAN_PASS_R is the forward recomputation that recompute adds before the backward: empty when
+ * s->recompute is NONE; FULL: the region's whole forward, for the regions of transformer layers
+ * only (embed and head are never recomputed, as in Megatron-LM and the published formulas);
+ * SELECTIVE: the attention core (scores, softmax, dropout, attn.V) of attn regions, nothing
+ * elsewhere. UPD is the optimizer step over the region's per-device parameters, mixed-precision
+ * AdamW: it reads the 16-bit gradient, reads and writes the fp32 master weight, first and second
+ * moments (12 bytes of state per parameter, 24 bytes of traffic) and writes the 16-bit parameter.
+ * AUX is empty (cross-group numerics are the DAG's). GEMMs are listed with m, n, k and count,
+ * memory-bound kernels with the HBM bytes they move. The list is arena-owned. */
 int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, const ir_shape *s,
                       base_arena *a, plan_kernel_list *out);
 
-/* Activation bytes one micro-batch keeps on one device from F until its backward. */
+/* Activation bytes one micro-batch keeps on one device from F until its backward (Korthikanti et
+ * al. accounting: tensors saved for backward in the activation dtype, dropout masks 1 byte per
+ * element, softmax/cross-entropy statistics in fp32; see cost.c for each region's list). Under
+ * FULL recompute a layer region keeps only its input, or nothing with recompute_from_prev;
+ * SELECTIVE drops the attention core's s x s tensors; embed and head ignore recompute. */
 double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const ir_shape *s);
 /* Bytes of the tensor the region hands to the next region (per device; the gradient flowing
  * back has the same size). */
 double ir_region_output_bytes(const ir_model *m, const ir_region *r, const ir_shape *s);
 
-/* FLOPs of one pass (sum over its kernels). */
+/* GEMM FLOPs of one pass on one device (2 per multiply-add): the sum of `flops` over the pass's
+ * GEMM kernels only, which is the convention of the published formulas (formulas.md) and of
+ * model FLOPs for MFU. Memory-bound kernels keep their own arithmetic in their `flops` field;
+ * ir_region_total_flops counts those too. */
 double ir_region_flops(const ir_model *m, const ir_region *r, plan_pass pass, const ir_shape *s);
+double ir_region_total_flops(const ir_model *m, const ir_region *r, plan_pass pass,
+                             const ir_shape *s);
+/* GEMM FLOPs of a kernel list. */
+double ir_kernels_gemm_flops(const plan_kernel_list *l);
+
+/* GEMM FLOPs of one training step over `sequences` sequences (the global batch), all devices
+ * together: F + B of every region plus R as s->recompute says for every layer, times
+ * sequences / s->micro_batch micro-batches, computed at tp = ep = 1 (the whole model). Without
+ * recompute this is the model FLOPs that MFU divides by; with it, the hardware FLOPs of HFU. */
+double ir_model_step_flops(const ir_model *m, const ir_shape *s, int64_t sequences);
 
 #endif

@@ -90,8 +90,10 @@ typedef struct ir_directive {
 } ir_directive;
 
 typedef struct ir_annotations {
-    int64_t pp_stages;         /* PP: even split of the layers into N stages (0 = no PP tags) */
-    int npp_ranges;            /* or explicit [first, last] layer ranges, one per stage */
+    int64_t pp_stages;         /* PP: the number of stages (0 = no PP tags); an even split of
+                                  the layers unless pp_ranges says which layers each holds */
+    int npp_ranges;            /* explicit [first, last] layer ranges, one per stage (then
+                                  pp_stages == npp_ranges), or 0 */
     int64_t (*pp_ranges)[2];
     bool ep;                   /* tag the expert blocks EP */
     bool tp;                   /* tag attention and MLP blocks TP */
@@ -101,6 +103,7 @@ typedef enum { IR_OPT_ADAMW, IR_OPT_SGD } ir_optimizer;
 
 typedef struct ir_program {
     const char *file;
+    const char *name;          /* the program's `name`, else the file's stem */
     ir_model model;
     ir_cluster cluster;
     int64_t global_batch;      /* sequences per step, all replicas together */
@@ -108,6 +111,8 @@ typedef struct ir_program {
     plan_dtype param_dtype, act_dtype, grad_dtype, opt_dtype;
     ir_optimizer optimizer;
     double grad_clip;          /* 0 = no clipping */
+    /* optimizer hyper-parameters (the executor's; the simulator ignores them) */
+    double lr, weight_decay, beta1, beta2, eps, momentum;
     ir_annotations ann;
     int ndirectives;
     ir_directive *directives;
@@ -126,8 +131,24 @@ int ir_program_load(const char *path, const char *model_path, const char *cluste
 int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
                         const ir_cluster *cluster, base_arena *a, ir_program *p, base_error *e);
 
+/* The pipeline stage of every region under the program's PP annotation (what its PP tag is):
+ * layers by pp_ranges, or an even split in which the first (layers mod N) stages hold one layer
+ * more than the others; embed goes with stage 0 and head with the last stage. Fills
+ * out[ir_model_nregions(&p->model)]; every region is stage 0 when the program annotates no PP.
+ * Returns the number of stages (1 without PP). */
+int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *out);
+
 const char *ir_directive_name(ir_directive_op op);
 const char *ir_tag_name(ir_tag t);
 const char *ir_region_kind_name(ir_region_kind k);
+/* Pass names as filters write them: F, B, BI, BW, R, UPD (AUX has no filter spelling: "AUX"). */
+const char *ir_pass_tag_name(plan_pass p);
+
+/* The keys Piper's directive schema defines that piper accepts and ignores (with a warning),
+ * NULL-terminated. Any other unknown key is an error. */
+extern const char *const ir_piper_ignored_keys[];
+
+/* The schedule builder names piper knows, NULL-terminated ("gpipe", "1f1b", ...). */
+extern const char *const ir_schedule_names[];
 
 #endif

@@ -99,8 +99,9 @@ typedef struct plan_instr {
     int32_t sendrecv;    /* SEND/RECV: nonzero id shared by p2p ops that must be posted together */
     int32_t event;       /* RECORD/WAIT: device-local event id */
     int32_t buf;         /* ALLOC/FREE/SEND/RECV/COLL: device-local buffer id (-1 when none) */
-    int32_t tp_rank, tp_size; /* COMPUTE: tensor-parallel shard this device runs */
-    int32_t ep_rank, ep_size; /* COMPUTE: expert-parallel shard */
+    /* COMPUTE: group slots of the tensor- and expert-parallel groups (-1 when none). The shard a
+     * device runs is its position in the group, so replicas can share one instruction list. */
+    int32_t tp_group, ep_group;
     int64_t bytes;       /* SEND/RECV/COLL: bytes per device; ALLOC/FREE: buffer bytes */
     int32_t nreads, nwrites; /* COMPUTE: buffers read and written */
     int32_t *reads, *writes;
@@ -203,9 +204,15 @@ int sched_plan_dtype_bytes(plan_dtype d);
 
 void sched_plan_init(sched_plan *p);
 void sched_plan_free(sched_plan *p);
+/* Sets *in to `op` with every other field at the value the file form leaves unwritten: region,
+ * mb, stage, buf, tp_group and ep_group -1; everything else 0. Builders start from
+ * it so that plan files only show what an instruction actually uses (docs/plan-format.md). */
+void sched_plan_instr_init(plan_instr *in, plan_op op);
 int sched_plan_write(const sched_plan *p, FILE *f, base_error *e);
+/* Writes path.tmp and renames it over path, so a reader never sees half a plan. */
 int sched_plan_write_file(const sched_plan *p, const char *path, base_error *e);
-/* Reads what sched_plan_write wrote; malformed files fail with "file:line: ...". */
+/* Reads what sched_plan_write wrote into *p (which it initialises; on failure *p is left empty).
+ * Malformed files fail with "file:line: ...", never crash: any bytes may be handed in. */
 int sched_plan_read(sched_plan *p, const char *name, const char *text, size_t len, base_error *e);
 int sched_plan_read_file(sched_plan *p, const char *path, base_error *e);
 
@@ -225,6 +232,12 @@ typedef struct sched_plan_stats {
     sched_plan_device_stats *dev;   /* malloc'd; free with sched_plan_stats_free */
     double makespan_seconds;
 } sched_plan_stats;
+
+/* Nominal link figures of the abstract run: a transfer of b bytes (p2p, or a collective's ring
+ * volume) takes LATENCY + b / BW seconds. They only make the static peak and makespan plausible;
+ * sim/ predicts real times. */
+#define SCHED_PLAN_CHECK_BW 50e9
+#define SCHED_PLAN_CHECK_LATENCY 5e-6
 
 /* Abstract run in launch order with zero buffering (a send blocks until its receive is posted;
  * sendrecv groups are posted together; collectives complete when every member reaches them),

@@ -1,0 +1,229 @@
+/* compile.c — the compiler driver: load the program, build the global DAG, run every directive
+ * as a pass (sizes recomputed and the DAG verified after each), check the batch arithmetic,
+ * order, lower, and prove the plans deadlock-free and within memory (sched.h). */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void sched_compilation_init(sched_compilation *c)
+{
+    memset(c, 0, sizeof *c);
+    base_arena_init(&c->arena);
+    sched_plan_init(&c->plan);
+}
+
+void sched_compilation_free(sched_compilation *c)
+{
+    sched_plan_stats_free(&c->stats);
+    sched_plan_free(&c->plan);
+    base_arena_free(&c->arena);
+    memset(c, 0, sizeof *c);
+}
+
+int sched_load(sched_compilation *c, const char *program_path, const char *model_path,
+               const char *cluster_path, base_error *e)
+{
+    return ir_program_load(program_path, model_path, cluster_path, &c->arena, &c->prog, e);
+}
+
+static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    switch (d->op) {
+    case IR_DIR_PLACE: return sched_dir_place(x, d, e);
+    case IR_DIR_REPLICATE: return sched_dir_replicate(x, d, e);
+    case IR_DIR_SHARD: return sched_dir_shard(x, d, e);
+    case IR_DIR_SHARD_TENSOR: return sched_dir_shard_tensor(x, d, e);
+    case IR_DIR_SPLIT: return sched_dir_split(x, d, e);
+    case IR_DIR_ORDER: return sched_dir_order(x, d, e);
+    case IR_DIR_RECOMPUTE: return sched_dir_recompute(x, d, e);
+    case IR_DIR_SCHEDULE:
+        return sched_dir_error(d, e, "schedule builders (gpipe, 1f1b, ...) are not available in "
+                                     "this version yet; write the schedule as order directives "
+                                     "(see configs/programs/pp4_1f1b.yaml)");
+    default: return sched_dir_error(d, e, "unknown directive");
+    }
+}
+
+/* Every node that runs on several devices must say how it divides the work. */
+static int check_parallel_structure(sched_ctx *x, base_error *e)
+{
+    ir_dag *g = x->g;
+    int64_t dp = 0;
+    for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (n->dead || IR_OP_INFO[n->op].kind != IR_KIND_COMPUTE || n->region < 0) continue;
+        int ndev = g->places[n->place].ndev;
+        int64_t reps = ndev / n->tp;
+        if (reps > 1 && !n->dp) {
+            char lbl[96];
+            return base_error_at(e, x->prog->file, 0, 0,
+                                 "'%s' runs on %d devices but is neither replicated nor split "
+                                 "%d ways by tensor parallelism; add a replicate directive for "
+                                 "it (data parallelism) or a shard_tensor of degree %d",
+                                 ir_node_label(g, (int32_t)v, lbl, sizeof lbl), ndev, n->tp, ndev);
+        }
+        if (n->dp && reps > dp) dp = reps;
+        if (n->dp && dp && reps != dp) {
+            char lbl[96];
+            return base_error_at(e, x->prog->file, 0, 0,
+                                 "'%s' is replicated %lld ways while other regions are "
+                                 "replicated %lld ways; every stage needs the same data-parallel "
+                                 "degree so that they see the same batch",
+                                 ir_node_label(g, (int32_t)v, lbl, sizeof lbl), (long long)reps,
+                                 (long long)dp);
+        }
+    }
+    x->c->dp_degree = dp > 0 ? dp : 1;
+    const ir_program *p = x->prog;
+    int64_t want = p->micro_batch * g->num_microbatches * x->c->dp_degree;
+    if (p->global_batch != want)
+        return base_error_at(e, p->file, 0, 0,
+                             "the global batch is %lld sequences, but micro-batch %lld x %lld "
+                             "micro-batches x data-parallel degree %lld = %lld; change "
+                             "batch.global, batch.micro, split's num_microbatches or the replicas",
+                             (long long)p->global_batch, (long long)p->micro_batch,
+                             (long long)g->num_microbatches, (long long)x->c->dp_degree,
+                             (long long)want);
+    return 0;
+}
+
+static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
+{
+    ir_program *p = &c->prog;
+    ir_dag *g = &c->dag;
+    int world = (int)ir_cluster_devices(&p->cluster);
+    if (world < 1) return base_error_at(e, p->file, 0, 0, "the cluster has no devices");
+    ir_dag_init(g, &c->arena, &p->model, world);
+    x->c = c;
+    x->prog = p;
+    x->g = g;
+    x->a = &c->arena;
+    x->stage_of_region = base_arena_calloc(&c->arena, (size_t)g->nregions, sizeof(int32_t));
+    ir_program_stage_of_region(p, &c->arena, x->stage_of_region);
+    if (ir_dag_build_training_step(g, x->stage_of_region, p->ann.ep, p->ann.tp, p->grad_clip > 0, e))
+        return -1;
+    sched_update_sizes(x);
+    if (ir_dag_verify(g, "after building the training step", e)) return -1;
+    for (int i = 0; i < p->ndirectives; i++) {
+        const ir_directive *d = &p->directives[i];
+        if (run_directive(x, d, e)) return -1;
+        sched_update_sizes(x);
+        char where[512];
+        if (ir_dag_verify(g, sched_dir_where(d, where, sizeof where), e)) return -1;
+    }
+    return check_parallel_structure(x, e);
+}
+
+int sched_build_dag(sched_compilation *c, base_error *e)
+{
+    sched_ctx x;
+    memset(&x, 0, sizeof x);
+    return build_and_run(c, &x, e);
+}
+
+static int check_memory(sched_compilation *c, const sched_options *o, base_error *e)
+{
+    const plan_gpu *gpu = &c->plan.gpu;
+    double usable = gpu->mem_bytes - gpu->reserve_bytes;
+    if (gpu->mem_bytes <= 0) return 0;
+    for (int d = 0; d < c->stats.ndevices; d++) {
+        const sched_plan_device_stats *s = &c->stats.dev[d];
+        if (s->peak_bytes <= usable) continue;
+        if (o && o->allow_oom) {
+            char a[32], b[32];
+            base_warn_at(e, c->prog.file, 0, 0,
+                         "device %d needs %s at its peak, more than the %s usable on a %s "
+                         "(kept because of --allow-oom)",
+                         d, base_fmt_bytes(s->peak_bytes, a, sizeof a), base_fmt_bytes(usable, b, sizeof b),
+                         gpu->name);
+            return 0;
+        }
+        char pk[32], us[32], cat[PLAN_NMEM][32];
+        for (int k = 0; k < PLAN_NMEM; k++) base_fmt_bytes(s->at_peak[k], cat[k], sizeof cat[k]);
+        return base_error_at(e, c->prog.file, 0, 0,
+                             "device %d needs %s at its peak but a %s has %s usable (capacity "
+                             "minus reserve): parameters %s, gradients %s, optimizer %s, "
+                             "activations %s, communication %s; shard more (ZeRO, TP, PP), "
+                             "recompute activations, use smaller micro-batches, or pass "
+                             "--allow-oom to keep the plan for what-if analysis",
+                             d, base_fmt_bytes(s->peak_bytes, pk, sizeof pk), gpu->name,
+                             base_fmt_bytes(usable, us, sizeof us), cat[PLAN_MEM_PARAM],
+                             cat[PLAN_MEM_GRAD], cat[PLAN_MEM_OPT], cat[PLAN_MEM_ACT],
+                             cat[PLAN_MEM_COMM]);
+    }
+    return 0;
+}
+
+int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
+{
+    static const sched_options defaults;
+    if (!o) o = &defaults;
+    sched_ctx x;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    x.prog = &c->prog;
+    x.g = &c->dag;
+    x.a = &c->arena;
+    x.costs = sched_costs_new(&x);
+    sched_order ord;
+    int rc = sched_order_nodes(&x, &ord, e);
+    if (!rc) rc = sched_lower_plan(&x, &ord, o, e);
+    sched_costs_free(x.costs);
+    if (rc) return rc;
+    if (o->no_check) return 0;
+    if (sched_plan_check(&c->plan, &c->stats, e)) {
+        base_error_prefix(e, "the plan cannot run: ");
+        return -1;
+    }
+    return check_memory(c, o, e);
+}
+
+int sched_compile(sched_compilation *c, const char *program_path, const char *model_path,
+                  const char *cluster_path, const sched_options *o, base_error *e)
+{
+    if (sched_load(c, program_path, model_path, cluster_path, e)) return -1;
+    if (sched_build_dag(c, e)) return -1;
+    return sched_lower(c, o, e);
+}
+
+void sched_print_summary(const sched_compilation *c, FILE *f)
+{
+    const sched_plan *p = &c->plan;
+    const ir_program *prog = &c->prog;
+    fprintf(f, "piper plan: %s on %d x %s (%lld nodes x %lld GPUs)\n",
+            p->model.name, p->ndevices, p->gpu.name, (long long)prog->cluster.nodes,
+            (long long)prog->cluster.gpus_per_node);
+    fprintf(f, "  batch %lld sequences = micro-batch %lld x %lld micro-batches x data-parallel %lld\n",
+            (long long)prog->global_batch, (long long)prog->micro_batch,
+            (long long)c->dag.num_microbatches, (long long)c->dp_degree);
+    fprintf(f, "  DAG %d nodes; %d distinct instruction lists; %d communication groups\n",
+            ir_dag_live_nodes(&c->dag), p->nlists, p->ngroups);
+    fprintf(f, "\n  %-6s %8s %6s %6s %6s %6s %6s %6s  %11s  %s\n", "device", "compute", "send",
+            "recv", "coll", "wait", "alloc", "free", "peak memory",
+            "params / grads / optimizer / activations / comm");
+    for (int d = 0; d < p->ndevices; d++) {
+        if (d >= 16 && d < p->ndevices - 4) {
+            if (d == 16) fprintf(f, "  ... (%d more devices)\n", p->ndevices - 20);
+            continue;
+        }
+        const sched_plan_device_stats *s = c->stats.ndevices ? &c->stats.dev[d] : NULL;
+        if (!s) {
+            fprintf(f, "  %-6d (not checked)\n", d);
+            continue;
+        }
+        char pk[32], cat[PLAN_NMEM][32];
+        for (int k = 0; k < PLAN_NMEM; k++) base_fmt_bytes(s->at_peak[k], cat[k], sizeof cat[k]);
+        fprintf(f, "  %-6d %8lld %6lld %6lld %6lld %6lld %6lld %6lld  %11s  %s / %s / %s / %s / %s\n", d,
+                (long long)s->count_by_op[PLAN_COMPUTE], (long long)s->count_by_op[PLAN_SEND],
+                (long long)s->count_by_op[PLAN_RECV], (long long)s->count_by_op[PLAN_COLL],
+                (long long)s->count_by_op[PLAN_WAIT], (long long)s->count_by_op[PLAN_ALLOC],
+                (long long)s->count_by_op[PLAN_FREE], base_fmt_bytes(s->peak_bytes, pk, sizeof pk),
+                cat[PLAN_MEM_PARAM], cat[PLAN_MEM_GRAD], cat[PLAN_MEM_OPT], cat[PLAN_MEM_ACT],
+                cat[PLAN_MEM_COMM]);
+    }
+    char cap[32], res[32];
+    fprintf(f, "\n  usable memory per %s: %s (capacity) - %s (reserve)\n", p->gpu.name,
+            base_fmt_bytes(p->gpu.mem_bytes, cap, sizeof cap),
+            base_fmt_bytes(p->gpu.reserve_bytes, res, sizeof res));
+}

@@ -1,0 +1,141 @@
+/* dir_order.c — `order {filters: [[f, ...], [f, ...], ...]}`: temporal edges from every node of
+ * one group to every node of the next (through an ORDER dummy, so k groups cost O(nodes), not
+ * O(nodes^2)). Filters inside one group may interleave: that is how an overlapped F&B pair is
+ * written. A filter that names PASS BI or BW splits the matching backward into an input-gradient
+ * half (BI, which passes the gradient on) and a weight-gradient half (BW, which produces the
+ * weight gradient) before matching. An order lives on one device: groups that span devices are
+ * an error, and so is an order that contradicts the data flow (the verifier finds the cycle). */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool names_split_pass(const ir_filter *f)
+{
+    for (int i = 0; i < f->n; i++)
+        if (f->m[i].tag == IR_TAG_PASS && !f->m[i].any &&
+            (f->m[i].value == PLAN_PASS_BI || f->m[i].value == PLAN_PASS_BW))
+            return true;
+    return false;
+}
+
+/* The filter with PASS rewritten to B, to find the backwards to split. */
+static bool match_as_backward(const ir_dag *g, int32_t v, const ir_filter *f)
+{
+    ir_tag_match tmp[16];
+    int n = f->n < 16 ? f->n : 16;
+    memcpy(tmp, f->m, (size_t)n * sizeof *tmp);
+    for (int i = 0; i < n; i++)
+        if (tmp[i].tag == IR_TAG_PASS) tmp[i].value = PLAN_PASS_B;
+    ir_filter g2 = {n, tmp, f->line, f->col};
+    return sched_filter_match(g, v, &g2);
+}
+
+/* B -> BI + BW for every listed backward, in one pass over the edges: every data input feeds
+ * both halves; the weight gradient leaves from BW; everything else stays with BI. */
+static void split_backwards(ir_dag *g, const int32_t *bs, size_t n)
+{
+    if (!n) return;
+    size_t n0 = g->nnodes;
+    int32_t *bw_of = base_xmalloc(n0 * sizeof *bw_of);
+    for (size_t v = 0; v < n0; v++) bw_of[v] = -1;
+    for (size_t i = 0; i < n; i++) {
+        int32_t b = bs[i];
+        int32_t w = ir_dag_add_node(g, IR_OP_BW);
+        g->nodes[w] = g->nodes[b];
+        g->nodes[w].op = IR_OP_BW;
+        g->nodes[w].pass = PLAN_PASS_BW;
+        g->nodes[b].op = IR_OP_BI;
+        g->nodes[b].pass = PLAN_PASS_BI;
+        bw_of[b] = w;
+    }
+    size_t ne = g->nedges;
+    for (size_t i = 0; i < ne; i++) {
+        ir_edge *ed = &g->edges[i];
+        if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
+        if (bw_of[ed->dst] >= 0) {
+            ir_dag_add_edge(g, ed->src, bw_of[ed->dst], ed->tensor, IR_EDGE_DATA);
+        } else if (bw_of[ed->src] >= 0 && g->tensors[ed->tensor].kind == IR_T_GRAD) {
+            g->tensors[ed->tensor].producer = bw_of[ed->src];
+            ed->src = bw_of[ed->src];
+        }
+    }
+    free(bw_of);
+    g->adj_valid = false;
+}
+
+int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    ir_dag *g = x->g;
+    x->order_seen = true;
+    if (d->ngroups < 2)
+        return sched_dir_error(d, e, "an order needs at least two groups to order; write "
+                                     "filters: [[first], [second], ...]");
+
+    /* Split backwards named as BI/BW, once. */
+    BASE_VEC(int32_t) to_split = {0};
+    for (size_t v = 0; v < g->nnodes; v++) {
+        if (g->nodes[v].dead || g->nodes[v].op != IR_OP_B) continue;
+        bool hit = false;
+        for (int k = 0; k < d->ngroups && !hit; k++)
+            for (int j = 0; j < d->group_nfilters[k] && !hit; j++)
+                hit = names_split_pass(&d->groups[k][j]) && match_as_backward(g, (int32_t)v, &d->groups[k][j]);
+        if (hit) BASE_VEC_PUSH(to_split, (int32_t)v);
+    }
+    split_backwards(g, to_split.v, to_split.n);
+    free(to_split.v);
+
+    /* Match every group. */
+    int32_t **members = base_xcalloc((size_t)d->ngroups, sizeof *members);
+    int *nmembers = base_xcalloc((size_t)d->ngroups, sizeof *nmembers);
+    int place = -1, rc = 0;
+    for (int k = 0; k < d->ngroups && !rc; k++) {
+        BASE_VEC(int32_t) s = {0};
+        for (size_t v = 0; v < g->nnodes; v++) {
+            for (int j = 0; j < d->group_nfilters[k]; j++) {
+                if (!sched_filter_match(g, (int32_t)v, &d->groups[k][j])) continue;
+                if (g->nodes[v].flags & IR_NODE_DP_SYNC) break; /* per-step sync is not ordered by hand */
+                BASE_VEC_PUSH(s, (int32_t)v);
+                break;
+            }
+        }
+        members[k] = s.v;
+        nmembers[k] = (int)s.n;
+        if (!s.n) {
+            const ir_filter *f = d->group_nfilters[k] ? &d->groups[k][0] : NULL;
+            rc = base_error_at(e, d->file, f ? f->line : d->line, f ? f->col : d->col,
+                               "directive %d (order): group %d matches no node; check its tags "
+                               "(and that split/place ran before)",
+                               d->index + 1, k + 1);
+            break;
+        }
+        for (size_t i = 0; i < s.n && !rc; i++) {
+            int p = g->nodes[s.v[i]].place;
+            if (place < 0) place = p;
+            if (p != place) {
+                char a[96];
+                const ir_place *p0 = &g->places[place], *p1 = &g->places[p];
+                rc = sched_dir_error(d, e,
+                                     "group %d selects '%s' on device %d%s while earlier nodes "
+                                     "run on device %d%s; an order applies to one device, so "
+                                     "write one order per rank",
+                                     k + 1, ir_node_label(g, s.v[i], a, sizeof a), p1->devs[0],
+                                     p1->ndev > 1 ? ".." : "", p0->devs[0], p0->ndev > 1 ? ".." : "");
+            }
+        }
+    }
+    if (!rc) {
+        for (int k = 0; k + 1 < d->ngroups; k++) {
+            int32_t dummy = ir_dag_add_node(g, IR_OP_ORDER);
+            g->nodes[dummy].place = place;
+            g->nodes[dummy].directive = d->index;
+            for (int i = 0; i < nmembers[k]; i++) ir_dag_add_edge(g, members[k][i], dummy, -1, IR_EDGE_TEMPORAL);
+            for (int i = 0; i < nmembers[k + 1]; i++)
+                ir_dag_add_edge(g, dummy, members[k + 1][i], -1, IR_EDGE_TEMPORAL);
+        }
+    }
+    for (int k = 0; k < d->ngroups; k++) free(members[k]);
+    free(members);
+    free(nmembers);
+    return rc;
+}

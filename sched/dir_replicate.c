@@ -1,0 +1,178 @@
+/* dir_replicate.c — `replicate {filter, devices, zero, bucket_size, reduce_stream,
+ * gather_stream}`: data parallelism with ZeRO stages 0-3 (Rajbhandari et al., arXiv 1910.02054).
+ *   zero 0: gradients all-reduced per bucket before the optimizer;
+ *   zero 1/2: gradients reduce-scattered per bucket, the optimizer updates a 1/N shard, and the
+ *             updated parameters are all-gathered (2 also keeps only a gradient shard);
+ *   zero 3: as 2, and parameters are sharded too: gathered before every forward and backward of
+ *           every micro-batch, freed after use.
+ * Buckets fill in backward order (the order gradients become ready) until they reach
+ * bucket_size (default 25 MB, PyTorch DDP's default), never spanning placements. */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BUCKET_BYTES 25e6
+
+static int32_t tensor_of(const ir_dag *g, int32_t producer, ir_tensor_kind kind)
+{
+    for (size_t t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].producer == producer && g->tensors[t].kind == kind) return (int32_t)t;
+    return -1;
+}
+
+static int32_t new_sync_node(ir_dag *g, ir_op op, int place, int32_t stage, int stream, int bucket,
+                             int tp)
+{
+    int32_t c = ir_dag_add_node(g, op);
+    ir_node *n = &g->nodes[c];
+    n->place = place;
+    n->stage = stage;
+    n->stream = (int16_t)stream;
+    n->coll_group = IR_CG_DP;
+    n->flags = IR_NODE_DP_SYNC;
+    n->bucket = bucket;
+    n->pass = PLAN_PASS_AUX;
+    n->tp = (int16_t)tp;
+    return c;
+}
+
+int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    ir_dag *g = x->g;
+    if (x->order_seen)
+        return sched_dir_error(d, e, "replicate must come before order and schedule directives; "
+                                     "move it up");
+    if (d->zero < 0 || d->zero > 3)
+        return sched_dir_error(d, e, "zero must be 0, 1, 2 or 3, not %d", d->zero);
+    int place = -1;
+    if (d->ndevices > 0) {
+        for (int i = 0; i < d->ndevices; i++)
+            if (d->devices[i] < 0 || d->devices[i] >= g->world)
+                return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
+                                       d->devices[i], g->world);
+        ir_place p = {d->ndevices, d->devices};
+        place = ir_dag_intern_place(g, &p);
+    }
+    int reduce_stream = ir_dag_intern_stream(g, d->reduce_stream ? d->reduce_stream : "dp");
+    int gather_stream = ir_dag_intern_stream(g, d->gather_stream ? d->gather_stream : "dp");
+    double bucket_cap = d->bucket_bytes > 0 ? d->bucket_bytes : DEFAULT_BUCKET_BYTES;
+
+    /* Mark the nodes; the optimizer steps name the regions whose gradients we synchronise. */
+    int matched = 0;
+    bool *region_upd = base_xcalloc((size_t)g->nregions, sizeof *region_upd);
+    int32_t *upd_of = base_xcalloc((size_t)g->nregions, sizeof *upd_of);
+    for (size_t v = 0; v < g->nnodes; v++) {
+        if (!sched_filter_match(g, (int32_t)v, &d->filter)) continue;
+        ir_node *n = &g->nodes[v];
+        if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) continue;
+        if (n->dp) {
+            char lbl[96];
+            free(region_upd);
+            free(upd_of);
+            return sched_dir_error(d, e, "'%s' is already replicated by an earlier directive",
+                                   ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
+        }
+        matched++;
+        n->dp = (uint8_t)(d->zero + 1);
+        if (place >= 0) n->place = place;
+        if (n->op == IR_OP_UPD) {
+            region_upd[n->region] = true;
+            upd_of[n->region] = (int32_t)v;
+        }
+    }
+    if (!matched) {
+        free(region_upd);
+        free(upd_of);
+        return sched_dir_error(d, e, "the filter matches no node; check its tags");
+    }
+    int nupd = 0;
+    for (int r = 0; r < g->nregions; r++) nupd += region_upd[r];
+    if (!nupd) {
+        free(region_upd);
+        free(upd_of);
+        return sched_dir_error(d, e, "the filter selects no optimizer step, so there is no "
+                                     "gradient to synchronise; filter by PP, LAYER or REGION "
+                                     "rather than PASS");
+    }
+    if (place >= 0 && sched_fix_p2p(x, d, e)) {
+        free(region_upd);
+        free(upd_of);
+        return -1;
+    }
+
+    /* Buckets per placement, regions in backward order. */
+    int nbuckets = 0;
+    for (int pl = 0; pl < g->nplaces; pl++) {
+        int32_t sync = -1, sync_out = -1, gather = -1;
+        double fill = 0;
+        for (int r = g->nregions - 1; r >= 0; r--) {
+            if (!region_upd[r] || g->nodes[upd_of[r]].place != pl) continue;
+            const ir_node *un = &g->nodes[upd_of[r]];
+            if (sync < 0) {
+                sync = new_sync_node(g, d->zero == 0 ? IR_OP_ALL_REDUCE : IR_OP_REDUCE_SCATTER, pl,
+                                     un->stage, reduce_stream, nbuckets, un->tp);
+                g->nodes[sync].directive = d->index;
+                sync_out = ir_dag_add_tensor(g, sync, IR_T_GRAD_SYNC, 0);
+                if (d->zero == 1 || d->zero == 2) {
+                    gather = new_sync_node(g, IR_OP_ALL_GATHER, pl, un->stage, gather_stream,
+                                           nbuckets, un->tp);
+                    g->nodes[gather].directive = d->index;
+                    ir_dag_add_tensor(g, gather, IR_T_PARAM, 0);
+                }
+                nbuckets++;
+                fill = 0;
+            }
+            /* Gradients of every micro-batch flow into the bucket's reduction; its consumers
+             * (optimizer, gradient norm) read the reduced gradient instead. */
+            size_t ne = g->nedges;
+            for (size_t i = 0; i < ne; i++) {
+                ir_edge *ed = &g->edges[i];
+                if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
+                const ir_tensor *t = &g->tensors[ed->tensor];
+                if (t->kind != IR_T_GRAD || g->nodes[ed->src].region != r) continue;
+                int32_t src = ed->src, tensor = ed->tensor;
+                bool linked = false;
+                for (size_t j = ne; j < g->nedges; j++)
+                    if (g->edges[j].tensor == tensor && g->edges[j].dst == sync) linked = true;
+                ed->src = sync;
+                ed->tensor = sync_out;
+                if (!linked) ir_dag_add_edge(g, src, sync, tensor, IR_EDGE_DATA);
+            }
+            if (gather >= 0) {
+                int32_t param = tensor_of(g, upd_of[r], IR_T_PARAM);
+                ir_dag_add_edge(g, upd_of[r], gather, param, IR_EDGE_DATA);
+            }
+            ir_shape s = sched_node_shape(x, upd_of[r]);
+            fill += (double)ir_region_params_per_device(g->model, &g->regions[r], &s) *
+                    sched_plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
+            if (fill >= bucket_cap) sync = gather = -1;
+        }
+    }
+
+    /* ZeRO-3: gather a region's parameters before each of its forward, recompute and backward
+     * passes, per micro-batch; ordering issues each gather just before its consumer. */
+    if (d->zero == 3) {
+        size_t n0 = g->nnodes;
+        for (size_t v = 0; v < n0; v++) {
+            ir_node *n = &g->nodes[v];
+            if (n->dead || n->region < 0 || !region_upd[n->region]) continue;
+            if (IR_OP_INFO[n->op].kind != IR_KIND_COMPUTE || n->op == IR_OP_UPD) continue;
+            int32_t c = ir_dag_add_node(g, IR_OP_ALL_GATHER);
+            ir_node *cn = &g->nodes[c];
+            n = &g->nodes[v];
+            *cn = *n;
+            cn->op = IR_OP_ALL_GATHER;
+            cn->coll_group = IR_CG_DP;
+            cn->stream = (int16_t)gather_stream;
+            cn->flags = (uint16_t)((n->flags & IR_NODE_PER_MB) | IR_NODE_DP_SYNC | IR_NODE_JIT);
+            cn->link = (int32_t)v;
+            cn->directive = d->index;
+            int32_t t = ir_dag_add_tensor(g, c, IR_T_COMM, 0);
+            ir_dag_add_edge(g, c, (int32_t)v, t, IR_EDGE_DATA);
+        }
+    }
+    free(region_upd);
+    free(upd_of);
+    return 0;
+}

@@ -1,0 +1,220 @@
+/* dir_shard.c — tensor parallelism (`shard_tensor`) and expert parallelism (`shard`).
+ *
+ * shard_tensor {filter, devices, degree, stream, sequence_parallel}: Megatron-style column/row
+ * parallel pairs inside each TP-tagged region (attention, MLP, vocab-parallel embedding and
+ * head). Without sequence parallelism each region's forward ends in an all-reduce of its output
+ * and its backward in an all-reduce of its input gradient; with it, the forward starts with an
+ * all-gather and ends with a reduce-scatter along the sequence, and the backward mirrors them
+ * (Korthikanti et al., arXiv 2205.05198).
+ *
+ * shard {filter, devices, degree, stream}: the experts of each EP-tagged block are spread over
+ * `degree` devices of the data-parallel group; tokens go to their experts by an all-to-all
+ * (dispatch) and come back by another (combine), in forward and in backward. */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int resolve_place(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    if (d->ndevices <= 0) return -1;
+    for (int i = 0; i < d->ndevices; i++)
+        if (d->devices[i] < 0 || d->devices[i] >= x->g->world)
+            return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
+                                   d->devices[i], x->g->world),
+                   -2;
+    ir_place p = {d->ndevices, d->devices};
+    return ir_dag_intern_place(x->g, &p);
+}
+
+/* Incoming data edges of v that carry activations or activation gradients across regions. */
+static int boundary_in_edges(ir_dag *g, int32_t v, int32_t *out, int max)
+{
+    ir_dag_build_adjacency(g);
+    int n = 0;
+    for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && n < max; k++) {
+        const ir_edge *ed = &g->edges[g->in_edge[k]];
+        if (ed->kind != IR_EDGE_DATA) continue;
+        uint8_t kind = g->tensors[ed->tensor].kind;
+        if (kind == IR_T_ACT || kind == IR_T_GRAD_ACT) out[n++] = g->in_edge[k];
+    }
+    return n;
+}
+
+/* Tensors v hands across a region boundary (distinct, with at least one consumer). */
+static int boundary_out_tensors(ir_dag *g, int32_t v, int32_t *out, int max)
+{
+    int n = 0;
+    for (int32_t k = g->out_off[v]; k < g->out_off[v + 1] && n < max; k++) {
+        const ir_edge *ed = &g->edges[g->out_edge[k]];
+        if (ed->kind != IR_EDGE_DATA) continue;
+        uint8_t kind = g->tensors[ed->tensor].kind;
+        if (kind != IR_T_ACT && kind != IR_T_GRAD_ACT) continue;
+        bool seen = false;
+        for (int i = 0; i < n; i++) seen |= out[i] == ed->tensor;
+        if (!seen) out[n++] = ed->tensor;
+    }
+    return n;
+}
+
+typedef BASE_VEC(sched_coll_req) req_vec;
+typedef BASE_VEC(int32_t) i32_vec;
+
+/* Collect, then splice: befores (edge, node) pairs first, then the batch of afters. */
+static void splice(ir_dag *g, i32_vec *before_v, i32_vec *before_e, ir_op before_op,
+                   ir_coll_group cg, int stream, req_vec *after)
+{
+    for (size_t i = 0; i < before_v->n; i++)
+        sched_insert_coll_before(g, before_v->v[i], before_e->v[i], before_op, cg, stream);
+    sched_insert_colls_after(g, after->v, after->n);
+    free(before_v->v);
+    free(before_e->v);
+    free(after->v);
+}
+
+int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    ir_dag *g = x->g;
+    const ir_model *m = g->model;
+    if (x->order_seen)
+        return sched_dir_error(d, e, "shard_tensor must come before order and schedule "
+                                     "directives; move it up");
+    int place = resolve_place(x, d, e);
+    if (place == -2) return -1;
+    int64_t t = d->ndevices;
+    const ir_doc *deg = ir_doc_get(d->doc, "degree");
+    if (deg && ir_doc_int(deg, "degree", &t, e)) return -1;
+    if (t < 1) return sched_dir_error(d, e, "give devices (the TP group) or a degree >= 1");
+    if (m->heads % t || m->hidden % t || m->ffn % t || m->vocab % t)
+        return sched_dir_error(d, e,
+                               "tensor-parallel degree %lld must divide heads (%lld), hidden "
+                               "(%lld), ffn (%lld) and vocab (%lld); pick a divisor",
+                               (long long)t, (long long)m->heads, (long long)m->hidden,
+                               (long long)m->ffn, (long long)m->vocab);
+    int stream = d->stream ? ir_dag_intern_stream(g, d->stream) : 0;
+
+    int matched = 0;
+    size_t n0 = g->nnodes;
+    for (size_t vi = 0; vi < n0; vi++) {
+        int32_t v = (int32_t)vi;
+        if (!sched_filter_match(g, v, &d->filter)) continue;
+        ir_node *n = &g->nodes[v];
+        if (!(n->flags & IR_NODE_TP)) continue; /* only TP-annotated blocks split */
+        if (n->tp > 1) {
+            char lbl[96];
+            return sched_dir_error(d, e, "'%s' is already tensor-parallel", ir_node_label(g, v, lbl, sizeof lbl));
+        }
+        if (place >= 0) n->place = place;
+        int ndev = g->places[n->place].ndev;
+        if (ndev % t)
+            return sched_dir_error(d, e, "degree %lld does not divide the %d devices the "
+                                         "region runs on", (long long)t, ndev);
+        n->tp = (int16_t)t;
+        n->sp = d->sequence_parallel;
+        matched++;
+    }
+    if (!matched)
+        return sched_dir_error(d, e, "the filter matches no TP-annotated node; annotate with "
+                                     "tp: true and filter e.g. {TP: \"*\"}");
+    if (place >= 0 && sched_fix_p2p(x, d, e)) return -1;
+    if (t == 1) return 0;
+
+    /* Collectives: around every compute node that just became tensor-parallel. */
+    ir_dag_build_adjacency(g);
+    i32_vec bv = {0}, be = {0};
+    req_vec after = {0};
+    for (size_t vi = 0; vi < n0; vi++) {
+        int32_t v = (int32_t)vi;
+        ir_node *n = &g->nodes[v];
+        if (n->dead || n->tp != t || !(n->flags & IR_NODE_TP)) continue;
+        if (!sched_filter_match(g, v, &d->filter)) continue;
+        if (n->op != IR_OP_F && n->op != IR_OP_B) continue;
+        int32_t outs[8], ins[8];
+        int no = boundary_out_tensors(g, v, outs, 8);
+        /* Without SP: g, an all-reduce after the row-parallel output (forward), and f, an
+         * all-reduce of the input gradient (backward). With SP: all-gather in, reduce-scatter
+         * out, in both directions. */
+        if (n->sp) {
+            int ni = boundary_in_edges(g, v, ins, 8);
+            for (int i = 0; i < ni; i++) {
+                BASE_VEC_PUSH(bv, v);
+                BASE_VEC_PUSH(be, ins[i]);
+            }
+        }
+        for (int i = 0; i < no; i++) {
+            sched_coll_req r = {outs[i], n->sp ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_REDUCE, IR_CG_TP, v, stream};
+            BASE_VEC_PUSH(after, r);
+        }
+    }
+    splice(g, &bv, &be, IR_OP_ALL_GATHER, IR_CG_TP, stream, &after);
+    return 0;
+}
+
+int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)
+{
+    ir_dag *g = x->g;
+    const ir_model *m = g->model;
+    if (x->order_seen)
+        return sched_dir_error(d, e, "shard must come before order and schedule directives; "
+                                     "move it up");
+    if (m->experts <= 0)
+        return sched_dir_error(d, e, "model '%s' has no experts to shard; use a MoE model",
+                               m->name ? m->name : "?");
+    int place = resolve_place(x, d, e);
+    if (place == -2) return -1;
+    int64_t ep = 0;
+    const ir_doc *deg = ir_doc_get(d->doc, "degree");
+    if (deg && ir_doc_int(deg, "degree", &ep, e)) return -1;
+    int stream = d->stream ? ir_dag_intern_stream(g, d->stream) : 0;
+
+    int matched = 0;
+    size_t n0 = g->nnodes;
+    for (size_t vi = 0; vi < n0; vi++) {
+        int32_t v = (int32_t)vi;
+        if (!sched_filter_match(g, v, &d->filter)) continue;
+        ir_node *n = &g->nodes[v];
+        if (!(n->flags & IR_NODE_EP)) continue;
+        if (n->ep > 1) {
+            char lbl[96];
+            return sched_dir_error(d, e, "'%s' is already expert-parallel", ir_node_label(g, v, lbl, sizeof lbl));
+        }
+        if (place >= 0) n->place = place;
+        int64_t dp = g->places[n->place].ndev / n->tp;
+        int64_t deg_here = ep > 0 ? ep : dp;
+        if (m->experts % deg_here || dp % deg_here)
+            return sched_dir_error(d, e,
+                                   "expert-parallel degree %lld must divide the %lld experts and "
+                                   "the data-parallel degree %lld of the devices the experts run on",
+                                   (long long)deg_here, (long long)m->experts, (long long)dp);
+        n->ep = (int16_t)deg_here;
+        matched++;
+    }
+    if (!matched)
+        return sched_dir_error(d, e, "the filter matches no EP-annotated node; annotate with "
+                                     "ep: true and filter e.g. {EP: \"*\"}");
+    if (place >= 0 && sched_fix_p2p(x, d, e)) return -1;
+
+    ir_dag_build_adjacency(g);
+    i32_vec bv = {0}, be = {0};
+    req_vec after = {0};
+    for (size_t vi = 0; vi < n0; vi++) {
+        int32_t v = (int32_t)vi;
+        ir_node *n = &g->nodes[v];
+        if (n->dead || n->ep < 2 || !(n->flags & IR_NODE_EP)) continue;
+        if (!sched_filter_match(g, v, &d->filter)) continue;
+        if (n->op != IR_OP_F && n->op != IR_OP_B) continue;
+        int32_t ins[8], outs[8];
+        int ni = boundary_in_edges(g, v, ins, 8);
+        for (int i = 0; i < ni; i++) {
+            BASE_VEC_PUSH(bv, v);
+            BASE_VEC_PUSH(be, ins[i]);
+        }
+        int no = boundary_out_tensors(g, v, outs, 8);
+        for (int i = 0; i < no; i++) {
+            sched_coll_req r = {outs[i], IR_OP_ALL_TO_ALL, IR_CG_EP, v, stream};
+            BASE_VEC_PUSH(after, r);
+        }
+    }
+    splice(g, &bv, &be, IR_OP_ALL_TO_ALL, IR_CG_EP, stream, &after);
+    return 0;
+}

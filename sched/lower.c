@@ -1,0 +1,645 @@
+/* lower.c — lowering: one instruction list per device class, in the class's launch order, with
+ *   - streams (the DAG's logical streams the class uses),
+ *   - record/wait pairs for every data dependency that crosses streams inside a device,
+ *   - send/recv with peers and tags, paired into sendrecv groups where neighbours exchange,
+ *   - collectives naming group slots (each device maps its slots to global groups),
+ *   - alloc/free of every buffer with its category: parameters, gradients and optimizer state
+ *     (ZeRO-sharded) for the whole step; saved and recomputed activations from their forward to
+ *     their last backward; communication buffers around the transfers that fill or drain them.
+ * Devices of a class share the list when their peers differ from the representative's by one
+ * constant offset (the usual TP x PP x DP numbering); otherwise they get a list of their own. */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct group_tpl {
+    int place, cg, tp, ep;
+} group_tpl;
+
+typedef BASE_VEC(plan_instr) instr_vec;
+typedef BASE_VEC(plan_buffer) buf_vec;
+typedef BASE_VEC(int32_t) i32_vec;
+
+typedef struct lowerer {
+    sched_ctx *x;
+    sched_plan *plan;
+    const sched_order *o;
+    const sched_options *opt;
+    BASE_VEC(plan_group) groups;  /* global groups, interned by member list */
+    BASE_VEC(plan_list) lists;
+    BASE_VEC(plan_device) devices;
+    int *kid_of_entry;             /* cost entry -> plan kernel id */
+    /* scratch of the list being lowered (sized by nodes / tensors) */
+    int32_t *launch;               /* node -> launch index in this class, -1 not a member */
+    int32_t *event_of;             /* node -> event recorded after it, -1 */
+    int32_t *buf_of;               /* tensor -> buffer, -1 */
+    int32_t *last_use;             /* tensor -> last consumer (launch order), -1 */
+    int32_t *bucket_buf;           /* node (RS bucket) -> buffer */
+    int32_t *stream_map;           /* DAG stream -> list stream, -1 */
+    uint8_t *need_record;
+} lowerer;
+
+static int pos_in(const ir_place *p, int dev)
+{
+    for (int i = 0; i < p->ndev; i++)
+        if (p->devs[i] == dev) return i;
+    return -1;
+}
+
+/* Members of a template's group for device `dev`; returns the count. */
+static int group_members(const ir_dag *g, const group_tpl *t, int dev, int32_t *out)
+{
+    if (t->cg == IR_CG_WORLD) {
+        for (int d = 0; d < g->world; d++) out[d] = d;
+        return g->world;
+    }
+    const ir_place *p = &g->places[t->place];
+    int pos = pos_in(p, dev);
+    int tp = t->tp, n = 0;
+    int tp_rank = pos % tp, dp_rank = pos / tp, dp = p->ndev / tp;
+    switch (t->cg) {
+    case IR_CG_TP:
+        for (int i = 0; i < tp; i++) out[n++] = p->devs[dp_rank * tp + i];
+        break;
+    case IR_CG_DP:
+        for (int j = 0; j < dp; j++) out[n++] = p->devs[j * tp + tp_rank];
+        break;
+    case IR_CG_EP: {
+        int first = (dp_rank / t->ep) * t->ep;
+        for (int j = 0; j < t->ep; j++) out[n++] = p->devs[(first + j) * tp + tp_rank];
+        break;
+    }
+    default: out[n++] = dev;
+    }
+    return n;
+}
+
+static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair"};
+
+static int intern_group(lowerer *L, const int32_t *m, int n, int cg)
+{
+    for (size_t i = 0; i < L->groups.n; i++) {
+        const plan_group *q = &L->groups.v[i];
+        if (q->n == n && memcmp(q->devices, m, (size_t)n * sizeof *m) == 0) return (int)i;
+    }
+    plan_group q;
+    q.n = n;
+    q.devices = base_arena_calloc(&L->plan->arena, (size_t)n, sizeof *q.devices);
+    memcpy(q.devices, m, (size_t)n * sizeof *m);
+    q.name = base_arena_printf(&L->plan->arena, "%s:%d-%d", CG_NAME[cg], m[0], m[n - 1]);
+    BASE_VEC_PUSH(L->groups, q);
+    return (int)L->groups.n - 1;
+}
+
+/* Which tensors get a buffer, and in which category. -1: none (aliased into a neighbour's). */
+static int tensor_mem(const ir_dag *g, int32_t t)
+{
+    const ir_tensor *x = &g->tensors[t];
+    switch ((ir_tensor_kind)x->kind) {
+    case IR_T_SAVED:
+    case IR_T_RECOMP: return PLAN_MEM_ACT;
+    case IR_T_ACT:
+    case IR_T_GRAD_ACT:
+    case IR_T_COMM: {
+        if (x->bytes <= 0) return -1;
+        if (g->nodes[x->producer].op == IR_OP_SEND) return -1; /* in flight: the send's buffer */
+        if (IR_OP_INFO[g->nodes[x->producer].op].kind != IR_KIND_COMPUTE) return PLAN_MEM_COMM;
+        const ir_dag *gg = g;
+        for (int32_t k = gg->out_off[x->producer]; k < gg->out_off[x->producer + 1]; k++) {
+            const ir_edge *ed = &gg->edges[gg->out_edge[k]];
+            if (ed->tensor == t && IR_OP_INFO[gg->nodes[ed->dst].op].kind != IR_KIND_COMPUTE)
+                return PLAN_MEM_COMM;
+        }
+        return -1;
+    }
+    default: return -1;
+    }
+}
+
+typedef struct list_builder {
+    instr_vec ins;
+    buf_vec bufs;
+    BASE_VEC(const char *) streams;
+    BASE_VEC(group_tpl) tpls;
+    int nevents;
+} list_builder;
+
+static int stream_of(lowerer *L, list_builder *B, int dag_stream)
+{
+    if (L->stream_map[dag_stream] < 0) {
+        L->stream_map[dag_stream] = (int32_t)B->streams.n;
+        BASE_VEC_PUSH(B->streams, L->x->g->streams[dag_stream]);
+    }
+    return L->stream_map[dag_stream];
+}
+
+static int slot_of(list_builder *B, group_tpl t)
+{
+    for (size_t i = 0; i < B->tpls.n; i++)
+        if (memcmp(&B->tpls.v[i], &t, sizeof t) == 0) return (int)i;
+    BASE_VEC_PUSH(B->tpls, t);
+    return (int)B->tpls.n - 1;
+}
+
+static plan_instr blank(int stream)
+{
+    plan_instr in;
+    memset(&in, 0, sizeof in);
+    in.stream = stream;
+    in.region = in.mb = in.stage = in.kernels = in.kid = in.peer = in.group = -1;
+    in.event = in.buf = in.tp_group = in.ep_group = -1;
+    return in;
+}
+
+static int new_buffer(lowerer *L, list_builder *B, double bytes, int mem, const char *name)
+{
+    plan_buffer b = {(int64_t)(bytes + 0.5), (uint8_t)mem, base_arena_strdup(&L->plan->arena, name)};
+    BASE_VEC_PUSH(B->bufs, b);
+    return (int)B->bufs.n - 1;
+}
+
+static void emit_mem(list_builder *B, plan_op op, int stream, int buf, const plan_buffer *b)
+{
+    plan_instr in = blank(stream);
+    in.op = (uint8_t)op;
+    in.buf = buf;
+    in.mem = b->mem;
+    in.bytes = b->bytes;
+    BASE_VEC_PUSH(B->ins, in);
+}
+
+static void emit_wait(list_builder *B, int stream, int event)
+{
+    plan_instr in = blank(stream);
+    in.op = PLAN_WAIT;
+    in.event = event;
+    BASE_VEC_PUSH(B->ins, in);
+}
+
+/* Persistent per-region state for a region whose optimizer step runs on this device. */
+typedef struct region_bufs {
+    int param, grad, opt;
+} region_bufs;
+
+static void sendrecv_pairs(list_builder *B)
+{
+    /* A send and a receive with the same peer that follow each other on one stream (only
+     * allocations and frees between them) are posted together: neighbours exchanging in both
+     * directions in a 1F1B steady state would otherwise each block in its send. The allocations
+     * move ahead of the pair and the frees behind it, so the pair is consecutive on its stream. */
+    int next_id = 1;
+    size_t n = B->ins.n;
+    plan_instr *tmp = base_xmalloc((n ? n : 1) * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) {
+        plan_instr *a = &B->ins.v[i];
+        if ((a->op != PLAN_SEND && a->op != PLAN_RECV) || a->sendrecv) continue;
+        size_t j = i + 1;
+        for (; j < n; j++) {
+            const plan_instr *c = &B->ins.v[j];
+            if (c->stream != a->stream) continue;
+            if (c->op != PLAN_ALLOC && c->op != PLAN_FREE) break;
+        }
+        if (j >= n) continue;
+        plan_instr *b = &B->ins.v[j];
+        if (b->sendrecv || b->peer != a->peer || b->op == a->op ||
+            (b->op != PLAN_SEND && b->op != PLAN_RECV))
+            continue;
+        /* rebuild [i, j]: allocations, a, other streams' instructions, b, frees */
+        size_t k = 0;
+        for (size_t q = i + 1; q < j; q++)
+            if (B->ins.v[q].stream == a->stream && B->ins.v[q].op == PLAN_ALLOC) tmp[k++] = B->ins.v[q];
+        size_t a_at = i + k;
+        tmp[k++] = *a;
+        for (size_t q = i + 1; q < j; q++)
+            if (B->ins.v[q].stream != a->stream) tmp[k++] = B->ins.v[q];
+        tmp[k++] = *b;
+        size_t b_at = i + k - 1;
+        for (size_t q = i + 1; q < j; q++)
+            if (B->ins.v[q].stream == a->stream && B->ins.v[q].op == PLAN_FREE) tmp[k++] = B->ins.v[q];
+        memcpy(&B->ins.v[i], tmp, k * sizeof *tmp);
+        B->ins.v[a_at].sendrecv = next_id;
+        B->ins.v[b_at].sendrecv = next_id;
+        next_id++;
+        i = b_at;
+    }
+    free(tmp);
+}
+
+/* Lower the class of `rep`; returns the list index. */
+static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
+{
+    sched_ctx *x = L->x;
+    ir_dag *g = x->g;
+    const ir_program *prog = x->prog;
+    const ir_model *m = g->model;
+    const int32_t *nodes = L->o->class_nodes[cls];
+    int nn = L->o->class_nnodes[cls];
+    list_builder B;
+    memset(&B, 0, sizeof B);
+    for (int s = 0; s < g->nstreams; s++) L->stream_map[s] = -1;
+    stream_of(L, &B, 0); /* compute is stream 0 */
+
+    for (int i = 0; i < nn; i++) L->launch[nodes[i]] = i;
+
+    /* tensors: buffers and last uses */
+    int pb = sched_plan_dtype_bytes((plan_dtype)prog->param_dtype);
+    int gb = sched_plan_dtype_bytes((plan_dtype)prog->grad_dtype);
+    double opt_per_param = (prog->optimizer == IR_OPT_ADAMW ? 8.0 : 0.0) +
+                           (prog->param_dtype != PLAN_FP32 ? 4.0 : 0.0);
+    i32_vec touched = {0};
+    for (int i = 0; i < nn; i++) {
+        int32_t v = nodes[i];
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            int32_t t = ed->tensor;
+            if (L->launch[g->tensors[t].producer] < 0) continue; /* produced elsewhere (SEND->RECV) */
+            if (L->last_use[t] < 0) BASE_VEC_PUSH(touched, t);
+            if (L->last_use[t] < 0 || L->launch[L->last_use[t]] < i) L->last_use[t] = v;
+            const ir_node *u = &g->nodes[ed->src];
+            if (u->stream != g->nodes[v].stream) L->need_record[ed->src] = 1;
+        }
+    }
+    /* consumers on other streams than the last use must be recorded so the free can wait */
+    for (int i = 0; i < nn; i++) {
+        int32_t v = nodes[i];
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            int32_t t = ed->tensor, last = L->last_use[t];
+            if (last >= 0 && last != v && g->nodes[last].stream != g->nodes[v].stream &&
+                tensor_mem(g, t) >= 0)
+                L->need_record[v] = 1;
+        }
+    }
+
+    /* persistent state of the regions whose optimizer step runs here */
+    region_bufs *rb = base_xcalloc((size_t)g->nregions, sizeof *rb);
+    for (int r = 0; r < g->nregions; r++) rb[r].param = rb[r].grad = rb[r].opt = -1;
+    for (int i = 0; i < nn; i++) {
+        int32_t v = nodes[i];
+        const ir_node *n = &g->nodes[v];
+        if (n->op != IR_OP_UPD || n->region < 0) continue;
+        ir_shape s = sched_node_shape(x, v);
+        double params = (double)ir_region_params_per_device(m, &g->regions[n->region], &s);
+        int zero = n->dp ? n->dp - 1 : -1;
+        double dp = n->dp ? (double)(g->places[n->place].ndev / n->tp) : 1.0;
+        const char *rn = g->regions[n->region].name;
+        char name[128];
+        snprintf(name, sizeof name, "param.%s", rn);
+        rb[n->region].param = new_buffer(L, &B, params * pb / (zero >= 3 ? dp : 1), PLAN_MEM_PARAM, name);
+        snprintf(name, sizeof name, "grad.%s", rn);
+        rb[n->region].grad = new_buffer(L, &B, params * gb / (zero >= 2 ? dp : 1), PLAN_MEM_GRAD, name);
+        snprintf(name, sizeof name, "opt.%s", rn);
+        rb[n->region].opt = new_buffer(L, &B, params * opt_per_param / (zero >= 1 ? dp : 1), PLAN_MEM_OPT, name);
+        for (int k = 0; k < 3; k++) {
+            int b = k == 0 ? rb[n->region].param : k == 1 ? rb[n->region].grad : rb[n->region].opt;
+            emit_mem(&B, PLAN_ALLOC, 0, b, &B.bufs.v[b]);
+        }
+    }
+
+    for (int i = 0; i < nn; i++) {
+        int32_t v = nodes[i];
+        const ir_node *n = &g->nodes[v];
+        int s = stream_of(L, &B, n->stream);
+        ir_op_kind kind = IR_OP_INFO[n->op].kind;
+        const ir_place *pl = &g->places[n->place];
+        int pos = pos_in(pl, rep);
+
+        /* 1. waits for inputs made on other streams */
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            int32_t u = ed->src;
+            if (L->launch[u] < 0 || g->nodes[u].stream == n->stream || L->event_of[u] < 0) continue;
+            bool dup = false;
+            for (int32_t q = g->in_off[v]; q < k; q++)
+                dup |= g->edges[g->in_edge[q]].src == u && g->edges[g->in_edge[q]].kind == IR_EDGE_DATA;
+            if (!dup) emit_wait(&B, s, L->event_of[u]);
+        }
+        /* 2. buffers this node fills */
+        int32_t out_buf = -1;
+        for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->out_edge[k]];
+            if (ed->kind != IR_EDGE_DATA || L->buf_of[ed->tensor] >= 0) continue;
+            if (g->tensors[ed->tensor].producer != v) continue;
+            int mem = tensor_mem(g, ed->tensor);
+            if (mem < 0) continue;
+            char name[160], lbl[96];
+            snprintf(name, sizeof name, "%s.t%d", ir_node_label(g, v, lbl, sizeof lbl), ed->tensor);
+            for (char *c = name; *c; c++)
+                if (*c == ' ') *c = '.';
+            int b = new_buffer(L, &B, g->tensors[ed->tensor].bytes, mem, name);
+            L->buf_of[ed->tensor] = b;
+            if (L->last_use[ed->tensor] < 0) BASE_VEC_PUSH(touched, ed->tensor);
+            emit_mem(&B, PLAN_ALLOC, s, b, &B.bufs.v[b]);
+            if (out_buf < 0) out_buf = b;
+        }
+        int32_t in_buf = -1;
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && in_buf < 0; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind == IR_EDGE_DATA && L->launch[ed->src] >= 0) in_buf = L->buf_of[ed->tensor];
+        }
+
+        /* 3. the instruction */
+        plan_instr in = blank(s);
+        in.region = n->region;
+        in.mb = n->mb;
+        in.stage = n->stage;
+        if (kind == IR_KIND_COMPUTE) {
+            in.op = PLAN_COMPUTE;
+            in.pass = (uint8_t)IR_OP_INFO[n->op].pass;
+            int ent = sched_node_cost_entry(x->costs, v);
+            in.kernels = ent;
+            in.kid = ent >= 0 ? L->kid_of_entry[ent] : -1;
+            if (n->tp > 1) in.tp_group = slot_of(&B, (group_tpl){n->place, IR_CG_TP, n->tp, 1});
+            if (n->ep > 1) in.ep_group = slot_of(&B, (group_tpl){n->place, IR_CG_EP, n->tp, n->ep});
+            i32_vec rd = {0}, wr = {0};
+            for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+                const ir_edge *ed = &g->edges[g->in_edge[k]];
+                if (ed->kind == IR_EDGE_DATA && L->buf_of[ed->tensor] >= 0) BASE_VEC_PUSH(rd, L->buf_of[ed->tensor]);
+            }
+            if (n->region >= 0 && rb[n->region].param >= 0) {
+                BASE_VEC_PUSH(rd, rb[n->region].param);
+                if (n->op == IR_OP_UPD)
+                    BASE_VEC_PUSH(rd, rb[n->region].grad);
+                else if (n->op == IR_OP_B || n->op == IR_OP_BW)
+                    BASE_VEC_PUSH(wr, rb[n->region].grad);
+                if (n->op == IR_OP_UPD) {
+                    BASE_VEC_PUSH(wr, rb[n->region].param);
+                    BASE_VEC_PUSH(wr, rb[n->region].opt);
+                }
+            }
+            for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+                const ir_edge *ed = &g->edges[g->out_edge[k]];
+                if (ed->kind != IR_EDGE_DATA || L->buf_of[ed->tensor] < 0) continue;
+                bool dup = false;
+                for (size_t q = 0; q < wr.n; q++) dup |= wr.v[q] == L->buf_of[ed->tensor];
+                if (!dup) BASE_VEC_PUSH(wr, L->buf_of[ed->tensor]);
+            }
+            in.nreads = (int32_t)rd.n;
+            in.nwrites = (int32_t)wr.n;
+            in.reads = rd.n ? base_arena_calloc(&L->plan->arena, rd.n, sizeof(int32_t)) : NULL;
+            in.writes = wr.n ? base_arena_calloc(&L->plan->arena, wr.n, sizeof(int32_t)) : NULL;
+            if (rd.n) memcpy(in.reads, rd.v, rd.n * sizeof(int32_t));
+            if (wr.n) memcpy(in.writes, wr.v, wr.n * sizeof(int32_t));
+            free(rd.v);
+            free(wr.v);
+            BASE_VEC_PUSH(B.ins, in);
+        } else if (kind == IR_KIND_P2P) {
+            const ir_node *partner = &g->nodes[n->link];
+            const ir_place *pp = &g->places[partner->place];
+            in.op = n->op == IR_OP_SEND ? PLAN_SEND : PLAN_RECV;
+            in.peer = pp->devs[pos];
+            in.tag = n->op == IR_OP_SEND ? v : n->link;
+            in.bytes = (int64_t)(n->bytes + 0.5);
+            in.buf = n->op == IR_OP_SEND ? in_buf : out_buf;
+            in.mem = PLAN_MEM_COMM;
+            BASE_VEC_PUSH(B.ins, in);
+        } else if (kind == IR_KIND_COLL) {
+            in.op = PLAN_COLL;
+            in.coll = (uint8_t)IR_OP_INFO[n->op].coll;
+            in.group = slot_of(&B, (group_tpl){n->coll_group == IR_CG_WORLD ? -1 : n->place,
+                                               n->coll_group, n->tp, n->ep});
+            in.bytes = (int64_t)(n->bytes + 0.5);
+            in.buf = in_buf >= 0 ? in_buf : out_buf;
+            in.mem = PLAN_MEM_COMM;
+            BASE_VEC_PUSH(B.ins, in);
+        }
+        /* 4. record for consumers on other streams */
+        if (L->need_record[v]) {
+            plan_instr r = blank(s);
+            r.op = PLAN_RECORD;
+            r.event = B.nevents++;
+            L->event_of[v] = r.event;
+            BASE_VEC_PUSH(B.ins, r);
+        }
+        /* 5. frees of buffers whose last use this was */
+        for (int pass = 0; pass < 2; pass++) {
+            int32_t lo = pass == 0 ? g->in_off[v] : g->out_off[v];
+            int32_t hi = pass == 0 ? g->in_off[v + 1] : g->out_off[v + 1];
+            for (int32_t k = lo; k < hi; k++) {
+                const ir_edge *ed = &g->edges[pass == 0 ? g->in_edge[k] : g->out_edge[k]];
+                if (ed->kind != IR_EDGE_DATA) continue;
+                int32_t t = ed->tensor;
+                int b = L->buf_of[t];
+                if (b < 0) continue;
+                bool last = pass == 0 ? L->last_use[t] == v
+                                      : (g->tensors[t].producer == v && L->last_use[t] < 0);
+                if (!last) continue;
+                /* wait for consumers on other streams first */
+                int32_t prod = g->tensors[t].producer;
+                for (int32_t q = g->out_off[prod]; q < g->out_off[prod + 1] && pass == 0; q++) {
+                    const ir_edge *c2 = &g->edges[g->out_edge[q]];
+                    if (c2->tensor != t || c2->dst == v || L->launch[c2->dst] < 0) continue;
+                    if (g->nodes[c2->dst].stream != n->stream && L->event_of[c2->dst] >= 0)
+                        emit_wait(&B, s, L->event_of[c2->dst]);
+                }
+                emit_mem(&B, PLAN_FREE, s, b, &B.bufs.v[b]);
+                L->buf_of[t] = -2; /* freed */
+            }
+        }
+    }
+    free(rb);
+
+    if (!L->opt->no_sendrecv_groups) sendrecv_pairs(&B);
+
+    /* reset scratch */
+    for (int i = 0; i < nn; i++) {
+        L->launch[nodes[i]] = -1;
+        L->event_of[nodes[i]] = -1;
+        L->need_record[nodes[i]] = 0;
+    }
+    for (size_t i = 0; i < touched.n; i++) {
+        L->last_use[touched.v[i]] = -1;
+        L->buf_of[touched.v[i]] = -1;
+    }
+    free(touched.v);
+
+    plan_list pl;
+    memset(&pl, 0, sizeof pl);
+    pl.n = (int)B.ins.n;
+    pl.ins = base_arena_calloc(&L->plan->arena, B.ins.n ? B.ins.n : 1, sizeof *pl.ins);
+    if (B.ins.n) memcpy(pl.ins, B.ins.v, B.ins.n * sizeof *pl.ins);
+    pl.nbufs = (int)B.bufs.n;
+    pl.bufs = base_arena_calloc(&L->plan->arena, B.bufs.n ? B.bufs.n : 1, sizeof *pl.bufs);
+    if (B.bufs.n) memcpy(pl.bufs, B.bufs.v, B.bufs.n * sizeof *pl.bufs);
+    pl.nstreams = (int)B.streams.n;
+    pl.streams = base_arena_calloc(&L->plan->arena, B.streams.n, sizeof *pl.streams);
+    for (size_t i = 0; i < B.streams.n; i++) pl.streams[i] = base_arena_strdup(&L->plan->arena, B.streams.v[i]);
+    pl.nevents = B.nevents;
+    pl.ngroup_slots = (int)B.tpls.n;
+    BASE_VEC_PUSH(L->lists, pl);
+    int list_id = (int)L->lists.n - 1;
+
+    /* the representative device */
+    plan_device d;
+    memset(&d, 0, sizeof d);
+    d.id = rep;
+    d.list = list_id;
+    d.peer_offset = 0;
+    d.group_slots = base_arena_calloc(&L->plan->arena, B.tpls.n ? B.tpls.n : 1, sizeof(int32_t));
+    int32_t *mem = base_xmalloc((size_t)g->world * sizeof *mem);
+    for (size_t k = 0; k < B.tpls.n; k++) {
+        int nm = group_members(g, &B.tpls.v[k], rep, mem);
+        d.group_slots[k] = intern_group(L, mem, nm, B.tpls.v[k].cg);
+    }
+    free(mem);
+    /* the other devices of the class map the same templates to their own groups */
+    *tpls_out = B.tpls.v;
+    L->devices.v[rep] = d;
+    free(B.ins.v);
+    free(B.bufs.v);
+    free(B.streams.v);
+    return list_id;
+}
+
+/* Can `dev` share list `list_id` lowered for `rep` (peers shifted by one constant)? */
+static bool can_share(lowerer *L, int cls, int rep, int dev)
+{
+    ir_dag *g = L->x->g;
+    const int32_t *nodes = L->o->class_nodes[cls];
+    int off = dev - rep;
+    for (int i = 0; i < L->o->class_nnodes[cls]; i++) {
+        const ir_node *n = &g->nodes[nodes[i]];
+        if (IR_OP_INFO[n->op].kind != IR_KIND_P2P) continue;
+        const ir_place *pl = &g->places[n->place], *pp = &g->places[g->nodes[n->link].place];
+        int pr = pos_in(pl, rep), pd = pos_in(pl, dev);
+        if (pr < 0 || pd < 0 || pp->devs[pd] != pp->devs[pr] + off) return false;
+    }
+    return true;
+}
+
+int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *opt, base_error *e)
+{
+    ir_dag *g = x->g;
+    const ir_program *prog = x->prog;
+    sched_plan *plan = &x->c->plan;
+    lowerer L;
+    memset(&L, 0, sizeof L);
+    L.x = x;
+    L.plan = plan;
+    L.o = o;
+    L.opt = opt;
+    size_t N = g->nnodes, T = g->ntensors;
+    L.launch = base_xmalloc(N * sizeof(int32_t));
+    L.event_of = base_xmalloc(N * sizeof(int32_t));
+    L.need_record = base_xcalloc(N, 1);
+    L.buf_of = base_xmalloc(T * sizeof(int32_t));
+    L.last_use = base_xmalloc(T * sizeof(int32_t));
+    L.stream_map = base_xmalloc((size_t)g->nstreams * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) L.launch[i] = L.event_of[i] = -1;
+    for (size_t i = 0; i < T; i++) L.buf_of[i] = L.last_use[i] = -1;
+
+    /* header */
+    plan->param_dtype = (uint8_t)prog->param_dtype;
+    plan->act_dtype = (uint8_t)prog->act_dtype;
+    plan->grad_dtype = (uint8_t)prog->grad_dtype;
+    plan->opt_dtype = (uint8_t)prog->opt_dtype;
+    plan->gpu = prog->cluster.gpu;
+    plan->gpu.name = base_arena_strdup(&plan->arena, prog->cluster.gpu.name ? prog->cluster.gpu.name : "?");
+    const ir_model *m = g->model;
+    plan_model *pm = &plan->model;
+    pm->name = base_arena_strdup(&plan->arena, m->name ? m->name : "model");
+    pm->family = m->family == IR_FAMILY_GPT ? "gpt" : "llama";
+    pm->layers = m->layers; pm->hidden = m->hidden; pm->heads = m->heads; pm->kv_heads = m->kv_heads;
+    pm->head_dim = m->head_dim; pm->ffn = m->ffn; pm->experts = m->experts; pm->expert_ffn = m->expert_ffn;
+    pm->top_k = m->top_k; pm->capacity_factor = m->capacity_factor; pm->vocab = m->vocab; pm->seq = m->seq;
+    pm->tied_embeddings = m->tied_embeddings; pm->qk_norm = m->qk_norm; pm->dropout = m->dropout;
+    pm->micro_batch = prog->micro_batch;
+    pm->num_microbatches = g->num_microbatches;
+    pm->global_batch = prog->global_batch;
+    plan->nregions = g->nregions;
+    plan->regions = base_arena_calloc(&plan->arena, (size_t)g->nregions, sizeof(char *));
+    for (int r = 0; r < g->nregions; r++) plan->regions[r] = base_arena_strdup(&plan->arena, g->regions[r].name);
+
+    /* kernel lists and identities from the cost cache */
+    int ne = sched_costs_count(x->costs);
+    plan->nkernel_lists = ne;
+    plan->kernel_lists = base_arena_calloc(&plan->arena, (size_t)(ne ? ne : 1), sizeof *plan->kernel_lists);
+    L.kid_of_entry = base_xcalloc((size_t)(ne ? ne : 1), sizeof(int));
+    BASE_VEC(const char *) kids = {0};
+    for (int i = 0; i < ne; i++) {
+        const plan_kernel_list *src = sched_costs_list(x->costs, i);
+        plan_kernel_list *dst = &plan->kernel_lists[i];
+        dst->n = src->n;
+        dst->k = base_arena_calloc(&plan->arena, (size_t)(src->n ? src->n : 1), sizeof *dst->k);
+        for (int k = 0; k < src->n; k++) {
+            dst->k[k] = src->k[k];
+            dst->k[k].name = base_arena_strdup(&plan->arena, src->k[k].name ? src->k[k].name : "kernel");
+        }
+        const char *kid = sched_costs_kid(x->costs, i);
+        int found = -1;
+        for (size_t q = 0; q < kids.n && found < 0; q++)
+            if (strcmp(kids.v[q], kid) == 0) found = (int)q;
+        if (found < 0) {
+            BASE_VEC_PUSH(kids, base_arena_strdup(&plan->arena, kid));
+            found = (int)kids.n - 1;
+        }
+        L.kid_of_entry[i] = found;
+    }
+    plan->nkernel_ids = (int)kids.n;
+    plan->kernel_ids = base_arena_calloc(&plan->arena, kids.n ? kids.n : 1, sizeof(char *));
+    if (kids.n) memcpy(plan->kernel_ids, kids.v, kids.n * sizeof(char *));
+    free(kids.v);
+
+    /* devices */
+    int W = g->world;
+    L.devices.v = base_xcalloc((size_t)W, sizeof(plan_device));
+    L.devices.n = L.devices.cap = (size_t)W;
+    bool *done = base_xcalloc((size_t)W, sizeof *done);
+    int64_t gpn = prog->cluster.gpus_per_node > 0 ? prog->cluster.gpus_per_node : 1;
+    for (int c = 0; c < o->nclasses; c++) {
+        for (int d = 0; d < W; d++) {
+            if (o->class_of_device[d] != c || done[d]) continue;
+            /* lower for d, then let every later device of the class share when it can */
+            group_tpl *tp = NULL;
+            int list = lower_list(&L, c, d, &tp);
+            done[d] = true;
+            int32_t *mem = base_xmalloc((size_t)W * sizeof *mem);
+            for (int d2 = d + 1; d2 < W; d2++) {
+                if (o->class_of_device[d2] != c || done[d2] || !can_share(&L, c, d, d2)) continue;
+                plan_device pd;
+                memset(&pd, 0, sizeof pd);
+                pd.id = d2;
+                pd.list = list;
+                pd.peer_offset = d2 - d;
+                int ns = L.lists.v[list].ngroup_slots;
+                pd.group_slots = base_arena_calloc(&plan->arena, (size_t)(ns ? ns : 1), sizeof(int32_t));
+                for (int k = 0; k < ns; k++) {
+                    int nm = group_members(g, &tp[k], d2, mem);
+                    pd.group_slots[k] = intern_group(&L, mem, nm, tp[k].cg);
+                }
+                L.devices.v[d2] = pd;
+                done[d2] = true;
+            }
+            free(mem);
+            free(tp);
+        }
+    }
+    for (int d = 0; d < W; d++) L.devices.v[d].node = (int)(d / gpn);
+    free(done);
+
+    plan->ndevices = W;
+    plan->devices = base_arena_calloc(&plan->arena, (size_t)W, sizeof *plan->devices);
+    memcpy(plan->devices, L.devices.v, (size_t)W * sizeof *plan->devices);
+    plan->nlists = (int)L.lists.n;
+    plan->lists = base_arena_calloc(&plan->arena, L.lists.n ? L.lists.n : 1, sizeof *plan->lists);
+    if (L.lists.n) memcpy(plan->lists, L.lists.v, L.lists.n * sizeof *plan->lists);
+    plan->ngroups = (int)L.groups.n;
+    plan->groups = base_arena_calloc(&plan->arena, L.groups.n ? L.groups.n : 1, sizeof *plan->groups);
+    if (L.groups.n) memcpy(plan->groups, L.groups.v, L.groups.n * sizeof *plan->groups);
+
+    free(L.devices.v);
+    free(L.lists.v);
+    free(L.groups.v);
+    free(L.launch);
+    free(L.event_of);
+    free(L.need_record);
+    free(L.buf_of);
+    free(L.last_use);
+    free(L.stream_map);
+    free(L.kid_of_entry);
+    return 0;
+}

@@ -1,0 +1,131 @@
+/* passes_util.c — what every directive pass needs: locating a directive in messages, matching
+ * filters against node tags, and splicing a communication node onto a tensor's edges. */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *sched_dir_where(const ir_directive *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "directive %d (%s) at %s:%d:%d", d->index + 1, ir_directive_name(d->op),
+             d->file ? d->file : "?", d->line, d->col);
+    return buf;
+}
+
+int sched_dir_error(const ir_directive *d, base_error *e, const char *fmt, ...)
+{
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return base_error_at(e, d->file, d->line, d->col, "directive %d (%s): %s", d->index + 1,
+                         ir_directive_name(d->op), msg);
+}
+
+plan_pass sched_node_pass(const ir_dag *g, int32_t v) { return (plan_pass)g->nodes[v].pass; }
+
+static bool match_value(const ir_tag_match *m, int64_t have)
+{
+    if (have < 0) return false; /* the node has no such tag */
+    return m->any || m->value == have;
+}
+
+bool sched_filter_match(const ir_dag *g, int32_t v, const ir_filter *f)
+{
+    const ir_node *x = &g->nodes[v];
+    if (x->dead || x->op == IR_OP_ORDER) return false;
+    for (int i = 0; i < f->n; i++) {
+        const ir_tag_match *m = &f->m[i];
+        int64_t have = -1;
+        switch (m->tag) {
+        case IR_TAG_PP: have = x->stage; break;
+        case IR_TAG_EP: have = (x->flags & IR_NODE_EP) ? (x->layer >= 0 ? x->layer : 0) : -1; break;
+        case IR_TAG_TP: have = (x->flags & IR_NODE_TP) ? (x->layer >= 0 ? x->layer : 0) : -1; break;
+        case IR_TAG_MB: have = x->mb; break;
+        case IR_TAG_PASS: have = x->pass < PLAN_NPASS ? x->pass : -1; break;
+        case IR_TAG_LAYER: have = x->layer; break;
+        case IR_TAG_REGION: have = x->region >= 0 ? (int64_t)g->regions[x->region].kind : -1; break;
+        case IR_TAG_CHUNK: have = x->chunk; break;
+        default: return false;
+        }
+        /* `PASS: B` also selects the halves of a split backward, so a program written for an
+         * unsplit backward keeps working after an order directive splits it. */
+        if (m->tag == IR_TAG_PASS && !m->any && m->value == PLAN_PASS_B &&
+            (have == PLAN_PASS_BI || have == PLAN_PASS_BW))
+            continue;
+        if (!match_value(m, have)) return false;
+    }
+    return true;
+}
+
+/* A new node that inherits the tags, placement and micro-batch of `like`. */
+static int32_t add_like(ir_dag *g, ir_op op, int32_t like)
+{
+    int32_t v = ir_dag_add_node(g, op);
+    ir_node *n = &g->nodes[v], *l = &g->nodes[like];
+    n->region = l->region;
+    n->layer = l->layer;
+    n->mb = l->mb;
+    n->stage = l->stage;
+    n->chunk = l->chunk;
+    n->place = l->place;
+    n->pass = l->pass;
+    n->flags = l->flags & (IR_NODE_PER_MB | IR_NODE_EP | IR_NODE_TP);
+    n->tp = l->tp;
+    n->ep = l->ep;
+    n->sp = l->sp;
+    n->dp = l->dp;
+    return v;
+}
+
+void sched_insert_colls_after(ir_dag *g, const sched_coll_req *req, size_t n)
+{
+    if (!n) return;
+    size_t nt = g->ntensors;
+    int32_t *coll = base_xmalloc(nt * sizeof *coll), *out = base_xmalloc(nt * sizeof *out);
+    for (size_t t = 0; t < nt; t++) coll[t] = -1;
+    for (size_t i = 0; i < n; i++) {
+        const sched_coll_req *r = &req[i];
+        if (coll[r->tensor] >= 0) continue;
+        int32_t c = add_like(g, r->op, r->like);
+        g->nodes[c].coll_group = (uint8_t)r->cg;
+        g->nodes[c].stream = (int16_t)r->stream;
+        int32_t o = ir_dag_add_tensor(g, c, (ir_tensor_kind)g->tensors[r->tensor].kind, 0);
+        g->tensors[o].region = g->tensors[r->tensor].region;
+        coll[r->tensor] = c;
+        out[r->tensor] = o;
+    }
+    size_t ne = g->nedges;
+    for (size_t i = 0; i < ne; i++) {
+        ir_edge *x = &g->edges[i];
+        if (x->dead || x->kind != IR_EDGE_DATA || x->tensor < 0 || (size_t)x->tensor >= nt) continue;
+        int32_t t = x->tensor;
+        if (coll[t] < 0 || x->dst == coll[t]) continue;
+        x->src = coll[t];
+        x->tensor = out[t];
+    }
+    for (size_t t = 0; t < nt; t++)
+        if (coll[t] >= 0) ir_dag_add_edge(g, g->tensors[t].producer, coll[t], (int32_t)t, IR_EDGE_DATA);
+    free(coll);
+    free(out);
+    g->adj_valid = false;
+}
+
+int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, ir_coll_group cg,
+                                 int stream)
+{
+    ir_edge *x = &g->edges[edge];
+    int32_t tensor = x->tensor, src = x->src;
+    int32_t c = add_like(g, op, v);
+    g->nodes[c].coll_group = (uint8_t)cg;
+    g->nodes[c].stream = (int16_t)stream;
+    int32_t out = ir_dag_add_tensor(g, c, (ir_tensor_kind)g->tensors[tensor].kind, 0);
+    g->tensors[out].region = g->tensors[tensor].region;
+    x = &g->edges[edge];
+    x->src = c;
+    x->tensor = out;
+    ir_dag_add_edge(g, src, c, tensor, IR_EDGE_DATA);
+    g->adj_valid = false;
+    return c;
+}

@@ -1,0 +1,47 @@
+/* sched.h — the contract of sched/'s compiler: program -> global DAG -> directives as verified
+ * passes -> ordering -> lowering -> one checked plan per device (sched/plan.h has the plan).
+ * piper-compile is a thin command line over these functions. */
+#ifndef PIPER_SCHED_H
+#define PIPER_SCHED_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../base/base.h"
+#include "../ir/ir.h"
+#include "plan.h"
+
+typedef struct sched_options {
+    bool allow_oom;            /* keep plans whose static peak exceeds usable memory (what-if) */
+    bool no_sendrecv_groups;   /* lower without pairing opposite p2p (demonstrates deadlock) */
+    bool no_check;             /* skip the static deadlock/memory check (benchmarks only) */
+} sched_options;
+
+/* Everything one compilation makes; freed with sched_compilation_free. */
+typedef struct sched_compilation {
+    base_arena arena;          /* the DAG and the program live here */
+    ir_program prog;
+    ir_dag dag;
+    sched_plan plan;           /* has its own arena, so it can outlive the DAG */
+    sched_plan_stats stats;    /* from the static check */
+    int64_t dp_degree;         /* data-parallel degree the batch is split over */
+} sched_compilation;
+
+void sched_compilation_init(sched_compilation *c);
+void sched_compilation_free(sched_compilation *c);
+
+/* Load the program (model/cluster overrides may be NULL). */
+int sched_load(sched_compilation *c, const char *program_path, const char *model_path,
+               const char *cluster_path, base_error *e);
+/* Build the DAG and run every directive as a pass, verifying after each. */
+int sched_build_dag(sched_compilation *c, base_error *e);
+/* Order, lower to per-device plans and check them (deadlock, memory). */
+int sched_lower(sched_compilation *c, const sched_options *o, base_error *e);
+/* All three. */
+int sched_compile(sched_compilation *c, const char *program_path, const char *model_path,
+                  const char *cluster_path, const sched_options *o, base_error *e);
+
+/* The summary piper-compile prints: devices, instructions per kind, static peak memory. */
+void sched_print_summary(const sched_compilation *c, FILE *f);
+
+#endif

@@ -1,0 +1,91 @@
+/* sched_internal.h — what the compiler's passes share inside sched/ (not part of its contract):
+ * the pass context, filter matching, the sizes pass and the helpers that splice communication
+ * nodes into the DAG. */
+#ifndef PIPER_SCHED_INTERNAL_H
+#define PIPER_SCHED_INTERNAL_H
+
+#include "sched.h"
+
+typedef struct sched_ctx {
+    sched_compilation *c;
+    const ir_program *prog;
+    ir_dag *g;
+    base_arena *a;
+    bool split_done;
+    bool order_seen;           /* an order/schedule directive ran: structure is frozen */
+    int32_t *stage_of_region;
+    struct sched_costs *costs; /* made after the directives ran (shapes are final) */
+} sched_ctx;
+
+/* "directive 3 (place) at prog.yaml:12:5" */
+const char *sched_dir_where(const ir_directive *d, char *buf, size_t n);
+/* Error located at the directive: "prog.yaml:12:5: directive 3 (place): <msg>" */
+int sched_dir_error(const ir_directive *d, base_error *e, const char *fmt, ...) BASE_PRINTF(3, 4);
+
+bool sched_filter_match(const ir_dag *g, int32_t v, const ir_filter *f);
+/* The pass tag of a node (compute: its op; communication: the pass it belongs to). */
+plan_pass sched_node_pass(const ir_dag *g, int32_t v);
+
+/* Splicing collectives into the DAG. "After": on every edge that carries `tensor` from its
+ * producer (producer -(t)-> C -(t')-> consumers), done in one batch so a pass over the edges
+ * serves any number of insertions. "Before": on one incoming edge of v only. Tags, placement
+ * and micro-batch come from `like` (resp. v). Do befores first, then the batch of afters. */
+typedef struct sched_coll_req {
+    int32_t tensor;
+    ir_op op;
+    ir_coll_group cg;
+    int32_t like;
+    int stream;
+} sched_coll_req;
+void sched_insert_colls_after(ir_dag *g, const sched_coll_req *req, size_t n);
+int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, ir_coll_group cg,
+                                 int stream);
+
+/* Re-derive SEND/RECV pairs from placements: every data edge between different placements gets
+ * a pair; pairs whose ends share a placement disappear. */
+int sched_fix_p2p(sched_ctx *x, const ir_directive *d, base_error *e);
+
+/* Recompute every tensor and communication size from the current structure and shapes. */
+void sched_update_sizes(sched_ctx *x);
+/* The ir_shape a node runs with. */
+ir_shape sched_node_shape(const sched_ctx *x, int32_t v);
+
+int sched_dir_split(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_place(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_recompute(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e);
+
+/* Ordering: per device class, a launch order of node ids (ordering.c). */
+typedef struct sched_order {
+    int nclasses;
+    int *class_of_device;      /* device -> class */
+    int *class_rep;            /* class -> representative device */
+    int *class_nnodes;
+    int32_t **class_nodes;     /* launch order of each class */
+    double *node_seconds;      /* cost-model duration of each node */
+} sched_order;
+int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e);
+
+int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *opt, base_error *e);
+
+
+/* Kernel lists and durations of nodes (costs.c), cached by region kind, pass and shape. */
+typedef struct sched_costs sched_costs;
+sched_costs *sched_costs_new(sched_ctx *x);
+void sched_costs_free(sched_costs *c);
+/* The node's kernel list (compute nodes; empty list for others). Lists live in the DAG arena. */
+const plan_kernel_list *sched_node_kernels(sched_costs *c, int32_t v);
+/* Kernel identity the executor runs: "gpt.attn.F", "aux.grad_norm", ... (arena string). */
+const char *sched_node_kernel_id(sched_costs *c, int32_t v);
+/* Static cost-model duration: compute by roofline, communication by bytes over the link. */
+double sched_node_seconds(sched_costs *c, int32_t v);
+/* The cache entry of a compute node (-1 for others), and the entries themselves. */
+int sched_node_cost_entry(sched_costs *c, int32_t v);
+int sched_costs_count(const sched_costs *c);
+const plan_kernel_list *sched_costs_list(const sched_costs *c, int i);
+const char *sched_costs_kid(const sched_costs *c, int i);
+
+#endif

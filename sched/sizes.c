@@ -1,0 +1,180 @@
+/* sizes.c — recomputes every tensor's and every communication's size from the DAG's current
+ * structure (after each pass), because later directives change earlier sizes: sequence
+ * parallelism shrinks the activations a pipeline send carries, tensor parallelism the gradients a
+ * data-parallel bucket reduces. Sizes follow the cost model (ir/model.h), per device. */
+#include "sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Regions after the attention of a layer: under full recompute of the whole layer they keep no
+ * input of their own (the attention's recompute rebuilds it). */
+static bool after_attention(ir_region_kind k)
+{
+    return k == IR_REGION_MLP || k == IR_REGION_MOE_GATE || k == IR_REGION_MOE_EXPERTS ||
+           k == IR_REGION_MOE_COMBINE;
+}
+
+ir_shape sched_node_shape(const sched_ctx *x, int32_t v)
+{
+    const ir_node *n = &x->g->nodes[v];
+    ir_shape s = ir_shape_default();
+    s.micro_batch = x->prog->micro_batch > 0 ? x->prog->micro_batch : 1;
+    s.tp = n->tp;
+    s.sequence_parallel = n->sp && n->tp > 1;
+    s.ep = n->ep;
+    s.recompute = (ir_recompute)n->recompute;
+    s.act_dtype = (plan_dtype)x->prog->act_dtype;
+    s.param_dtype = (plan_dtype)x->prog->param_dtype;
+    return s;
+}
+
+/* Devices in the group a collective node spans. */
+static int group_size(const ir_dag *g, const ir_node *n)
+{
+    int ndev = g->places[n->place].ndev;
+    switch ((ir_coll_group)n->coll_group) {
+    case IR_CG_TP: return n->tp;
+    case IR_CG_DP: return ndev / n->tp;
+    case IR_CG_EP: return n->ep;
+    case IR_CG_WORLD: return g->world;
+    case IR_CG_PAIR: return 2;
+    default: return 1;
+    }
+}
+
+static int32_t *topo_order(ir_dag *g)
+{
+    ir_dag_build_adjacency(g);
+    size_t n = g->nnodes;
+    int32_t *indeg = base_xcalloc(n ? n : 1, sizeof *indeg);
+    int32_t *order = base_xmalloc((n ? n : 1) * sizeof *order);
+    size_t head = 0, tail = 0;
+    for (size_t v = 0; v < n; v++) {
+        if (g->nodes[v].dead) continue;
+        indeg[v] = g->in_off[v + 1] - g->in_off[v];
+        if (!indeg[v]) order[tail++] = (int32_t)v;
+    }
+    while (head < tail) {
+        int32_t v = order[head++];
+        for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            int32_t w = g->edges[g->out_edge[k]].dst;
+            if (--indeg[w] == 0) order[tail++] = w;
+        }
+    }
+    free(indeg);
+    if (tail < n) order[tail] = -1; /* cyclic: the verifier reports it */
+    return order;
+}
+
+void sched_update_sizes(sched_ctx *x)
+{
+    ir_dag *g = x->g;
+    const ir_model *m = g->model;
+    int gb = sched_plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
+    int pb = sched_plan_dtype_bytes((plan_dtype)x->prog->param_dtype);
+
+    /* Which layers have their attention fully recomputed. */
+    bool *attn_full = base_xcalloc((size_t)(m->layers > 0 ? m->layers : 1), sizeof *attn_full);
+    for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (!n->dead && n->op == IR_OP_F && n->region >= 0 && n->layer >= 0 &&
+            g->regions[n->region].kind == IR_REGION_ATTN && n->recompute == IR_RECOMPUTE_FULL)
+            attn_full[n->layer] = true;
+    }
+
+    int32_t *order = topo_order(g);
+    for (size_t i = 0; i < g->nnodes && order[i] >= 0; i++) {
+        int32_t v = order[i];
+        ir_node *n = &g->nodes[v];
+        if (n->dead) continue;
+        ir_op_kind kind = IR_OP_INFO[n->op].kind;
+        const ir_region *reg = n->region >= 0 ? &g->regions[n->region] : NULL;
+        ir_shape s = sched_node_shape(x, v);
+        if (reg && s.recompute == IR_RECOMPUTE_FULL && reg->layer >= 0 && after_attention(reg->kind))
+            s.recompute_from_prev = attn_full[reg->layer];
+
+        /* input bytes (the first data input), for communication nodes */
+        double in_bytes = 0;
+        double grad_sum = 0, param_sum = 0;
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            const ir_tensor *t = &g->tensors[ed->tensor];
+            if (in_bytes == 0) in_bytes = t->bytes;
+            /* a bucket sums each region's gradient once, however many micro-batches feed it */
+            if (t->kind == IR_T_GRAD && t->mb <= 0) grad_sum += t->bytes;
+            if (t->kind == IR_T_PARAM) param_sum += t->bytes;
+        }
+        int nn = group_size(g, n);
+
+        if (kind == IR_KIND_P2P) n->bytes = in_bytes;
+        if (kind == IR_KIND_COLL) {
+            if (n->flags & IR_NODE_DP_SYNC) {
+                if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg)
+                    n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb; /* ZeRO-3 */
+                else if (n->op == IR_OP_ALL_GATHER)
+                    n->bytes = param_sum * nn; /* shards in, whole parameters out */
+                else
+                    n->bytes = grad_sum;
+            } else if (n->op == IR_OP_ALL_GATHER) {
+                n->bytes = in_bytes * nn;
+            } else if (n->coll_group == IR_CG_WORLD) {
+                n->bytes = 8;
+            } else {
+                n->bytes = in_bytes;
+            }
+        }
+
+        /* output tensors */
+        for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->out_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            ir_tensor *t = &g->tensors[ed->tensor];
+            if (t->producer != v) continue;
+            double b = 0;
+            if (kind == IR_KIND_COMPUTE && reg) {
+                switch ((ir_tensor_kind)t->kind) {
+                case IR_T_ACT:
+                    b = ir_region_output_bytes(m, reg, &s);
+                    break;
+                case IR_T_GRAD_ACT: {
+                    const ir_region *to = t->region >= 0 ? &g->regions[t->region] : reg;
+                    b = ir_region_output_bytes(m, to, &s);
+                    break;
+                }
+                case IR_T_SAVED: b = ir_region_activation_bytes(m, reg, &s); break;
+                case IR_T_RECOMP: {
+                    ir_shape full = s;
+                    full.recompute = IR_RECOMPUTE_NONE;
+                    full.recompute_from_prev = false;
+                    b = ir_region_activation_bytes(m, reg, &full) - ir_region_activation_bytes(m, reg, &s);
+                    if (b < 0) b = 0;
+                    break;
+                }
+                case IR_T_GRAD: b = (double)ir_region_params_per_device(m, reg, &s) * gb; break;
+                case IR_T_PARAM: b = (double)ir_region_params_per_device(m, reg, &s) * pb; break;
+                case IR_T_SCALAR: b = 4; break;
+                default: b = t->bytes; break;
+                }
+                /* Under sequence parallelism a region's full-size output goes into a
+                 * reduce-scatter; the sharded boundary size is what comes out of it. */
+                if ((t->kind == IR_T_ACT || t->kind == IR_T_GRAD_ACT) && s.sequence_parallel &&
+                    g->nodes[ed->dst].op == IR_OP_REDUCE_SCATTER)
+                    b *= (double)s.tp;
+            } else if (kind == IR_KIND_COMPUTE) {
+                b = t->kind == IR_T_SCALAR ? 8 : t->bytes;
+            } else if (kind == IR_KIND_COLL) {
+                if (n->op == IR_OP_REDUCE_SCATTER) b = (n->flags & IR_NODE_DP_SYNC ? n->bytes : in_bytes) / nn;
+                else if (n->op == IR_OP_ALL_GATHER) b = n->bytes;
+                else if (n->flags & IR_NODE_DP_SYNC) b = n->bytes;
+                else b = in_bytes;
+            } else if (kind == IR_KIND_P2P) {
+                b = in_bytes;
+            }
+            t->bytes = b;
+        }
+    }
+    free(order);
+    free(attn_full);
+}
