@@ -167,6 +167,8 @@ typedef struct ir_dag {
 
     int64_t num_microbatches;
     int world;               /* devices in the cluster */
+    bool p2p_done;           /* placements are final and every crossing goes through SEND/RECV;
+                                before that the verifier does not check placement consistency */
 } ir_dag;
 
 /* ---------------------------------------------------------------- building */

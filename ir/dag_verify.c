@@ -98,7 +98,7 @@ int ir_dag_verify(ir_dag *g, const char *after, base_error *e)
                         ir_node_label(g, g->tensors[x->tensor].producer, b, sizeof b),
                         ir_node_label(g, x->src, (char[LBL]){0}, LBL));
         bool transfer = u->op == IR_OP_SEND && v->op == IR_OP_RECV;
-        if (!transfer && u->place != v->place) {
+        if (!transfer && u->place != v->place && g->p2p_done) {
             const ir_place *pu = &g->places[u->place], *pv = &g->places[v->place];
             return fail(e, after,
                         "'%s' on device %d%s feeds '%s' on device %d%s without a send/receive; "

@@ -45,35 +45,47 @@ static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
     }
 }
 
-/* Every node that runs on several devices must say how it divides the work. */
+/* Every node that runs on several devices must say how it divides the work: the placement's
+ * devices are its tensor-parallel degree (the largest of its nodes') times its replicas, and
+ * replicas need a replicate directive. All placements must agree on the replica count, since
+ * the global batch is split over it. */
 static int check_parallel_structure(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
-    int64_t dp = 0;
+    int *maxtp = base_xcalloc((size_t)g->nplaces, sizeof *maxtp);
     for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (!n->dead && n->tp > maxtp[n->place]) maxtp[n->place] = n->tp;
+    }
+    int64_t dp = 0;
+    int rc = 0;
+    for (size_t v = 0; v < g->nnodes && !rc; v++) {
         const ir_node *n = &g->nodes[v];
         if (n->dead || IR_OP_INFO[n->op].kind != IR_KIND_COMPUTE || n->region < 0) continue;
         int ndev = g->places[n->place].ndev;
-        int64_t reps = ndev / n->tp;
+        int64_t reps = ndev / (maxtp[n->place] > 0 ? maxtp[n->place] : 1);
+        char lbl[96];
         if (reps > 1 && !n->dp) {
-            char lbl[96];
-            return base_error_at(e, x->prog->file, 0, 0,
-                                 "'%s' runs on %d devices but is neither replicated nor split "
-                                 "%d ways by tensor parallelism; add a replicate directive for "
-                                 "it (data parallelism) or a shard_tensor of degree %d",
-                                 ir_node_label(g, (int32_t)v, lbl, sizeof lbl), ndev, n->tp, ndev);
-        }
-        if (n->dp && reps > dp) dp = reps;
-        if (n->dp && dp && reps != dp) {
-            char lbl[96];
-            return base_error_at(e, x->prog->file, 0, 0,
-                                 "'%s' is replicated %lld ways while other regions are "
-                                 "replicated %lld ways; every stage needs the same data-parallel "
-                                 "degree so that they see the same batch",
-                                 ir_node_label(g, (int32_t)v, lbl, sizeof lbl), (long long)reps,
-                                 (long long)dp);
+            rc = base_error_at(e, x->prog->file, 0, 0,
+                               "'%s' runs on %d devices but only %d of them split it by tensor "
+                               "parallelism; add a replicate directive for it (data "
+                               "parallelism over the %lld replicas) or a shard_tensor over all "
+                               "%d devices",
+                               ir_node_label(g, (int32_t)v, lbl, sizeof lbl), ndev, n->tp,
+                               (long long)reps, ndev);
+        } else if (n->dp && dp && reps != dp) {
+            rc = base_error_at(e, x->prog->file, 0, 0,
+                               "'%s' is replicated %lld ways while other regions are "
+                               "replicated %lld ways; every stage needs the same data-parallel "
+                               "degree so that they see the same batch",
+                               ir_node_label(g, (int32_t)v, lbl, sizeof lbl), (long long)reps,
+                               (long long)dp);
+        } else if (n->dp && reps > dp) {
+            dp = reps;
         }
     }
+    free(maxtp);
+    if (rc) return rc;
     x->c->dp_degree = dp > 0 ? dp : 1;
     const ir_program *p = x->prog;
     int64_t want = p->micro_batch * g->num_microbatches * x->c->dp_degree;
@@ -107,10 +119,21 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
     if (ir_dag_verify(g, "after building the training step", e)) return -1;
     for (int i = 0; i < p->ndirectives; i++) {
         const ir_directive *d = &p->directives[i];
+        /* Placements are final once ordering starts: materialise the sends and receives. */
+        if ((d->op == IR_DIR_ORDER || d->op == IR_DIR_SCHEDULE) && !g->p2p_done) {
+            if (sched_fix_p2p(x, e)) return -1;
+            sched_update_sizes(x);
+            if (ir_dag_verify(g, "after the placement directives", e)) return -1;
+        }
         if (run_directive(x, d, e)) return -1;
         sched_update_sizes(x);
         char where[512];
         if (ir_dag_verify(g, sched_dir_where(d, where, sizeof where), e)) return -1;
+    }
+    if (!g->p2p_done) {
+        if (sched_fix_p2p(x, e)) return -1;
+        sched_update_sizes(x);
+        if (ir_dag_verify(g, "after the placement directives", e)) return -1;
     }
     return check_parallel_structure(x, e);
 }

@@ -106,7 +106,7 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
             rc = base_error_at(e, d->file, f ? f->line : d->line, f ? f->col : d->col,
                                "directive %d (order): group %d matches no node; check its tags "
                                "(and that split/place ran before)",
-                               d->index + 1, k + 1);
+                               d->index, k + 1);
             break;
         }
         for (size_t i = 0; i < s.n && !rc; i++) {

@@ -20,9 +20,11 @@ static int place_of_devices(sched_ctx *x, const ir_directive *d, base_error *e)
     return ir_dag_intern_place(x->g, &p);
 }
 
-/* Remove every SEND/RECV pair (reconnecting producer and consumers), then add one pair per data
+/* Runs once the structural directives are done (before the first order, or at the end), since
+ * placements are only consistent then: while a program places stage after stage, the DAG is
+ * half-placed. Remove every SEND/RECV pair (reconnecting producer and consumers), then add one pair per data
  * edge that crosses placements. Cheap and idempotent, so any later place simply re-derives. */
-int sched_fix_p2p(sched_ctx *x, const ir_directive *d, base_error *e)
+int sched_fix_p2p(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
     ir_dag_build_adjacency(g);
@@ -62,12 +64,12 @@ int sched_fix_p2p(sched_ctx *x, const ir_directive *d, base_error *e)
         const ir_place *pu = &g->places[u->place], *pv = &g->places[v->place];
         if (pu->ndev != pv->ndev) {
             char a[96], b[96];
-            return sched_dir_error(d, e,
-                                   "'%s' on %d devices feeds '%s' on %d devices; piper sends "
-                                   "device i to device i, so place both on the same number of "
-                                   "devices",
-                                   ir_node_label(g, ed.src, a, sizeof a), pu->ndev,
-                                   ir_node_label(g, ed.dst, b, sizeof b), pv->ndev);
+            return base_error_at(e, x->prog->file, 0, 0,
+                                 "after the placement directives, '%s' on %d devices feeds '%s' "
+                                 "on %d devices; piper sends device i to device i, so place both "
+                                 "on the same number of devices",
+                                 ir_node_label(g, ed.src, a, sizeof a), pu->ndev,
+                                 ir_node_label(g, ed.dst, b, sizeof b), pv->ndev);
         }
         int32_t s = ir_dag_add_node(g, IR_OP_SEND);
         int32_t r = ir_dag_add_node(g, IR_OP_RECV);
@@ -98,6 +100,7 @@ int sched_fix_p2p(sched_ctx *x, const ir_directive *d, base_error *e)
         ir_dag_add_edge(g, s, r, t1, IR_EDGE_DATA);
     }
     g->adj_valid = false;
+    g->p2p_done = true;
     return 0;
 }
 
@@ -121,5 +124,5 @@ int sched_dir_place(sched_ctx *x, const ir_directive *d, base_error *e)
         if (stream >= 0 && IR_OP_INFO[n->op].kind == IR_KIND_COMPUTE) n->stream = (int16_t)stream;
     }
     if (!matched) return sched_dir_error(d, e, "the filter matches no node; check its tags");
-    return sched_fix_p2p(x, d, e);
+    return 0;
 }

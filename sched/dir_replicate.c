@@ -45,15 +45,15 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                                      "move it up");
     if (d->zero < 0 || d->zero > 3)
         return sched_dir_error(d, e, "zero must be 0, 1, 2 or 3, not %d", d->zero);
-    int place = -1;
-    if (d->ndevices > 0) {
-        for (int i = 0; i < d->ndevices; i++)
-            if (d->devices[i] < 0 || d->devices[i] >= g->world)
-                return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
-                                       d->devices[i], g->world);
-        ir_place p = {d->ndevices, d->devices};
-        place = ir_dag_intern_place(g, &p);
-    }
+    if (d->ndevices < 1)
+        return sched_dir_error(d, e, "give devices: one data-parallel group, e.g. [0, 1]");
+    for (int i = 0; i < d->ndevices; i++)
+        if (d->devices[i] < 0 || d->devices[i] >= g->world)
+            return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
+                                   d->devices[i], g->world);
+    ir_place own_p = {d->ndevices, d->devices};
+    int own = ir_dag_intern_place(g, &own_p);
+    bool moved = false;
     int reduce_stream = ir_dag_intern_stream(g, d->reduce_stream ? d->reduce_stream : "dp");
     int gather_stream = ir_dag_intern_stream(g, d->gather_stream ? d->gather_stream : "dp");
     double bucket_cap = d->bucket_bytes > 0 ? d->bucket_bytes : DEFAULT_BUCKET_BYTES;
@@ -73,9 +73,40 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             return sched_dir_error(d, e, "'%s' is already replicated by an earlier directive",
                                    ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
         }
+        /* A node on one device is replicated over the group; a node on several devices (after
+         * place, with tensor parallelism inside) must be given one of its DP groups. */
+        const ir_place *p = &g->places[n->place];
+        if (p->ndev == n->tp && n->tp == 1) {
+            if (n->place != own) moved = true;
+            n->place = own;
+        } else if (p->ndev == n->tp) {
+            char lbl[96];
+            free(region_upd);
+            free(upd_of);
+            return sched_dir_error(d, e,
+                                   "'%s' runs on its tensor-parallel group only; place it on all "
+                                   "its devices (TP x DP) before replicating",
+                                   ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
+        } else if (n->tp == 1 && !(n->flags & IR_NODE_TP) && p->ndev % d->ndevices == 0) {
+            /* not tensor-parallel, on a TP x DP placement: every TP rank repeats it, and its
+             * gradients (if any) are reduced over the whole placement */
+        } else if (p->ndev != n->tp * d->ndevices ||
+                   sched_check_subgroup(x, d, (int32_t)v, IR_CG_DP, n->tp, 1, e)) {
+            if (!e->set) {
+                char lbl[96];
+                sched_dir_error(d, e,
+                                "'%s' runs on %d devices with tensor-parallel degree %d, so it "
+                                "has %d replicas, but %d devices are given; list one device per "
+                                "replica",
+                                ir_node_label(g, (int32_t)v, lbl, sizeof lbl), p->ndev, n->tp,
+                                p->ndev / n->tp, d->ndevices);
+            }
+            free(region_upd);
+            free(upd_of);
+            return -1;
+        }
         matched++;
         n->dp = (uint8_t)(d->zero + 1);
-        if (place >= 0) n->place = place;
         if (n->op == IR_OP_UPD) {
             region_upd[n->region] = true;
             upd_of[n->region] = (int32_t)v;
@@ -95,11 +126,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                                      "gradient to synchronise; filter by PP, LAYER or REGION "
                                      "rather than PASS");
     }
-    if (place >= 0 && sched_fix_p2p(x, d, e)) {
-        free(region_upd);
-        free(upd_of);
-        return -1;
-    }
+    (void)moved;
 
     /* Buckets per placement, regions in backward order. */
     int nbuckets = 0;

@@ -15,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int resolve_place(sched_ctx *x, const ir_directive *d, base_error *e)
-{
-    if (d->ndevices <= 0) return -1;
-    for (int i = 0; i < d->ndevices; i++)
-        if (d->devices[i] < 0 || d->devices[i] >= x->g->world)
-            return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
-                                   d->devices[i], x->g->world),
-                   -2;
-    ir_place p = {d->ndevices, d->devices};
-    return ir_dag_intern_place(x->g, &p);
-}
-
 /* Incoming data edges of v that carry activations or activation gradients across regions. */
 static int boundary_in_edges(ir_dag *g, int32_t v, int32_t *out, int max)
 {
@@ -79,12 +67,13 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
     if (x->order_seen)
         return sched_dir_error(d, e, "shard_tensor must come before order and schedule "
                                      "directives; move it up");
-    int place = resolve_place(x, d, e);
-    if (place == -2) return -1;
+    if (d->ndevices < 1)
+        return sched_dir_error(d, e, "give devices: one tensor-parallel group, e.g. [0, 1]");
+    for (int i = 0; i < d->ndevices; i++)
+        if (d->devices[i] < 0 || d->devices[i] >= g->world)
+            return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",
+                                   d->devices[i], g->world);
     int64_t t = d->ndevices;
-    const ir_doc *deg = ir_doc_get(d->doc, "degree");
-    if (deg && ir_doc_int(deg, "degree", &t, e)) return -1;
-    if (t < 1) return sched_dir_error(d, e, "give devices (the TP group) or a degree >= 1");
     if (m->heads % t || m->hidden % t || m->ffn % t || m->vocab % t)
         return sched_dir_error(d, e,
                                "tensor-parallel degree %lld must divide heads (%lld), hidden "
@@ -92,6 +81,9 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
                                (long long)t, (long long)m->heads, (long long)m->hidden,
                                (long long)m->ffn, (long long)m->vocab);
     int stream = d->stream ? ir_dag_intern_stream(g, d->stream) : 0;
+    ir_place dp_ = {d->ndevices, d->devices};
+    int own = ir_dag_intern_place(g, &dp_);
+    bool moved = false;
 
     int matched = 0;
     size_t n0 = g->nnodes;
@@ -99,16 +91,19 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
         int32_t v = (int32_t)vi;
         if (!sched_filter_match(g, v, &d->filter)) continue;
         ir_node *n = &g->nodes[v];
-        if (!(n->flags & IR_NODE_TP)) continue; /* only TP-annotated blocks split */
+        if (!(n->flags & IR_NODE_TP) || IR_OP_INFO[n->op].kind == IR_KIND_P2P) continue;
         if (n->tp > 1) {
             char lbl[96];
             return sched_dir_error(d, e, "'%s' is already tensor-parallel", ir_node_label(g, v, lbl, sizeof lbl));
         }
-        if (place >= 0) n->place = place;
-        int ndev = g->places[n->place].ndev;
-        if (ndev % t)
-            return sched_dir_error(d, e, "degree %lld does not divide the %d devices the "
-                                         "region runs on", (long long)t, ndev);
+        /* A node on one device becomes tensor-parallel over the group; a node already on
+         * several devices (TP x DP) must be given one of its TP groups. */
+        if (g->places[n->place].ndev == 1) {
+            if (n->place != own) moved = true;
+            n->place = own;
+        } else if (sched_check_subgroup(x, d, v, IR_CG_TP, (int)t, 1, e)) {
+            return -1;
+        }
         n->tp = (int16_t)t;
         n->sp = d->sequence_parallel;
         matched++;
@@ -116,7 +111,7 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
     if (!matched)
         return sched_dir_error(d, e, "the filter matches no TP-annotated node; annotate with "
                                      "tp: true and filter e.g. {TP: \"*\"}");
-    if (place >= 0 && sched_fix_p2p(x, d, e)) return -1;
+    (void)moved;
     if (t == 1) return 0;
 
     /* Collectives: around every compute node that just became tensor-parallel. */
@@ -160,11 +155,12 @@ int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)
     if (m->experts <= 0)
         return sched_dir_error(d, e, "model '%s' has no experts to shard; use a MoE model",
                                m->name ? m->name : "?");
-    int place = resolve_place(x, d, e);
-    if (place == -2) return -1;
-    int64_t ep = 0;
-    const ir_doc *deg = ir_doc_get(d->doc, "degree");
-    if (deg && ir_doc_int(deg, "degree", &ep, e)) return -1;
+    if (d->ndevices < 1)
+        return sched_dir_error(d, e, "give devices: one expert-parallel group, e.g. [0, 2]");
+    int64_t ep = d->ndevices;
+    if (m->experts % ep)
+        return sched_dir_error(d, e, "expert-parallel degree %lld must divide the %lld experts",
+                               (long long)ep, (long long)m->experts);
     int stream = d->stream ? ir_dag_intern_stream(g, d->stream) : 0;
 
     int matched = 0;
@@ -173,27 +169,27 @@ int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)
         int32_t v = (int32_t)vi;
         if (!sched_filter_match(g, v, &d->filter)) continue;
         ir_node *n = &g->nodes[v];
-        if (!(n->flags & IR_NODE_EP)) continue;
+        if (!(n->flags & IR_NODE_EP) || IR_OP_INFO[n->op].kind == IR_KIND_P2P) continue;
         if (n->ep > 1) {
             char lbl[96];
             return sched_dir_error(d, e, "'%s' is already expert-parallel", ir_node_label(g, v, lbl, sizeof lbl));
         }
-        if (place >= 0) n->place = place;
         int64_t dp = g->places[n->place].ndev / n->tp;
-        int64_t deg_here = ep > 0 ? ep : dp;
-        if (m->experts % deg_here || dp % deg_here)
+        if (dp % ep) {
+            char lbl[96];
             return sched_dir_error(d, e,
-                                   "expert-parallel degree %lld must divide the %lld experts and "
-                                   "the data-parallel degree %lld of the devices the experts run on",
-                                   (long long)deg_here, (long long)m->experts, (long long)dp);
-        n->ep = (int16_t)deg_here;
+                                   "expert-parallel degree %lld must divide the data-parallel "
+                                   "degree %lld of '%s' (EP groups form inside DP); replicate "
+                                   "over more devices first",
+                                   (long long)ep, (long long)dp, ir_node_label(g, v, lbl, sizeof lbl));
+        }
+        if (sched_check_subgroup(x, d, v, IR_CG_EP, n->tp, (int)ep, e)) return -1;
+        n->ep = (int16_t)ep;
         matched++;
     }
     if (!matched)
         return sched_dir_error(d, e, "the filter matches no EP-annotated node; annotate with "
                                      "ep: true and filter e.g. {EP: \"*\"}");
-    if (place >= 0 && sched_fix_p2p(x, d, e)) return -1;
-
     ir_dag_build_adjacency(g);
     i32_vec bv = {0}, be = {0};
     req_vec after = {0};

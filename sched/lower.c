@@ -40,39 +40,9 @@ typedef struct lowerer {
     uint8_t *need_record;
 } lowerer;
 
-static int pos_in(const ir_place *p, int dev)
-{
-    for (int i = 0; i < p->ndev; i++)
-        if (p->devs[i] == dev) return i;
-    return -1;
-}
-
-/* Members of a template's group for device `dev`; returns the count. */
 static int group_members(const ir_dag *g, const group_tpl *t, int dev, int32_t *out)
 {
-    if (t->cg == IR_CG_WORLD) {
-        for (int d = 0; d < g->world; d++) out[d] = d;
-        return g->world;
-    }
-    const ir_place *p = &g->places[t->place];
-    int pos = pos_in(p, dev);
-    int tp = t->tp, n = 0;
-    int tp_rank = pos % tp, dp_rank = pos / tp, dp = p->ndev / tp;
-    switch (t->cg) {
-    case IR_CG_TP:
-        for (int i = 0; i < tp; i++) out[n++] = p->devs[dp_rank * tp + i];
-        break;
-    case IR_CG_DP:
-        for (int j = 0; j < dp; j++) out[n++] = p->devs[j * tp + tp_rank];
-        break;
-    case IR_CG_EP: {
-        int first = (dp_rank / t->ep) * t->ep;
-        for (int j = 0; j < t->ep; j++) out[n++] = p->devs[(first + j) * tp + tp_rank];
-        break;
-    }
-    default: out[n++] = dev;
-    }
-    return n;
+    return sched_group_members(g, t->place, (ir_coll_group)t->cg, t->tp, t->ep, dev, out);
 }
 
 static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair"};
@@ -305,7 +275,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         int s = stream_of(L, &B, n->stream);
         ir_op_kind kind = IR_OP_INFO[n->op].kind;
         const ir_place *pl = &g->places[n->place];
-        int pos = pos_in(pl, rep);
+        int pos = sched_place_pos(pl, rep);
 
         /* 1. waits for inputs made on other streams */
         for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
@@ -505,7 +475,7 @@ static bool can_share(lowerer *L, int cls, int rep, int dev)
         const ir_node *n = &g->nodes[nodes[i]];
         if (IR_OP_INFO[n->op].kind != IR_KIND_P2P) continue;
         const ir_place *pl = &g->places[n->place], *pp = &g->places[g->nodes[n->link].place];
-        int pr = pos_in(pl, rep), pd = pos_in(pl, dev);
+        int pr = sched_place_pos(pl, rep), pd = sched_place_pos(pl, dev);
         if (pr < 0 || pd < 0 || pp->devs[pd] != pp->devs[pr] + off) return false;
     }
     return true;

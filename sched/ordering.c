@@ -2,8 +2,12 @@
  * class and share one order. Within a class, a list scheduler emits nodes in topological order
  * (data and temporal edges; the cross-device SEND -> RECV edge is the peer's business) and, among
  * ready nodes, prefers (DESIGN.md's default policy) sends, then critical-path collectives (TP,
- * EP, world), then data-parallel reductions, then compute, then receives; ties go to the node
- * with the most downstream work (bottom level by the static cost model), then the lower id.
+ * EP, world), then data-parallel reductions, then compute, then receives; within a category the
+ * earlier micro-batch, then the node with the most downstream work (bottom level by the static
+ * cost model), then the lower id. The micro-batch comes before the downstream work on purpose:
+ * ranked by downstream work alone, every micro-batch's forward runs before any backward (GPipe's
+ * activation memory); finishing micro-batches in order keeps gradient accumulation at one
+ * micro-batch of activations, as practitioners run it.
  * Explicit `order` directives have already added temporal edges, so they always win.
  * Nodes marked just-in-time (recompute, ZeRO-3 gathers) become ready only when their consumer
  * has nothing else to wait for, so they do not run early and hold memory. */
@@ -24,6 +28,7 @@ static int category(const ir_node *n)
 
 typedef struct heap_item {
     int cat;
+    int32_t mb;
     double bl;
     int32_t v;
 } heap_item;
@@ -31,6 +36,7 @@ typedef struct heap_item {
 static bool before(const heap_item *a, const heap_item *b)
 {
     if (a->cat != b->cat) return a->cat < b->cat;
+    if (a->mb != b->mb) return a->mb < b->mb;
     if (a->bl != b->bl) return a->bl > b->bl;
     return a->v < b->v;
 }
@@ -74,17 +80,22 @@ static void make_classes(ir_dag *g, sched_order *o)
 {
     int W = g->world;
     /* membership bitsets per device, as sorted placement lists */
+    /* only placements some live node uses (directives may leave earlier ones unused) */
+    bool *used = base_xcalloc((size_t)g->nplaces + 1, sizeof *used);
+    for (size_t v = 0; v < g->nnodes; v++)
+        if (!g->nodes[v].dead) used[g->nodes[v].place] = true;
     int *count = base_xcalloc((size_t)W, sizeof *count);
     for (int p = 0; p < g->nplaces; p++)
-        for (int i = 0; i < g->places[p].ndev; i++) count[g->places[p].devs[i]]++;
+        for (int i = 0; i < g->places[p].ndev && used[p]; i++) count[g->places[p].devs[i]]++;
     int **lists = base_xcalloc((size_t)W, sizeof *lists);
     for (int d = 0; d < W; d++) lists[d] = base_xcalloc((size_t)count[d] + 1, sizeof(int));
     int *fill = base_xcalloc((size_t)W, sizeof *fill);
     for (int p = 0; p < g->nplaces; p++)
-        for (int i = 0; i < g->places[p].ndev; i++) {
+        for (int i = 0; i < g->places[p].ndev && used[p]; i++) {
             int d = g->places[p].devs[i];
             lists[d][fill[d]++] = p;
         }
+    free(used);
     o->class_of_device = base_arena_calloc(g->arena, (size_t)W, sizeof(int));
     o->class_rep = base_arena_calloc(g->arena, (size_t)W, sizeof(int));
     o->nclasses = 0;
@@ -148,7 +159,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
     bool *in_class = base_xcalloc((size_t)g->nplaces, sizeof *in_class);
     int32_t *indeg = base_xcalloc(N ? N : 1, sizeof *indeg);
     int32_t *jit_wait = base_xcalloc(N ? N : 1, sizeof *jit_wait);   /* JIT preds of a consumer */
-    uint8_t *state = base_xcalloc(N ? N : 1, 1); /* bit0: member, bit1: released (JIT) */
+    uint8_t *state = base_xcalloc(N ? N : 1, 1); /* bit0 member, bit1 released (JIT), bit2 emitted */
     int rc = 0;
     for (int c = 0; c < o->nclasses && !rc; c++) {
         int rep = o->class_rep[c];
@@ -184,15 +195,37 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 if (indeg[n->link] != jit_wait[n->link]) continue;
                 state[v] |= 2;
             }
-            heap_push(&h, (heap_item){category(n), bl[v], (int32_t)v});
+            heap_push(&h, (heap_item){category(n), n->mb, bl[v], (int32_t)v});
         }
         int32_t *out = base_arena_calloc(g->arena, members ? members : 1, sizeof *out);
         size_t nout = 0, emitted = 0;
-        while (h.n) {
-            heap_item it = heap_pop(&h);
-            int32_t v = it.v;
+        int32_t paired = -1;
+        while (h.n || paired >= 0) {
+            int32_t v;
+            if (paired >= 0) {
+                v = paired;
+                paired = -1;
+            } else {
+                v = heap_pop(&h).v;
+                if (state[v] & 4) continue; /* already emitted as the partner of a send */
+            }
+            state[v] |= 4;
             emitted++;
             if (g->nodes[v].op != IR_OP_ORDER) out[nout++] = v;
+            /* A send is paired with a ready receive from the same neighbour (the earliest
+             * micro-batch), so that neighbours exchanging in both directions post the two
+             * together and the lowering makes them one sendrecv group. */
+            if (g->nodes[v].op == IR_OP_SEND) {
+                int best = -1;
+                for (size_t q = 0; q < h.n; q++) {
+                    const ir_node *rn = &g->nodes[h.v[q].v];
+                    if (rn->op != IR_OP_RECV || (state[h.v[q].v] & 4) ||
+                        rn->peer_place != g->nodes[v].peer_place)
+                        continue;
+                    if (best < 0 || before(&h.v[q], &h.v[best])) best = (int)q;
+                }
+                if (best >= 0) paired = h.v[best].v;
+            }
             for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
                 int32_t w = g->edges[g->out_edge[k]].dst;
                 if (!(state[w] & 1)) continue;
@@ -200,7 +233,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 const ir_node *wn = &g->nodes[w];
                 bool wjit = (wn->flags & IR_NODE_JIT) && wn->link >= 0 && (state[wn->link] & 1);
                 if (indeg[w] == 0 && (!wjit || (state[w] & 2)))
-                    heap_push(&h, (heap_item){category(wn), bl[w], w});
+                    heap_push(&h, (heap_item){category(wn), wn->mb, bl[w], w});
                 /* w's remaining inputs are all just-in-time nodes: release them */
                 if (jit_wait[w] > 0 && indeg[w] == jit_wait[w]) {
                     for (int32_t q = g->in_off[w]; q < g->in_off[w + 1]; q++) {
@@ -208,7 +241,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                         const ir_node *jn = &g->nodes[j];
                         if (!(state[j] & 1) || (state[j] & 2) || !(jn->flags & IR_NODE_JIT) || jn->link != w) continue;
                         state[j] |= 2;
-                        if (indeg[j] == 0) heap_push(&h, (heap_item){category(jn), bl[j], j});
+                        if (indeg[j] == 0) heap_push(&h, (heap_item){category(jn), jn->mb, bl[j], j});
                     }
                 }
             }

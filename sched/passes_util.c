@@ -7,7 +7,7 @@
 
 const char *sched_dir_where(const ir_directive *d, char *buf, size_t n)
 {
-    snprintf(buf, n, "directive %d (%s) at %s:%d:%d", d->index + 1, ir_directive_name(d->op),
+    snprintf(buf, n, "directive %d (%s) at %s:%d:%d", d->index, ir_directive_name(d->op),
              d->file ? d->file : "?", d->line, d->col);
     return buf;
 }
@@ -128,4 +128,72 @@ int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, i
     ir_dag_add_edge(g, src, c, tensor, IR_EDGE_DATA);
     g->adj_valid = false;
     return c;
+}
+
+int sched_place_pos(const ir_place *p, int dev)
+{
+    for (int i = 0; i < p->ndev; i++)
+        if (p->devs[i] == dev) return i;
+    return -1;
+}
+
+int sched_group_members(const ir_dag *g, int place, ir_coll_group cg, int tp, int ep, int dev,
+                        int32_t *out)
+{
+    if (cg == IR_CG_WORLD) {
+        for (int d = 0; d < g->world; d++) out[d] = d;
+        return g->world;
+    }
+    const ir_place *p = &g->places[place];
+    int pos = sched_place_pos(p, dev);
+    if (pos < 0 || tp < 1 || p->ndev % tp) {
+        out[0] = dev;
+        return 1;
+    }
+    int n = 0, tp_rank = pos % tp, dp_rank = pos / tp, dp = p->ndev / tp;
+    switch (cg) {
+    case IR_CG_TP:
+        for (int i = 0; i < tp; i++) out[n++] = p->devs[dp_rank * tp + i];
+        break;
+    case IR_CG_DP:
+        for (int j = 0; j < dp; j++) out[n++] = p->devs[j * tp + tp_rank];
+        break;
+    case IR_CG_EP: {
+        if (ep < 1 || dp % ep) {
+            out[n++] = dev;
+            break;
+        }
+        int first = (dp_rank / ep) * ep;
+        for (int j = 0; j < ep; j++) out[n++] = p->devs[(first + j) * tp + tp_rank];
+        break;
+    }
+    default: out[n++] = dev;
+    }
+    return n;
+}
+
+static const char *CG_WORDS[] = {"", "tensor-parallel", "data-parallel", "expert-parallel", "", ""};
+
+int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, ir_coll_group cg,
+                         int tp, int ep, base_error *e)
+{
+    const ir_dag *g = x->g;
+    const ir_node *n = &g->nodes[v];
+    int32_t *m = base_xmalloc((size_t)g->world * sizeof *m);
+    int nm = sched_group_members(g, n->place, cg, tp, ep, d->devices[0], m);
+    bool ok = nm == d->ndevices && memcmp(m, d->devices, (size_t)nm * sizeof *m) == 0;
+    char want[256] = "", lbl[96];
+    size_t off = 0;
+    for (int i = 0; i < nm && off + 16 < sizeof want; i++)
+        off += (size_t)snprintf(want + off, sizeof want - off, i ? ", %d" : "%d", m[i]);
+    free(m);
+    if (ok) return 0;
+    const ir_place *p = &g->places[n->place];
+    return sched_dir_error(d, e,
+                           "'%s' runs on %d devices (from device %d); its %s group through "
+                           "device %d is [%s], not the %d devices given. Devices list one group: "
+                           "tensor-parallel groups are consecutive positions of the placement, "
+                           "data-parallel groups the same position in each of them",
+                           ir_node_label(g, v, lbl, sizeof lbl), p->ndev, p->devs[0], CG_WORDS[cg],
+                           d->devices[0], want, d->ndevices);
 }

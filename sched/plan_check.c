@@ -291,6 +291,8 @@ static int prepare_list(checker *c, int l)
         switch (in->op) {
         case PLAN_COMPUTE:
             if (in->pass >= PLAN_NPASS) bad = "pass";
+            else if (in->region < -1 || in->region >= p->nregions) bad = "region";
+            else if (in->kid < -1 || in->kid >= p->nkernel_ids) bad = "kid";
             else if (in->kernels < -1 || in->kernels >= p->nkernel_lists) bad = "kernels";
             else if (in->tp_group < -1 || in->tp_group >= L->ngroup_slots) bad = "tp_group";
             else if (in->ep_group < -1 || in->ep_group >= L->ngroup_slots) bad = "ep_group";
@@ -362,7 +364,7 @@ static int prepare_list(checker *c, int l)
             prev = id;
         }
     }
-    qsort(runs.v, runs.n, sizeof *runs.v, cmp_key3);
+    if (runs.n) qsort(runs.v, runs.n, sizeof *runs.v, cmp_key3);
     int rc = 0;
     for (size_t k = 1; k < runs.n && !rc; k++)
         if (runs.v[k].a == runs.v[k - 1].a && runs.v[k].b == runs.v[k - 1].b)
@@ -378,7 +380,7 @@ static int prepare_list(checker *c, int l)
     BASE_VEC(key3) ev = {0};
     for (int i = 0; i < L->n; i++)
         if (L->ins[i].op == PLAN_RECORD || L->ins[i].op == PLAN_WAIT) BASE_VEC_PUSH(ev, ((key3){L->ins[i].event, i, 0}));
-    qsort(ev.v, ev.n, sizeof *ev.v, cmp_key3);
+    if (ev.n) qsort(ev.v, ev.n, sizeof *ev.v, cmp_key3);
     int warned = 0;
     for (size_t a = 0; a < ev.n && !rc;) {
         size_t b = a;
@@ -437,6 +439,7 @@ static int prepare_groups(checker *c)
     for (int g = 0; g < p->ngroups; g++) {
         const plan_group *gr = &p->groups[g];
         int32_t *m = c->gsorted + c->gmoff[g];
+        if (gr->n == 0) continue;
         memcpy(m, gr->devices, (size_t)gr->n * sizeof *m);
         qsort(m, (size_t)gr->n, sizeof *m, cmp_i32);
         for (int j = 0; j < gr->n; j++) {

@@ -19,7 +19,7 @@ void sched_plan_instr_init(plan_instr *in, plan_op op)
 {
     memset(in, 0, sizeof *in);
     in->op = (uint8_t)op;
-    in->region = in->mb = in->stage = in->buf = in->tp_group = in->ep_group = -1;
+    in->region = in->kernels = in->kid = in->mb = in->stage = in->buf = in->tp_group = in->ep_group = -1;
 }
 
 /* ---------------------------------------------------------------- name index */
@@ -581,7 +581,7 @@ static long rd_lines_left(const reader *r) { return r->total_lines - r->line; }
 /* A token as it was written, for messages: at most 40 bytes, printable. */
 static const char *tok_show(const tok *t, char *buf, size_t n)
 {
-    const char *from = t->k ? t->k : t->quoted ? t->v - 1 : t->v;
+    const char *from = t->quoted ? t->v - 1 : t->v;
     size_t len = (size_t)(t->v + t->vlen - from) + (t->quoted ? 1 : 0);
     size_t o = 0;
     for (size_t i = 0; i < len && o + 4 < n; i++) {

@@ -41,9 +41,19 @@ void sched_insert_colls_after(ir_dag *g, const sched_coll_req *req, size_t n);
 int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, ir_coll_group cg,
                                  int stream);
 
+/* Position of a device in a placement (-1 if absent), and the members of a device's group of
+ * kind cg (TP: consecutive positions; DP: the same TP rank in every TP group; EP: runs of `ep`
+ * data-parallel ranks; WORLD: everyone). Returns the member count written to out. */
+int sched_place_pos(const ir_place *p, int dev);
+int sched_group_members(const ir_dag *g, int place, ir_coll_group cg, int tp, int ep, int dev,
+                        int32_t *out);
+/* The directive's devices must be exactly one group of kind cg of node v's placement. */
+int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, ir_coll_group cg,
+                         int tp, int ep, base_error *e);
+
 /* Re-derive SEND/RECV pairs from placements: every data edge between different placements gets
  * a pair; pairs whose ends share a placement disappear. */
-int sched_fix_p2p(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_fix_p2p(sched_ctx *x, base_error *e);
 
 /* Recompute every tensor and communication size from the current structure and shapes. */
 void sched_update_sizes(sched_ctx *x);
