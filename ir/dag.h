@@ -82,7 +82,8 @@ enum {
     IR_NODE_TP = 1 << 1,        /* annotated TP (tensor-parallel block) */
     IR_NODE_PER_MB = 1 << 2,    /* one copy per micro-batch (split copies it) */
     IR_NODE_DP_SYNC = 1 << 3,   /* data-parallel gradient/parameter communication */
-    IR_NODE_TIED = 1 << 4,      /* tied-embedding gradient sum */
+    IR_NODE_TIED = 1 << 4,      /* tied embeddings: the head UPD holding the embedding copy, and
+                                   the pair all-reduces that sum the two gradients */
     IR_NODE_JIT = 1 << 5        /* ordering issues it just before its consumer: recompute,
                                    ZeRO-3 parameter gathers */
 };

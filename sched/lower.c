@@ -14,7 +14,7 @@
 #include <string.h>
 
 typedef struct group_tpl {
-    int place, cg, tp, ep;
+    int place, peer, cg, tp, ep;
 } group_tpl;
 
 typedef BASE_VEC(plan_instr) instr_vec;
@@ -42,7 +42,7 @@ typedef struct lowerer {
 
 static int group_members(const ir_dag *g, const group_tpl *t, int dev, int32_t *out)
 {
-    return sched_group_members(g, t->place, (ir_coll_group)t->cg, t->tp, t->ep, dev, out);
+    return sched_group_members(g, t->place, t->peer, (ir_coll_group)t->cg, t->tp, t->ep, dev, out);
 }
 
 static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair"};
@@ -253,6 +253,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         if (n->op != IR_OP_UPD || n->region < 0) continue;
         ir_shape s = sched_node_shape(x, v);
         double params = (double)ir_region_params_per_device(m, &g->regions[n->region], &s);
+        if (n->flags & IR_NODE_TIED) params += (double)ir_model_tied_copy_params_per_device(m, &s);
         int zero = n->dp ? n->dp - 1 : -1;
         double dp = n->dp ? (double)(g->places[n->place].ndev / n->tp) : 1.0;
         const char *rn = g->regions[n->region].name;
@@ -323,8 +324,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             int ent = sched_node_cost_entry(x->costs, v);
             in.kernels = ent;
             in.kid = ent >= 0 ? L->kid_of_entry[ent] : -1;
-            if (n->tp > 1) in.tp_group = slot_of(&B, (group_tpl){n->place, IR_CG_TP, n->tp, 1});
-            if (n->ep > 1) in.ep_group = slot_of(&B, (group_tpl){n->place, IR_CG_EP, n->tp, n->ep});
+            if (n->tp > 1) in.tp_group = slot_of(&B, (group_tpl){n->place, -1, IR_CG_TP, n->tp, 1});
+            if (n->ep > 1) in.ep_group = slot_of(&B, (group_tpl){n->place, -1, IR_CG_EP, n->tp, n->ep});
             i32_vec rd = {0}, wr = {0};
             for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
                 const ir_edge *ed = &g->edges[g->in_edge[k]];
@@ -371,6 +372,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             in.op = PLAN_COLL;
             in.coll = (uint8_t)IR_OP_INFO[n->op].coll;
             in.group = slot_of(&B, (group_tpl){n->coll_group == IR_CG_WORLD ? -1 : n->place,
+                                               n->coll_group == IR_CG_PAIR ? n->peer_place : -1,
                                                n->coll_group, n->tp, n->ep});
             in.bytes = (int64_t)(n->bytes + 0.5);
             in.buf = in_buf >= 0 ? in_buf : out_buf;

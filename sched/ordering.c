@@ -13,6 +13,7 @@
  * has nothing else to wait for, so they do not run early and hold memory. */
 #include "sched_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,9 @@ static int category(const ir_node *n)
     default: return 3;
     }
 }
+
+/* Per-step nodes (optimizer, gradient synchronisation) rank after every micro-batch. */
+static int32_t mb_key(const ir_node *n) { return n->mb < 0 ? INT32_MAX : n->mb; }
 
 typedef struct heap_item {
     int cat;
@@ -195,7 +199,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 if (indeg[n->link] != jit_wait[n->link]) continue;
                 state[v] |= 2;
             }
-            heap_push(&h, (heap_item){category(n), n->mb, bl[v], (int32_t)v});
+            heap_push(&h, (heap_item){category(n), mb_key(n), bl[v], (int32_t)v});
         }
         int32_t *out = base_arena_calloc(g->arena, members ? members : 1, sizeof *out);
         size_t nout = 0, emitted = 0;
@@ -233,7 +237,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 const ir_node *wn = &g->nodes[w];
                 bool wjit = (wn->flags & IR_NODE_JIT) && wn->link >= 0 && (state[wn->link] & 1);
                 if (indeg[w] == 0 && (!wjit || (state[w] & 2)))
-                    heap_push(&h, (heap_item){category(wn), wn->mb, bl[w], w});
+                    heap_push(&h, (heap_item){category(wn), mb_key(wn), bl[w], w});
                 /* w's remaining inputs are all just-in-time nodes: release them */
                 if (jit_wait[w] > 0 && indeg[w] == jit_wait[w]) {
                     for (int32_t q = g->in_off[w]; q < g->in_off[w + 1]; q++) {
@@ -241,7 +245,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                         const ir_node *jn = &g->nodes[j];
                         if (!(state[j] & 1) || (state[j] & 2) || !(jn->flags & IR_NODE_JIT) || jn->link != w) continue;
                         state[j] |= 2;
-                        if (indeg[j] == 0) heap_push(&h, (heap_item){category(jn), jn->mb, bl[j], j});
+                        if (indeg[j] == 0) heap_push(&h, (heap_item){category(jn), mb_key(jn), bl[j], j});
                     }
                 }
             }

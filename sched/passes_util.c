@@ -19,7 +19,7 @@ int sched_dir_error(const ir_directive *d, base_error *e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return base_error_at(e, d->file, d->line, d->col, "directive %d (%s): %s", d->index + 1,
+    return base_error_at(e, d->file, d->line, d->col, "directive %d (%s): %s", d->index,
                          ir_directive_name(d->op), msg);
 }
 
@@ -137,8 +137,8 @@ int sched_place_pos(const ir_place *p, int dev)
     return -1;
 }
 
-int sched_group_members(const ir_dag *g, int place, ir_coll_group cg, int tp, int ep, int dev,
-                        int32_t *out)
+int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_group cg, int tp,
+                        int ep, int dev, int32_t *out)
 {
     if (cg == IR_CG_WORLD) {
         for (int d = 0; d < g->world; d++) out[d] = d;
@@ -146,6 +146,14 @@ int sched_group_members(const ir_dag *g, int place, ir_coll_group cg, int tp, in
     }
     const ir_place *p = &g->places[place];
     int pos = sched_place_pos(p, dev);
+    if (cg == IR_CG_PAIR) {
+        /* the device and its counterpart (same position) in the peer placement, ascending */
+        int other = peer_place >= 0 && pos >= 0 && pos < g->places[peer_place].ndev
+                        ? g->places[peer_place].devs[pos] : dev;
+        out[0] = dev < other ? dev : other;
+        out[1] = dev < other ? other : dev;
+        return other == dev ? 1 : 2;
+    }
     if (pos < 0 || tp < 1 || p->ndev % tp) {
         out[0] = dev;
         return 1;
@@ -180,7 +188,7 @@ int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, i
     const ir_dag *g = x->g;
     const ir_node *n = &g->nodes[v];
     int32_t *m = base_xmalloc((size_t)g->world * sizeof *m);
-    int nm = sched_group_members(g, n->place, cg, tp, ep, d->devices[0], m);
+    int nm = sched_group_members(g, n->place, -1, cg, tp, ep, d->devices[0], m);
     bool ok = nm == d->ndevices && memcmp(m, d->devices, (size_t)nm * sizeof *m) == 0;
     char want[256] = "", lbl[96];
     size_t off = 0;

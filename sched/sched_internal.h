@@ -43,10 +43,14 @@ int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, i
 
 /* Position of a device in a placement (-1 if absent), and the members of a device's group of
  * kind cg (TP: consecutive positions; DP: the same TP rank in every TP group; EP: runs of `ep`
- * data-parallel ranks; WORLD: everyone). Returns the member count written to out. */
+ * data-parallel ranks; WORLD: everyone; PAIR: the device and the one at its position in
+ * `peer_place`). Returns the member count written to out. */
 int sched_place_pos(const ir_place *p, int dev);
-int sched_group_members(const ir_dag *g, int place, ir_coll_group cg, int tp, int ep, int dev,
-                        int32_t *out);
+int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_group cg, int tp,
+                        int ep, int dev, int32_t *out);
+/* Tied embeddings on different stages: the head's stage holds a copy of the embedding and the
+ * two gradients are summed by an all-reduce over each (embed device, head device) pair. */
+int sched_tie_embeddings(sched_ctx *x, base_error *e);
 /* The directive's devices must be exactly one group of kind cg of node v's placement. */
 int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, ir_coll_group cg,
                          int tp, int ep, base_error *e);

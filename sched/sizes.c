@@ -110,7 +110,10 @@ void sched_update_sizes(sched_ctx *x)
 
         if (kind == IR_KIND_P2P) n->bytes = in_bytes;
         if (kind == IR_KIND_COLL) {
-            if (n->flags & IR_NODE_DP_SYNC) {
+            if (n->coll_group == IR_CG_PAIR && reg) {
+                /* tied embeddings: the embedding weight's gradient (this device's shard) */
+                n->bytes = (double)ir_model_tied_copy_params_per_device(m, &s) * gb;
+            } else if (n->flags & IR_NODE_DP_SYNC) {
                 if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg)
                     n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb; /* ZeRO-3 */
                 else if (n->op == IR_OP_ALL_GATHER)
