@@ -196,7 +196,7 @@ int ir_dag_build_training_step(ir_dag *g, const int32_t *stage_of_region, bool t
 
 /* Acyclic, one producer per tensor (the edge's source), data edges stay inside a placement
  * except SEND -> RECV, collectives and p2p have sane groups, costs are finite and >= 0.
- * `after` names the pass for the message ("after directive 3 (place) at prog.yaml:12:5"). */
+ * `after` names the pass for the message ("prog.yaml:12:5: directive 3 (place)"). */
 int ir_dag_verify(ir_dag *g, const char *after, base_error *e);
 
 /* Text dump (one line per node with tags, placement, stream, bytes; then edges) and Graphviz dot. */

@@ -528,6 +528,7 @@ static int parse_replicate(ctx *c, const ir_doc *d, ir_directive *dir)
                             "%s: zero = %d conflicts with shard_grads/shard_params (shard_grads "
                             "means zero 2, shard_params zero 3); give only zero, or only the flags",
                             c->what, dir->zero);
+    dir->bucket_bytes = IR_DEFAULT_BUCKET_BYTES;
     if ((v = ir_doc_get(d, "bucket_size"))) {
         if (ir_doc_bytes(v, "bucket_size", &dir->bucket_bytes, c->e)) return -1;
         if (!isfinite(dir->bucket_bytes) || dir->bucket_bytes < 0)

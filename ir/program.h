@@ -52,6 +52,9 @@ typedef struct ir_filter {
     int line, col;  /* where the filter was written */
 } ir_filter;
 
+/* replicate's bucket_size when the program gives none: PyTorch DDP's default. */
+#define IR_DEFAULT_BUCKET_BYTES 25e6
+
 typedef struct ir_directive {
     ir_directive_op op;
     int index;             /* 0-based position in the program */
@@ -66,7 +69,8 @@ typedef struct ir_directive {
 
     /* replicate */
     int zero;              /* 0..3 (Piper's shard_grads => 2, shard_params => 3) */
-    double bucket_bytes;   /* gradient bucket size; 0 = one bucket per region */
+    double bucket_bytes;   /* gradient bucket size; 0 = one bucket per region; default
+                              IR_DEFAULT_BUCKET_BYTES */
     const char *reduce_stream, *gather_stream;
 
     /* shard_tensor */

@@ -6,19 +6,28 @@
  *   zero 3: as 2, and parameters are sharded too: gathered before every forward and backward of
  *           every micro-batch, freed after use.
  * Buckets fill in backward order (the order gradients become ready) until they reach
- * bucket_size (default 25 MB, PyTorch DDP's default), never spanning placements. */
+ * bucket_size (default 25 MB, PyTorch DDP's default; 0 = one bucket per region), never spanning
+ * placements. */
 #include "sched_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_BUCKET_BYTES 25e6
 
 static int32_t tensor_of(const ir_dag *g, int32_t producer, ir_tensor_kind kind)
 {
     for (size_t t = 0; t < g->ntensors; t++)
         if (g->tensors[t].producer == producer && g->tensors[t].kind == kind) return (int32_t)t;
     return -1;
+}
+
+/* The tensor-parallel degree of a placement: the largest of its nodes'. */
+static int placement_tp(const ir_dag *g, int place)
+{
+    int tp = 1;
+    for (size_t v = 0; v < g->nnodes; v++)
+        if (!g->nodes[v].dead && g->nodes[v].place == place && g->nodes[v].tp > tp) tp = g->nodes[v].tp;
+    return tp;
 }
 
 static int32_t new_sync_node(ir_dag *g, ir_op op, int place, int32_t stage, int stream, int bucket,
@@ -56,10 +65,10 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
     bool moved = false;
     int reduce_stream = ir_dag_intern_stream(g, d->reduce_stream ? d->reduce_stream : "dp");
     int gather_stream = ir_dag_intern_stream(g, d->gather_stream ? d->gather_stream : "dp");
-    double bucket_cap = d->bucket_bytes > 0 ? d->bucket_bytes : DEFAULT_BUCKET_BYTES;
+    double bucket_cap = d->bucket_bytes; /* 0: every region closes its own bucket */
 
     /* Mark the nodes; the optimizer steps name the regions whose gradients we synchronise. */
-    int matched = 0;
+    int matched = 0, cached_place = -1, cached_tp = 1;
     bool *region_upd = base_xcalloc((size_t)g->nregions, sizeof *region_upd);
     int32_t *upd_of = base_xcalloc((size_t)g->nregions, sizeof *upd_of);
     for (size_t v = 0; v < g->nnodes; v++) {
@@ -87,9 +96,29 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                                    "'%s' runs on its tensor-parallel group only; place it on all "
                                    "its devices (TP x DP) before replicating",
                                    ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
-        } else if (n->tp == 1 && !(n->flags & IR_NODE_TP) && p->ndev % d->ndevices == 0) {
+        } else if (n->tp == 1 && !(n->flags & IR_NODE_TP)) {
             /* not tensor-parallel, on a TP x DP placement: every TP rank repeats it, and its
-             * gradients (if any) are reduced over the whole placement */
+             * gradients (if any) are reduced over the whole placement; the devices must still
+             * be one DP group of the placement under its TP degree (1 without TP: all of it) */
+            if (n->place != cached_place) {
+                cached_place = n->place;
+                cached_tp = placement_tp(g, n->place);
+            }
+            if (p->ndev != cached_tp * d->ndevices ||
+                sched_check_subgroup(x, d, (int32_t)v, IR_CG_DP, cached_tp, 1, e)) {
+                if (!e->set) {
+                    char lbl[96];
+                    sched_dir_error(d, e,
+                                    "'%s' runs on %d devices whose tensor-parallel degree is %d, "
+                                    "so they form %d replicas, but %d devices are given; list one "
+                                    "device per replica",
+                                    ir_node_label(g, (int32_t)v, lbl, sizeof lbl), p->ndev,
+                                    cached_tp, p->ndev / cached_tp, d->ndevices);
+                }
+                free(region_upd);
+                free(upd_of);
+                return -1;
+            }
         } else if (p->ndev != n->tp * d->ndevices ||
                    sched_check_subgroup(x, d, (int32_t)v, IR_CG_DP, n->tp, 1, e)) {
             if (!e->set) {

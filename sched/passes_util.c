@@ -7,8 +7,8 @@
 
 const char *sched_dir_where(const ir_directive *d, char *buf, size_t n)
 {
-    snprintf(buf, n, "directive %d (%s) at %s:%d:%d", d->index, ir_directive_name(d->op),
-             d->file ? d->file : "?", d->line, d->col);
+    snprintf(buf, n, "%s:%d:%d: directive %d (%s)", d->file ? d->file : "?", d->line, d->col,
+             d->index, ir_directive_name(d->op));
     return buf;
 }
 

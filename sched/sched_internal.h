@@ -17,7 +17,7 @@ typedef struct sched_ctx {
     struct sched_costs *costs; /* made after the directives ran (shapes are final) */
 } sched_ctx;
 
-/* "directive 3 (place) at prog.yaml:12:5" */
+/* "prog.yaml:12:5: directive 3 (place)" */
 const char *sched_dir_where(const ir_directive *d, char *buf, size_t n);
 /* Error located at the directive: "prog.yaml:12:5: directive 3 (place): <msg>" */
 int sched_dir_error(const ir_directive *d, base_error *e, const char *fmt, ...) BASE_PRINTF(3, 4);
