@@ -21,6 +21,17 @@ static int fail(base_error *e, const char *after, const char *fmt, ...)
     return base_errorf(e, "%s: the training DAG is invalid: %s", after ? after : "build", msg);
 }
 
+/* Order dummies are named by their directive, the one place a user can fix them. */
+static const char *cycle_label(const ir_dag *g, int32_t v, char *buf, size_t n)
+{
+    const ir_node *x = &g->nodes[v];
+    if (x->op == IR_OP_ORDER && x->directive >= 0) {
+        snprintf(buf, n, "order of directive %d", x->directive);
+        return buf;
+    }
+    return ir_node_label(g, v, buf, n);
+}
+
 static int verify_acyclic(ir_dag *g, const char *after, base_error *e)
 {
     size_t n = g->nnodes;
@@ -42,30 +53,44 @@ static int verify_acyclic(ir_dag *g, const char *after, base_error *e)
     }
     int rc = 0;
     if (tail != live) {
-        /* Name one node on the cycle: walk back from a node still blocked. */
+        /* Name the nodes of one cycle: walk back from a blocked node through blocked
+         * predecessors (every blocked node has one) until a node repeats; the walk between the
+         * two visits is the cycle, backwards. The queue is free again: it maps node -> step. */
+        int32_t *walk = base_xmalloc((n ? n : 1) * sizeof *walk);
+        int32_t *step = queue;
+        for (size_t i = 0; i < n; i++) step[i] = -1;
         int32_t v = -1;
         for (size_t i = 0; i < n && v < 0; i++)
             if (!g->nodes[i].dead && indeg[i] > 0) v = (int32_t)i;
-        for (size_t steps = 0; steps < n; steps++) {
+        size_t len = 0;
+        while (v >= 0 && step[v] < 0) {
+            step[v] = (int32_t)len;
+            walk[len++] = v;
             int32_t next = -1;
             for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && next < 0; k++) {
                 int32_t u = g->edges[g->in_edge[k]].src;
                 if (indeg[u] > 0) next = u;
             }
-            if (next < 0) break;
             v = next;
         }
-        char a[LBL], b[LBL];
-        int32_t w = -1;
-        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && w < 0; k++) {
-            int32_t u = g->edges[g->in_edge[k]].src;
-            if (indeg[u] > 0) w = u;
+        char cyc[720] = "", a[LBL];
+        size_t off = 0, first = v >= 0 ? (size_t)step[v] : len, shown = 0;
+        for (size_t i = len; i-- > first && off + 2 * LBL < sizeof cyc;) {
+            if (shown == 10 && i > first) {
+                off += (size_t)snprintf(cyc + off, sizeof cyc - off, " -> ... (%zu more)", i - first);
+                i = first;
+            }
+            off += (size_t)snprintf(cyc + off, sizeof cyc - off, "%s'%s'", shown ? " -> " : "",
+                                    cycle_label(g, walk[i], a, sizeof a));
+            shown++;
         }
+        if (shown)
+            snprintf(cyc + off, sizeof cyc - off, " -> '%s'", cycle_label(g, walk[len - 1], a, sizeof a));
+        free(walk);
         rc = fail(e, after,
-                  "it has a cycle through '%s' and '%s' (%zu nodes can never run); an order "
-                  "directive probably contradicts the data flow: reorder its groups",
-                  ir_node_label(g, v, a, sizeof a), w >= 0 ? ir_node_label(g, w, b, sizeof b) : "?",
-                  live - tail);
+                  "it has a cycle %s (%zu nodes can never run); an order directive probably "
+                  "contradicts the data flow: reorder its groups",
+                  cyc, live - tail);
     }
     free(indeg);
     free(queue);

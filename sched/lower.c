@@ -38,11 +38,19 @@ typedef struct lowerer {
     int32_t *bucket_buf;           /* node (RS bucket) -> buffer */
     int32_t *stream_map;           /* DAG stream -> list stream, -1 */
     uint8_t *need_record;
+    int32_t *world;                /* the world group: devices that run a world collective */
+    int nworld;
 } lowerer;
 
-static int group_members(const ir_dag *g, const group_tpl *t, int dev, int32_t *out)
+static int group_members(const lowerer *L, const group_tpl *t, int dev, int32_t *out)
 {
-    return sched_group_members(g, t->place, t->peer, (ir_coll_group)t->cg, t->tp, t->ep, dev, out);
+    /* Not every device of the cluster: a program may leave some idle, and they issue nothing. */
+    if (t->cg == IR_CG_WORLD) {
+        memcpy(out, L->world, (size_t)L->nworld * sizeof *out);
+        return L->nworld;
+    }
+    return sched_group_members(L->x->g, t->place, t->peer, (ir_coll_group)t->cg, t->tp, t->ep,
+                               dev, out);
 }
 
 static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair"};
@@ -454,7 +462,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     d.group_slots = base_arena_calloc(&L->plan->arena, B.tpls.n ? B.tpls.n : 1, sizeof(int32_t));
     int32_t *mem = base_xmalloc((size_t)g->world * sizeof *mem);
     for (size_t k = 0; k < B.tpls.n; k++) {
-        int nm = group_members(g, &B.tpls.v[k], rep, mem);
+        int nm = group_members(L, &B.tpls.v[k], rep, mem);
         d.group_slots[k] = intern_group(L, mem, nm, B.tpls.v[k].cg);
     }
     free(mem);
@@ -501,6 +509,16 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
     L.buf_of = base_xmalloc(T * sizeof(int32_t));
     L.last_use = base_xmalloc(T * sizeof(int32_t));
     L.stream_map = base_xmalloc((size_t)g->nstreams * sizeof(int32_t));
+    uint8_t *in_world = base_xcalloc((size_t)g->world + 1, 1);
+    for (size_t v = 0; v < N; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (n->dead || IR_OP_INFO[n->op].kind != IR_KIND_COLL || n->coll_group != IR_CG_WORLD) continue;
+        for (int i = 0; i < g->places[n->place].ndev; i++) in_world[g->places[n->place].devs[i]] = 1;
+    }
+    L.world = base_xmalloc(((size_t)g->world + 1) * sizeof *L.world);
+    for (int d = 0; d < g->world; d++)
+        if (in_world[d]) L.world[L.nworld++] = d;
+    free(in_world);
     for (size_t i = 0; i < N; i++) L.launch[i] = L.event_of[i] = -1;
     for (size_t i = 0; i < T; i++) L.buf_of[i] = L.last_use[i] = -1;
 
@@ -580,7 +598,7 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
                 int ns = L.lists.v[list].ngroup_slots;
                 pd.group_slots = base_arena_calloc(&plan->arena, (size_t)(ns ? ns : 1), sizeof(int32_t));
                 for (int k = 0; k < ns; k++) {
-                    int nm = group_members(g, &tp[k], d2, mem);
+                    int nm = group_members(&L, &tp[k], d2, mem);
                     pd.group_slots[k] = intern_group(&L, mem, nm, tp[k].cg);
                 }
                 L.devices.v[d2] = pd;
@@ -612,6 +630,7 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
     free(L.buf_of);
     free(L.last_use);
     free(L.stream_map);
+    free(L.world);
     free(L.kid_of_entry);
     return 0;
 }

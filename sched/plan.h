@@ -204,8 +204,9 @@ int sched_plan_dtype_bytes(plan_dtype d);
 
 void sched_plan_init(sched_plan *p);
 void sched_plan_free(sched_plan *p);
-/* Sets *in to `op` with every other field at the value the file form leaves unwritten: region,
- * kernels, kid, mb, stage, buf, tp_group and ep_group -1 (none); everything else 0. Builders start from
+/* Sets *in to `op` with every other field at the value the file form leaves unwritten: every
+ * index (region, kernels, kid, mb, stage, peer, group, event, buf, tp_group, ep_group) -1 for
+ * none; tag, sendrecv, bytes and the rest 0. Builders start from
  * it so that plan files only show what an instruction actually uses (docs/plan-format.md). */
 void sched_plan_instr_init(plan_instr *in, plan_op op);
 int sched_plan_write(const sched_plan *p, FILE *f, base_error *e);

@@ -925,9 +925,10 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
         for (int q = 0; q < dv->npost; q++) {
             const posted *o = &dv->post[q];
             if (o->slot != slot) continue;
-            if (o->ins != i) base_buf_printf(b, " [in its sendrecv group, #%d", o->ins);
+            if (o->ins != i) base_buf_printf(b, " [in its sendrecv group, #%d:", o->ins);
             else base_buf_puts(b, " [");
-            base_buf_printf(b, " no %s with tag %d posted by device %d]", o->send ? "recv" : "send", o->tag, o->peer);
+            base_buf_printf(b, "%sno %s with tag %d posted by device %d]", o->ins != i ? " " : "",
+                            o->send ? "recv" : "send", o->tag, o->peer);
             break;
         }
     } else if (ss->state == ST_COLL) {
@@ -945,6 +946,9 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
     }
 }
 
+/* Per blocked device, the instructions that wait for another device (p2p, collectives) come
+ * first; waits on this device's own stuck streams are consequences and only counted, unless they
+ * are all there is (a cycle of waits). */
 static int report_deadlock(checker *c)
 {
     const sched_plan *p = c->p;
@@ -964,22 +968,32 @@ static int report_deadlock(checker *c)
     int listed = 0;
     for (int d = 0; d < p->ndevices && listed < LISTED_DEVICES; d++) {
         const plan_list *L = dev_list(c, d);
-        int shown = 0;
+        const list_info *li = &c->li[p->devices[d].list];
+        int primary = 0, waits = 0;
+        for (int s = 0; s < L->nstreams; s++) {
+            int st = c->ss[c->dv[d].slot0 + s].state;
+            primary += st != ST_DONE && st != ST_WAIT;
+            waits += st == ST_WAIT;
+        }
+        if (!primary && !waits) continue;
+        base_buf_printf(&b, "%s device %d (list %d):", listed ? ";" : "", d, p->devices[d].list);
+        int shown = 0, want = primary ? ST_WAIT : -1; /* the state to leave out */
         for (int s = 0; s < L->nstreams; s++) {
             int32_t slot = c->dv[d].slot0 + s;
-            if (c->ss[slot].state == ST_DONE) continue;
-            if (shown == 0) base_buf_printf(&b, "%s device %d (list %d):", listed ? ";" : "", d, p->devices[d].list);
+            int st = c->ss[slot].state;
+            if (st == ST_DONE || st == want) continue;
             if (shown == LISTED_STREAMS) {
-                base_buf_puts(&b, " ...");
+                base_buf_puts(&b, ", ...");
                 break;
             }
-            const list_info *li = &c->li[p->devices[d].list];
             base_buf_puts(&b, shown ? ", " : " ");
             describe(&b, c, d, li->sidx[li->soff[s] + c->ss[slot].cur]);
             why_stuck(&b, c, slot, mark);
             shown++;
         }
-        if (shown) listed++;
+        if (primary && waits) base_buf_printf(&b, " (and %d stream%s waiting for %s)", waits, waits > 1 ? "s" : "",
+                                              primary > 1 ? "these" : "it");
+        listed++;
     }
     free(mark);
     if (blocked > listed) base_buf_printf(&b, "; and %d more devices", blocked - listed);

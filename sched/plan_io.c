@@ -20,6 +20,7 @@ void sched_plan_instr_init(plan_instr *in, plan_op op)
     memset(in, 0, sizeof *in);
     in->op = (uint8_t)op;
     in->region = in->kernels = in->kid = in->mb = in->stage = in->buf = in->tp_group = in->ep_group = -1;
+    in->peer = in->group = in->event = -1;
 }
 
 /* ---------------------------------------------------------------- name index */

@@ -43,4 +43,12 @@ int pb_wait(plan_builder *b, int l, int s, int event);
 int pb_alloc(plan_builder *b, int l, int s, int buf); /* bytes and category from the buffer table */
 int pb_free(plan_builder *b, int l, int s, int buf);
 
+/* A 1F1B pipeline (Megatron's p2p pattern: sendrecv pairs in the steady state) of P stages x D
+ * data-parallel replicas (device r*P + s), M micro-batches and L layers per stage; streams
+ * compute, pp and dp tied by events; each layer's gradient all-reduce overlaps the last backward,
+ * then the optimizer steps. Activations are 64 MiB per layer and micro-batch, so stage s holds
+ * min(P - s, M) micro-batches' worth at its peak. With `shared`, the replicas of a stage share its
+ * list through peer_offset; otherwise every device has its own. GPU: H100 figures. */
+void pb_pipeline_1f1b(plan_builder *b, sched_plan *p, int P, int D, int M, int L, int shared);
+
 #endif

@@ -608,8 +608,8 @@ static void test_check_exchange_deadlocks_without_sendrecv(void)
     sched_plan p;
     build_exchange(&b, &p, 0);
     expect_check_error(&p, "deadlock: at t=0 s nothing can progress and 2 of 2 devices are not finished; stuck: "
-                           "device 0 (list 0): #0 send s=pp peer=1 tag=7 mb=3 stage=0 [ no recv with tag 7 posted by "
-                           "device 1]; device 1 (list 0): #0 send s=pp peer=0 tag=7 mb=3 stage=0 [ no recv with tag 7 "
+                           "device 0 (list 0): #0 send s=pp peer=1 tag=7 mb=3 stage=0 [no recv with tag 7 posted by "
+                           "device 1]; device 1 (list 0): #0 send s=pp peer=0 tag=7 mb=3 stage=0 [no recv with tag 7 "
                            "posted by device 0]. Post each send's receive");
     pb_done(&b);
     sched_plan_free(&p);
@@ -961,6 +961,56 @@ static void test_check_cost_figures(void)
     sched_plan_free(&p);
 }
 
+/* A real schedule: 1F1B over 4 stages x 2 replicas, 6 micro-batches, 2 layers per stage. It must
+ * check clean; stage s must peak at min(P - s, M) micro-batches of activations (the 1F1B memory
+ * fact); and the plan with lists shared through peer_offset and slots must run exactly like the one
+ * where every device has its own list, and like itself read back from its file. */
+static void test_check_1f1b_pipeline(void)
+{
+    enum { P = 4, D = 2, M = 6, L = 2 };
+    plan_builder b1, b2;
+    sched_plan shared, own;
+    pb_pipeline_1f1b(&b1, &shared, P, D, M, L, 1);
+    pb_pipeline_1f1b(&b2, &own, P, D, M, L, 0);
+    CU_ASSERT_EQUAL(shared.nlists, P);
+    CU_ASSERT_EQUAL(own.nlists, P * D);
+    sched_plan_stats a, c, r;
+    base_error e;
+    int rc = check(&shared, &a, &e);
+    if (rc) fprintf(stderr, "\n  %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL_FATAL(check(&own, &c, &e), 0);
+    char *t = plan_text(&shared);
+    sched_plan q;
+    CU_ASSERT_EQUAL_FATAL(read_text(&q, t, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(check(&q, &r, &e), 0);
+    const double act = 64.0 * (1 << 20) * L;
+    for (int d = 0; d < P * D; d++) {
+        int s = d % P;
+        CU_ASSERT_DOUBLE_EQUAL(a.dev[d].peak_by_mem[PLAN_MEM_ACT], (P - s < M ? P - s : M) * act, 0);
+        CU_ASSERT_EQUAL(memcmp(&a.dev[d], &c.dev[d], sizeof a.dev[d]), 0);
+        CU_ASSERT_EQUAL(memcmp(&a.dev[d], &r.dev[d], sizeof a.dev[d]), 0);
+        CU_ASSERT(a.dev[d].end_seconds > a.dev[d].busy_seconds); /* bubbles and communication */
+    }
+    CU_ASSERT_EQUAL(memcmp(&a.dev[0], &a.dev[P], sizeof a.dev[0]), 0); /* replicas agree */
+    CU_ASSERT_DOUBLE_EQUAL(a.makespan_seconds, c.makespan_seconds, 0);
+    /* (M + P - 1) slots of F + B per stage at least: 9 x 2 layers x (2.4 + 4.8) ms */
+    CU_ASSERT(a.makespan_seconds > (M + P - 1) * L * 7.2e12 / 989e12);
+    sched_plan_stats_free(&a);
+    sched_plan_stats_free(&c);
+    sched_plan_stats_free(&r);
+    sched_plan_free(&q);
+    free(t);
+    /* swapping the sendrecv pairs for plain send-then-recv deadlocks the steady state */
+    for (int l = 0; l < shared.nlists; l++)
+        for (int i = 0; i < shared.lists[l].n; i++) shared.lists[l].ins[i].sendrecv = 0;
+    expect_check_error(&shared, "deadlock: ");
+    pb_done(&b1);
+    pb_done(&b2);
+    sched_plan_free(&shared);
+    sched_plan_free(&own);
+}
+
 int piper_tests_register(void)
 {
     static const test_case format[] = {
@@ -984,6 +1034,7 @@ int piper_tests_register(void)
         {"static errors", test_check_static_errors},
         {"pipeline timing", test_check_pipeline_timing},
         {"cost figures", test_check_cost_figures},
+        {"1F1B pipeline, shared and own lists", test_check_1f1b_pipeline},
         {NULL, NULL}};
     if (test_add_suite("plan format", format)) return -1;
     return test_add_suite("plan check", checks);
