@@ -905,6 +905,8 @@ static int parse_annotations(ctx *c, const ir_doc *d)
 static int parse_batch(ctx *c, const ir_doc *d)
 {
     snprintf(c->what, sizeof c->what, "batch");
+    c->p->batch_line = d->line;
+    c->p->batch_col = d->col;
     if (d->kind != IR_DOC_MAP)
         return ir_doc_error(d, c->e, "batch must be a map {global: G, micro: b}");
     static const char *const keys[] = {"global", "micro", NULL};

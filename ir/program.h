@@ -112,6 +112,7 @@ typedef struct ir_program {
     ir_cluster cluster;
     int64_t global_batch;      /* sequences per step, all replicas together */
     int64_t micro_batch;       /* sequences per micro-batch on one replica */
+    int batch_line, batch_col; /* where `batch` was written (0 when defaulted) */
     plan_dtype param_dtype, act_dtype, grad_dtype, opt_dtype;
     ir_optimizer optimizer;
     double grad_clip;          /* 0 = no clipping */

@@ -2,6 +2,7 @@
  * as a pass (sizes recomputed and the DAG verified after each), check the batch arithmetic,
  * order, lower, and prove the plans deadlock-free and within memory (sched.h). */
 #include "sched_internal.h"
+#include "schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,7 @@ static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
     case IR_DIR_SPLIT: return sched_dir_split(x, d, e);
     case IR_DIR_ORDER: return sched_dir_order(x, d, e);
     case IR_DIR_RECOMPUTE: return sched_dir_recompute(x, d, e);
-    case IR_DIR_SCHEDULE:
-        return sched_dir_error(d, e, "schedule builders (gpipe, 1f1b, ...) are not available in "
-                                     "this version yet; write the schedule as order directives "
-                                     "(see configs/programs/pp4_1f1b.yaml)");
+    case IR_DIR_SCHEDULE: return sched_dir_schedule(x, d, e);
     default: return sched_dir_error(d, e, "unknown directive");
     }
 }
@@ -90,7 +88,7 @@ static int check_parallel_structure(sched_ctx *x, base_error *e)
     const ir_program *p = x->prog;
     int64_t want = p->micro_batch * g->num_microbatches * x->c->dp_degree;
     if (p->global_batch != want)
-        return base_error_at(e, p->file, 0, 0,
+        return base_error_at(e, p->file, p->batch_line, p->batch_col,
                              "the global batch is %lld sequences, but micro-batch %lld x %lld "
                              "micro-batches x data-parallel degree %lld = %lld; change "
                              "batch.global, batch.micro, split's num_microbatches or the replicas",
@@ -126,6 +124,7 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
             if (ir_dag_verify(g, "after the placement directives", e)) return -1;
         }
         if (run_directive(x, d, e)) return -1;
+        if (d->op != IR_DIR_SCHEDULE) sched_expanded_add(c, d); /* a schedule adds its orders */
         sched_update_sizes(x);
         char where[512];
         if (ir_dag_verify(g, sched_dir_where(d, where, sizeof where), e)) return -1;
@@ -165,13 +164,13 @@ static int check_memory(sched_compilation *c, const sched_options *o, base_error
         char pk[32], us[32], cat[PLAN_NMEM][32];
         for (int k = 0; k < PLAN_NMEM; k++) base_fmt_bytes(s->at_peak[k], cat[k], sizeof cat[k]);
         return base_error_at(e, c->prog.file, 0, 0,
-                             "device %d needs %s at its peak but a %s has %s usable (capacity "
-                             "minus reserve): parameters %s, gradients %s, optimizer %s, "
+                             "device %d needs %s at its peak but has %s usable (capacity of the "
+                             "%s minus reserve): parameters %s, gradients %s, optimizer %s, "
                              "activations %s, communication %s; shard more (ZeRO, TP, PP), "
                              "recompute activations, use smaller micro-batches, or pass "
                              "--allow-oom to keep the plan for what-if analysis",
-                             d, base_fmt_bytes(s->peak_bytes, pk, sizeof pk), gpu->name,
-                             base_fmt_bytes(usable, us, sizeof us), cat[PLAN_MEM_PARAM],
+                             d, base_fmt_bytes(s->peak_bytes, pk, sizeof pk),
+                             base_fmt_bytes(usable, us, sizeof us), gpu->name, cat[PLAN_MEM_PARAM],
                              cat[PLAN_MEM_GRAD], cat[PLAN_MEM_OPT], cat[PLAN_MEM_ACT],
                              cat[PLAN_MEM_COMM]);
     }

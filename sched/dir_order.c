@@ -60,6 +60,23 @@ static void split_backwards(ir_dag *g, const int32_t *bs, size_t n)
             ed->src = bw_of[ed->src];
         }
     }
+    /* The communication of a split backward (the incoming activation gradient, the outgoing
+     * one, TP/EP collectives on the way) belongs to its input half: the weight half only makes
+     * the local weight gradient. Tagging it BI lets an order group {PASS: BI} carry it, as
+     * {PASS: B} carries an unsplit backward's; left at B it would float free in the launch
+     * order and pair with the wrong neighbour transfer. */
+    for (size_t i = 0; i < g->nedges; i++) {
+        const ir_edge *ed = &g->edges[i];
+        if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
+        for (int end = 0; end < 2; end++) {
+            int32_t split = end ? ed->dst : ed->src, other = end ? ed->src : ed->dst;
+            if ((size_t)split >= n0 || bw_of[split] < 0) continue;
+            ir_node *o = &g->nodes[other];
+            if (o->pass == PLAN_PASS_B && !(o->flags & IR_NODE_DP_SYNC) &&
+                IR_OP_INFO[o->op].kind != IR_KIND_COMPUTE)
+                o->pass = PLAN_PASS_BI;
+        }
+    }
     free(bw_of);
     g->adj_valid = false;
 }

@@ -21,15 +21,6 @@ static int32_t tensor_of(const ir_dag *g, int32_t producer, ir_tensor_kind kind)
     return -1;
 }
 
-/* The tensor-parallel degree of a placement: the largest of its nodes'. */
-static int placement_tp(const ir_dag *g, int place)
-{
-    int tp = 1;
-    for (size_t v = 0; v < g->nnodes; v++)
-        if (!g->nodes[v].dead && g->nodes[v].place == place && g->nodes[v].tp > tp) tp = g->nodes[v].tp;
-    return tp;
-}
-
 static int32_t new_sync_node(ir_dag *g, ir_op op, int place, int32_t stage, int stream, int bucket,
                              int tp)
 {
@@ -102,7 +93,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
              * be one DP group of the placement under its TP degree (1 without TP: all of it) */
             if (n->place != cached_place) {
                 cached_place = n->place;
-                cached_tp = placement_tp(g, n->place);
+                cached_tp = sched_placement_tp(g, n->place);
             }
             if (p->ndev != cached_tp * d->ndevices ||
                 sched_check_subgroup(x, d, (int32_t)v, IR_CG_DP, cached_tp, 1, e)) {

@@ -174,7 +174,8 @@ int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)
             char lbl[96];
             return sched_dir_error(d, e, "'%s' is already expert-parallel", ir_node_label(g, v, lbl, sizeof lbl));
         }
-        int64_t dp = g->places[n->place].ndev / n->tp;
+        int ptp = sched_placement_tp(g, n->place);
+        int64_t dp = g->places[n->place].ndev / ptp;
         if (dp % ep) {
             char lbl[96];
             return sched_dir_error(d, e,
@@ -183,7 +184,7 @@ int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)
                                    "over more devices first",
                                    (long long)ep, (long long)dp, ir_node_label(g, v, lbl, sizeof lbl));
         }
-        if (sched_check_subgroup(x, d, v, IR_CG_EP, n->tp, (int)ep, e)) return -1;
+        if (sched_check_subgroup(x, d, v, IR_CG_EP, ptp, (int)ep, e)) return -1;
         n->ep = (int16_t)ep;
         matched++;
     }

@@ -30,6 +30,7 @@ typedef struct lowerer {
     BASE_VEC(plan_list) lists;
     BASE_VEC(plan_device) devices;
     int *kid_of_entry;             /* cost entry -> plan kernel id */
+    int *place_tp;                 /* placement -> its tensor-parallel degree */
     /* scratch of the list being lowered (sized by nodes / tensors) */
     int32_t *launch;               /* node -> launch index in this class, -1 not a member */
     int32_t *event_of;             /* node -> event recorded after it, -1 */
@@ -333,7 +334,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             in.kernels = ent;
             in.kid = ent >= 0 ? L->kid_of_entry[ent] : -1;
             if (n->tp > 1) in.tp_group = slot_of(&B, (group_tpl){n->place, -1, IR_CG_TP, n->tp, 1});
-            if (n->ep > 1) in.ep_group = slot_of(&B, (group_tpl){n->place, -1, IR_CG_EP, n->tp, n->ep});
+            if (n->ep > 1)
+                in.ep_group = slot_of(&B, (group_tpl){n->place, -1, IR_CG_EP, L->place_tp[n->place], n->ep});
             i32_vec rd = {0}, wr = {0};
             for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
                 const ir_edge *ed = &g->edges[g->in_edge[k]];
@@ -379,9 +381,11 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         } else if (kind == IR_KIND_COLL) {
             in.op = PLAN_COLL;
             in.coll = (uint8_t)IR_OP_INFO[n->op].coll;
+            /* expert-parallel groups cut across TP: they are formed with the placement's TP */
+            int gtp = n->coll_group == IR_CG_EP ? L->place_tp[n->place] : n->tp;
             in.group = slot_of(&B, (group_tpl){n->coll_group == IR_CG_WORLD ? -1 : n->place,
                                                n->coll_group == IR_CG_PAIR ? n->peer_place : -1,
-                                               n->coll_group, n->tp, n->ep});
+                                               n->coll_group, gtp, n->ep});
             in.bytes = (int64_t)(n->bytes + 0.5);
             in.buf = in_buf >= 0 ? in_buf : out_buf;
             in.mem = PLAN_MEM_COMM;
@@ -520,6 +524,11 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
         if (in_world[d]) L.world[L.nworld++] = d;
     free(in_world);
     for (size_t i = 0; i < N; i++) L.launch[i] = L.event_of[i] = -1;
+    L.place_tp = base_xmalloc((size_t)(g->nplaces ? g->nplaces : 1) * sizeof(int));
+    for (int p = 0; p < g->nplaces; p++) L.place_tp[p] = 1;
+    for (size_t v = 0; v < N; v++)
+        if (!g->nodes[v].dead && g->nodes[v].tp > L.place_tp[g->nodes[v].place])
+            L.place_tp[g->nodes[v].place] = g->nodes[v].tp;
     for (size_t i = 0; i < T; i++) L.buf_of[i] = L.last_use[i] = -1;
 
     /* header */
@@ -632,5 +641,6 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
     free(L.stream_map);
     free(L.world);
     free(L.kid_of_entry);
+    free(L.place_tp);
     return 0;
 }

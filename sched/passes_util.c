@@ -205,3 +205,11 @@ int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, i
                            ir_node_label(g, v, lbl, sizeof lbl), p->ndev, p->devs[0], CG_WORDS[cg],
                            d->devices[0], want, d->ndevices);
 }
+
+int sched_placement_tp(const ir_dag *g, int place)
+{
+    int tp = 1;
+    for (size_t v = 0; v < g->nnodes; v++)
+        if (!g->nodes[v].dead && g->nodes[v].place == place && g->nodes[v].tp > tp) tp = g->nodes[v].tp;
+    return tp;
+}

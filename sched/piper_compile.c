@@ -1,6 +1,7 @@
 /* piper_compile.c — `piper-compile`: compile a training program into verified per-device plans.
  * Prints a summary (devices, instructions per kind, static peak memory per device), and on
- * request the global DAG (--dump-dag text|dot) and the plan file (-o). */
+ * request the global DAG (--dump-dag text|dot), the plan file (-o), the directives with every
+ * schedule expanded (--emit-directives) and the per-rank order as CSV (--emit-order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,10 @@ static void usage(FILE *f)
             "  --model FILE          model to use instead of the program's own\n"
             "  --cluster FILE        cluster to use instead of the program's own\n"
             "  --dump-dag[=text|dot] print the global DAG after all directives (to stdout)\n"
+            "  --emit-directives     print the directives as run, each schedule expanded into\n"
+            "                        its order directives, as a JSON array (Piper's schema)\n"
+            "  --emit-order FILE     write the per-rank order (PyTorch's CSV notation: 0F3, 2I1,\n"
+            "                        (0F7;7B3)OVERLAP_F_B) of a pipelined program; - = stdout\n"
             "  --allow-oom           keep plans that exceed device memory (what-if analysis)\n"
             "  --no-sendrecv-groups  lower without pairing opposite sends and receives\n"
             "  --no-check            skip the static deadlock and memory check (debugging)\n"
@@ -34,7 +39,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     const char *program = NULL, *out = NULL, *model = NULL, *cluster = NULL, *dump = NULL;
-    bool quiet = false;
+    const char *emit_order = NULL;
+    bool quiet = false, emit_directives = false;
     sched_options opt = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -48,6 +54,14 @@ int main(int argc, char **argv)
             }
             const char **dst = !strcmp(a, "-o") ? &out : !strcmp(a, "--model") ? &model : &cluster;
             *dst = argv[++i];
+        } else if (!strcmp(a, "--emit-order")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "piper-compile: --emit-order needs a file name (or - for stdout)\n");
+                return 2;
+            }
+            emit_order = argv[++i];
+        } else if (!strcmp(a, "--emit-directives")) {
+            emit_directives = true;
         } else if (!strcmp(a, "--dump-dag") || !strcmp(a, "--dump-dag=text")) {
             dump = "text";
         } else if (!strcmp(a, "--dump-dag=dot")) {
@@ -87,11 +101,25 @@ int main(int argc, char **argv)
         else
             ir_dag_dump_text(&c.dag, stdout);
     }
+    if (!rc && emit_directives) rc = sched_write_directives_json(&c, stdout, &e);
     if (!rc) rc = sched_lower(&c, &opt, &e);
     if (!rc && out) rc = sched_plan_write_file(&c.plan, out, &e);
+    if (!rc && emit_order) {
+        bool to_stdout = !strcmp(emit_order, "-");
+        FILE *f = to_stdout ? stdout : fopen(emit_order, "w");
+        if (!f) {
+            rc = base_errorf(&e, "cannot write the order file '%s'; check the path", emit_order);
+        } else {
+            rc = sched_write_order_csv(&c, f, &e);
+            if (!to_stdout && fclose(f) != 0 && !rc)
+                rc = base_errorf(&e, "cannot write the order file '%s' (disk full?)", emit_order);
+        }
+    }
     base_error_print(&e, stderr);
-    if (!rc && !quiet && !dump) sched_print_summary(&c, stdout);
-    if (!rc && out && !quiet) fprintf(stdout, "\nplan written to %s\n", out);
+    /* stdout carries the requested text alone, so it can be piped into a file and loaded */
+    bool text_out = dump || emit_directives || (emit_order && !strcmp(emit_order, "-"));
+    if (!rc && !quiet && !text_out) sched_print_summary(&c, stdout);
+    if (!rc && out && !quiet && !text_out) fprintf(stdout, "\nplan written to %s\n", out);
     sched_compilation_free(&c);
     return rc ? 1 : 0;
 }

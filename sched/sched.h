@@ -25,6 +25,11 @@ typedef struct sched_compilation {
     sched_plan plan;           /* has its own arena, so it can outlive the DAG */
     sched_plan_stats stats;    /* from the static check */
     int64_t dp_degree;         /* data-parallel degree the batch is split over */
+    /* The directives as run, with every `schedule` replaced by the orders it expanded into
+     * (arena-owned; filled by sched_build_dag). */
+    int nexpanded;
+    size_t cap_expanded;
+    ir_directive *expanded;
 } sched_compilation;
 
 void sched_compilation_init(sched_compilation *c);
@@ -40,6 +45,13 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e);
 /* All three. */
 int sched_compile(sched_compilation *c, const char *program_path, const char *model_path,
                   const char *cluster_path, const sched_options *o, base_error *e);
+
+/* --emit-directives: the expanded directives as a JSON array in Piper's schema, one per line
+ * (after sched_build_dag). */
+int sched_write_directives_json(const sched_compilation *c, FILE *f, base_error *e);
+/* --emit-order: the per-rank order of a compiled pipelined program as PyTorch-notation CSV, one
+ * row per pipeline rank (after sched_lower). Fails for programs without PP. */
+int sched_write_order_csv(const sched_compilation *c, FILE *f, base_error *e);
 
 /* The summary piper-compile prints: devices, instructions per kind, static peak memory. */
 void sched_print_summary(const sched_compilation *c, FILE *f);

@@ -51,6 +51,10 @@ int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_grou
 /* Tied embeddings on different stages: the head's stage holds a copy of the embedding and the
  * two gradients are summed by an all-reduce over each (embed device, head device) pair. */
 int sched_tie_embeddings(sched_ctx *x, base_error *e);
+/* The tensor-parallel degree of a placement: the largest of its nodes'. Groups that cut across
+ * TP (data and expert parallelism) are formed with it, also for nodes that are not themselves
+ * tensor-parallel (a MoE router next to TP attention). */
+int sched_placement_tp(const ir_dag *g, int place);
 /* The directive's devices must be exactly one group of kind cg of node v's placement. */
 int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, ir_coll_group cg,
                          int tp, int ep, base_error *e);

@@ -270,9 +270,9 @@ static void test_oom_rejected_with_breakdown(void)
     snprintf(body, sizeof body, ZERO_BODY, 0);
     expect_error("oom", "tests/fixtures/sched/gpt_7p5e9.yaml", "tests/fixtures/sched/a100_64.yaml",
                  body, NULL,
-                 "@: device 0 needs 132.93 GiB at its peak but a A100-80GB has 76.00 GiB usable "
-                 "(capacity minus reserve): parameters 13.97 GiB, gradients 13.97 GiB, optimizer "
-                 "83.82 GiB, activations ");
+                 "@: device 0 needs 132.93 GiB at its peak but has 76.00 GiB usable (capacity "
+                 "of the A100-80GB minus reserve): parameters 13.97 GiB, gradients 13.97 GiB, "
+                 "optimizer 83.82 GiB, activations ");
     sched_options o = {.allow_oom = true};
     compiled *r = compile_text("tests/fixtures/sched/gpt_7p5e9.yaml",
                                "tests/fixtures/sched/a100_64.yaml", body, &o);
@@ -676,7 +676,7 @@ static const struct error_case {
      "directives:\n"
      "  - {op: split, num_microbatches: 2}\n"
      "  - {op: replicate, filter: {}, devices: [0, 1]}\n",
-     "@: the global batch is 6 sequences, but micro-batch 1 x 2 micro-batches x data-parallel "
+     "@:3:8: the global batch is 6 sequences, but micro-batch 1 x 2 micro-batches x data-parallel "
      "degree 2 = 4"},
     {"several devices, neither replicated nor tensor-parallel", GPT_TINY, A100_2,
      "batch: {global: 1, micro: 1}\n"
