@@ -161,48 +161,50 @@ typedef struct region_bufs {
     int param, grad, opt;
 } region_bufs;
 
-static void sendrecv_pairs(list_builder *B)
+static void sendrecv_groups(list_builder *B)
 {
-    /* A send and a receive with the same peer that follow each other on one stream (only
-     * allocations and frees between them) are posted together: neighbours exchanging in both
-     * directions in a 1F1B steady state would otherwise each block in its send. The allocations
-     * move ahead of the pair and the frees behind it, so the pair is consecutive on its stream. */
+    /* Sends and receives that follow each other on one stream (only allocations and frees
+     * between them) are posted together, as one NCCL group call: neighbours exchanging in both
+     * directions (1F1B's steady state) and rings of ranks each sending on and receiving from the
+     * previous one (interleaved and V schedules) would otherwise each block in a send. Posting
+     * earlier never delays anything, so every such run becomes a group. Its allocations move
+     * ahead of it and its frees behind it, so the group is consecutive on its stream. */
     int next_id = 1;
     size_t n = B->ins.n;
     plan_instr *tmp = base_xmalloc((n ? n : 1) * sizeof *tmp);
+    size_t *run = base_xmalloc((n ? n : 1) * sizeof *run);
     for (size_t i = 0; i < n; i++) {
         plan_instr *a = &B->ins.v[i];
         if ((a->op != PLAN_SEND && a->op != PLAN_RECV) || a->sendrecv) continue;
-        size_t j = i + 1;
-        for (; j < n; j++) {
+        size_t nrun = 0, last = i;
+        run[nrun++] = i;
+        for (size_t j = i + 1; j < n; j++) {
             const plan_instr *c = &B->ins.v[j];
-            if (c->stream != a->stream) continue;
-            if (c->op != PLAN_ALLOC && c->op != PLAN_FREE) break;
+            if (c->stream != a->stream || c->op == PLAN_ALLOC || c->op == PLAN_FREE) continue;
+            if ((c->op != PLAN_SEND && c->op != PLAN_RECV) || c->sendrecv) break;
+            run[nrun++] = j;
+            last = j;
         }
-        if (j >= n) continue;
-        plan_instr *b = &B->ins.v[j];
-        if (b->sendrecv || b->peer != a->peer || b->op == a->op ||
-            (b->op != PLAN_SEND && b->op != PLAN_RECV))
-            continue;
-        /* rebuild [i, j]: allocations, a, other streams' instructions, b, frees */
+        if (nrun < 2) continue;
+        /* rebuild [i, last]: allocations, the group, other streams' instructions, frees */
         size_t k = 0;
-        for (size_t q = i + 1; q < j; q++)
+        for (size_t q = i; q <= last; q++)
             if (B->ins.v[q].stream == a->stream && B->ins.v[q].op == PLAN_ALLOC) tmp[k++] = B->ins.v[q];
-        size_t a_at = i + k;
-        tmp[k++] = *a;
-        for (size_t q = i + 1; q < j; q++)
+        size_t first_at = i + k;
+        for (size_t r = 0; r < nrun; r++) {
+            tmp[k] = B->ins.v[run[r]];
+            tmp[k++].sendrecv = next_id;
+        }
+        for (size_t q = i; q <= last; q++)
             if (B->ins.v[q].stream != a->stream) tmp[k++] = B->ins.v[q];
-        tmp[k++] = *b;
-        size_t b_at = i + k - 1;
-        for (size_t q = i + 1; q < j; q++)
+        for (size_t q = i; q <= last; q++)
             if (B->ins.v[q].stream == a->stream && B->ins.v[q].op == PLAN_FREE) tmp[k++] = B->ins.v[q];
         memcpy(&B->ins.v[i], tmp, k * sizeof *tmp);
-        B->ins.v[a_at].sendrecv = next_id;
-        B->ins.v[b_at].sendrecv = next_id;
         next_id++;
-        i = b_at;
+        i = first_at + nrun - 1;
     }
     free(tmp);
+    free(run);
 }
 
 /* Lower the class of `rep`; returns the list index. */
@@ -427,7 +429,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     }
     free(rb);
 
-    if (!L->opt->no_sendrecv_groups) sendrecv_pairs(&B);
+    if (!L->opt->no_sendrecv_groups) sendrecv_groups(&B);
 
     /* reset scratch */
     for (int i = 0; i < nn; i++) {

@@ -806,7 +806,7 @@ static void check_needs_sendrecv_groups(const char *path, int p)
     CU_ASSERT(strncmp(r->e.msg, "the plan cannot run: deadlock: ", 31) == 0);
     TEST_ASSERT_CONTAINS(r->e.msg, want);
     for (int d = 0; d < p; d++) {
-        char dev[32];
+        char dev[64];
         snprintf(dev, sizeof dev, "device %d (list %d):", d, d);
         TEST_ASSERT_CONTAINS(r->e.msg, dev);
     }
