@@ -1,8 +1,8 @@
 /* fuzz_plan.c — libFuzzer entry for the plan reader: any bytes go through sched_plan_read; a plan
  * that reads must write back to a text that reads to the same text again, and must survive the
  * static check. A failed read must say where ("fuzz.plan:..."). Broken promises abort, so the
- * fuzzer hunts logic bugs as well as crashes. It fits tests/fuzz/ as fuzz_plan.c, registered with
- * piper_fuzz_target(plan LIBS piper_plan); seeds: test_plan with PIPER_PLAN_CORPUS=DIR. */
+ * fuzzer hunts logic bugs as well as crashes. Seeds: tests/fuzz/corpus/plan (more from test_plan
+ * run with PIPER_PLAN_CORPUS=DIR). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
