@@ -98,6 +98,31 @@ static int check_parallel_structure(sched_ctx *x, base_error *e)
     return 0;
 }
 
+/* Does this program have a plain pipeline to give the default schedule: more than one stage,
+ * each stage's work on one placement of its own? (Several stages per rank, or stages sharing
+ * devices, need a schedule that says how: interleaved, V shapes.) */
+static bool default_pipeline(const sched_ctx *x)
+{
+    const ir_dag *g = x->g;
+    int S = (int)(x->prog->ann.npp_ranges ? x->prog->ann.npp_ranges : x->prog->ann.pp_stages);
+    if (S < 2) return false;
+    int *place_of = base_xmalloc((size_t)S * sizeof *place_of);
+    for (int s = 0; s < S; s++) place_of[s] = -1;
+    bool ok = true;
+    for (size_t v = 0; v < g->nnodes && ok; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (n->dead || n->op != IR_OP_F || n->stage < 0 || n->stage >= S) continue;
+        if (place_of[n->stage] < 0) place_of[n->stage] = n->place;
+        ok = place_of[n->stage] == n->place;
+    }
+    for (int s = 0; s < S && ok; s++) {
+        ok = place_of[s] >= 0;
+        for (int t = 0; t < s && ok; t++) ok = place_of[t] != place_of[s];
+    }
+    free(place_of);
+    return ok;
+}
+
 static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
 {
     ir_program *p = &c->prog;
@@ -133,6 +158,24 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
         if (sched_fix_p2p(x, e) || sched_tie_embeddings(x, e)) return -1;
         sched_update_sizes(x);
         if (ir_dag_verify(g, "after the placement directives", e)) return -1;
+    }
+    if (!x->order_seen && default_pipeline(x)) {
+        /* A pipeline that orders nothing gets 1F1B, Megatron-LM's default: the generic list
+         * scheduler keeps micro-batches in order, which serialises a pipeline. */
+        ir_directive d;
+        memset(&d, 0, sizeof d);
+        d.op = IR_DIR_SCHEDULE;
+        d.index = p->ndirectives;
+        d.file = p->file;
+        d.schedule = "1f1b";
+        if (sched_dir_schedule(x, &d, e)) {
+            base_error_prefix(e, "the default 1F1B schedule for this pipeline failed (write "
+                                 "an order or schedule directive to choose another): ");
+            return -1;
+        }
+        sched_update_sizes(x);
+        if (ir_dag_verify(g, "after the default 1F1B schedule", e)) return -1;
+        c->default_schedule = "1f1b";
     }
     return check_parallel_structure(x, e);
 }
@@ -221,6 +264,9 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
             (long long)c->dag.num_microbatches, (long long)c->dp_degree);
     fprintf(f, "  DAG %d nodes; %d distinct instruction lists; %d communication groups\n",
             ir_dag_live_nodes(&c->dag), p->nlists, p->ngroups);
+    if (c->default_schedule)
+        fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
+                c->default_schedule);
     fprintf(f, "\n  %-6s %8s %6s %6s %6s %6s %6s %6s  %11s  %s\n", "device", "compute", "send",
             "recv", "coll", "wait", "alloc", "free", "peak memory",
             "params / grads / optimizer / activations / comm");

@@ -25,6 +25,7 @@ typedef struct sched_compilation {
     sched_plan plan;           /* has its own arena, so it can outlive the DAG */
     sched_plan_stats stats;    /* from the static check */
     int64_t dp_degree;         /* data-parallel degree the batch is split over */
+    const char *default_schedule; /* set when the compiler chose the pipeline schedule */
     /* The directives as run, with every `schedule` replaced by the orders it expanded into
      * (arena-owned; filled by sched_build_dag). */
     int nexpanded;
