@@ -51,6 +51,10 @@ int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_grou
 /* Tied embeddings on different stages: the head's stage holds a copy of the embedding and the
  * two gradients are summed by an all-reduce over each (embed device, head device) pair. */
 int sched_tie_embeddings(sched_ctx *x, base_error *e);
+/* Tensor-parallel regions: an all-reduce over the TP group completes the gradients of the
+ * parameters every TP rank holds whole (tp_sync.c), and how many such parameters a region has. */
+int sched_tp_grad_sync(sched_ctx *x, base_error *e);
+int64_t sched_tp_replicated_params(const ir_model *m, const ir_region *r, const ir_shape *s);
 /* The tensor-parallel degree of a placement: the largest of its nodes'. Groups that cut across
  * TP (data and expert parallelism) are formed with it, also for nodes that are not themselves
  * tensor-parallel (a MoE router next to TP attention). */

@@ -110,7 +110,10 @@ void sched_update_sizes(sched_ctx *x)
 
         if (kind == IR_KIND_P2P) n->bytes = in_bytes;
         if (kind == IR_KIND_COLL) {
-            if (n->coll_group == IR_CG_PAIR && reg) {
+            if (n->coll_group == IR_CG_TP && (n->flags & IR_NODE_DP_SYNC) && reg) {
+                /* the gradients of the parameters every TP rank holds whole (tp_sync.c) */
+                n->bytes = (double)sched_tp_replicated_params(m, reg, &s) * gb;
+            } else if (n->coll_group == IR_CG_PAIR && reg) {
                 /* tied embeddings: the embedding weight's gradient (this device's shard) */
                 n->bytes = (double)ir_model_tied_copy_params_per_device(m, &s) * gb;
             } else if (n->flags & IR_NODE_DP_SYNC) {
@@ -170,6 +173,8 @@ void sched_update_sizes(sched_ctx *x)
             } else if (kind == IR_KIND_COLL) {
                 if (n->op == IR_OP_REDUCE_SCATTER) b = (n->flags & IR_NODE_DP_SYNC ? n->bytes : in_bytes) / nn;
                 else if (n->op == IR_OP_ALL_GATHER) b = n->bytes;
+                else if (n->coll_group == IR_CG_TP && (n->flags & IR_NODE_DP_SYNC))
+                    b = in_bytes; /* the whole gradient, now complete */
                 else if (n->flags & IR_NODE_DP_SYNC) b = n->bytes;
                 else b = in_bytes;
             } else if (kind == IR_KIND_P2P) {

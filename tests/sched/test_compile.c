@@ -440,9 +440,15 @@ static void check_tp(compiled *r, bool sp)
     CU_ASSERT_EQUAL_FATAL(p->ndevices, 2);
     int embed = region_index(g, "embed"), head = region_index(g, "head");
     CU_ASSERT_FATAL(embed >= 0 && head >= 0);
+    /* Per step, one more all-reduce per TP region with parameters every rank holds whole
+     * (tp_sync.c): embed (learned positions), each layer's attn and mlp (LayerNorm, output
+     * bias), head (final LayerNorm): 2 * layers + 2 of them, of those parameters' gradients. */
+    const int syncs = 2 * layers + 2;
     for (int d = 0; d < 2; d++) {
-        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, -1), m * (sp ? 8 * layers + 4 : 4 * layers + 2));
-        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_REDUCE), sp ? 0 : m * (4 * layers + 2));
+        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, -1),
+                        m * (sp ? 8 * layers + 4 : 4 * layers + 2) + syncs);
+        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_REDUCE),
+                        (sp ? 0 : m * (4 * layers + 2)) + syncs);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_GATHER), sp ? m * (4 * layers + 2) : 0);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_REDUCE_SCATTER), sp ? m * (4 * layers + 2) : 0);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_SEND, -1), 0);
@@ -458,6 +464,21 @@ static void check_tp(compiled *r, bool sp)
             }
         }
     }
+    /* the per-step syncs: one per TP region; an attention region's holds its LayerNorm (2h) and
+     * output-projection bias (h) gradients, h = 64, in bf16 */
+    int nsync = 0, attn_sync = 0;
+    for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (n->dead || n->op != IR_OP_ALL_REDUCE || n->coll_group != IR_CG_TP || !(n->flags & IR_NODE_DP_SYNC))
+            continue;
+        nsync++;
+        if (g->regions[n->region].kind == IR_REGION_ATTN) {
+            attn_sync++;
+            CU_ASSERT_DOUBLE_EQUAL(n->bytes, 3 * 64 * 2, 0);
+        }
+    }
+    CU_ASSERT_EQUAL(nsync, syncs);
+    CU_ASSERT_EQUAL(attn_sync, layers);
     /* in the DAG, by pass: per layer region and micro-batch one collective of each kind in the
      * forward and one in the backward; embed only forward-out / backward-in, head the reverse */
     for (int k = 0; k < m; k++) {
