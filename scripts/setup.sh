@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake pkg-config libyaml-dev libcunit1-dev)
+PACKAGES=(build-essential cmake pkg-config libyaml-dev libcunit1-dev libopenblas-dev)
+# The simulator (sim/, piper-sim) replays plans on SimGrid 3.32.
+PACKAGES+=(libsimgrid-dev)
 # Fuzzing and the sanitizer build use clang's runtimes.
 PACKAGES+=(clang libclang-rt-14-dev)
 

@@ -1,0 +1,332 @@
+/* attention.c — the attention region: pre-norm, Q/K/V projections (biases for GPT), Qwen3's
+ * per-head QK-norm, RoPE (Llama), causal softmax attention with grouped-query heads (dropout on
+ * the probabilities for GPT), the out-projection (bias for GPT), dropout and the residual. One
+ * shard computes the query heads [head0, head0 + nheads) with the key/value heads they use, and
+ * its rows of the out-projection: the sum of the shards' outputs is the whole region's output
+ * (kernels.h, "Tensor parallelism").
+ *
+ * Per (sequence, head), with Q, K, V of s x d and scale = 1/sqrt(d):
+ *   S = scale Q K^T, P = softmax(S + causal mask) row-wise, P' = dropout(P), O = P' V.
+ * Backward (softmax: dS = P o (dP - rowsum(dP o P))):
+ *   dP' = dO V^T, dV += P'^T dO, dP = dropout(dP'), dQ = scale dS K, dK += scale dS^T Q
+ * (dK, dV accumulate over the query heads that share a key/value head). */
+#include "real.h"
+
+/* ---------------------------------------------------------------- RoPE */
+
+void FN(exec_rope_table)(real *cs, int64_t s, int64_t d, double theta)
+{
+    int64_t half = d / 2;
+    for (int64_t pos = 0; pos < s; pos++)
+        for (int64_t i = 0; i < half; i++) {
+            double ang = (double)pos * pow(theta, -2.0 * (double)i / (double)d);
+            cs[(pos * half + i) * 2] = (real)cos(ang);
+            cs[(pos * half + i) * 2 + 1] = (real)sin(ang);
+        }
+}
+
+void FN(exec_rope_apply)(real *x, int64_t tokens, int64_t heads, int64_t d, int64_t s,
+                         const real *cs, bool inverse)
+{
+    int64_t half = d / 2;
+    for (int64_t t = 0; t < tokens; t++) {
+        const real *row = cs + (t % s) * half * 2;
+        for (int64_t hh = 0; hh < heads; hh++) {
+            real *v = x + (t * heads + hh) * d;
+            for (int64_t i = 0; i < half; i++) {
+                real co = row[2 * i], si = inverse ? -row[2 * i + 1] : row[2 * i + 1];
+                real a = v[i], b = v[i + half];
+                v[i] = a * co - b * si;
+                v[i + half] = a * si + b * co;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the act buffer */
+
+typedef struct attn_act {
+    real *x, *mean, *rstd, *xn;     /* region input, norm statistics, norm output (QKV input) */
+    real *q, *k, *v;                /* what the core used: after QK-norm and RoPE */
+    real *q_raw, *k_raw;            /* QK-norm inputs */
+    real *q_rstd, *k_rstd;
+    real *rope;                     /* cos/sin table */
+    real *probs;                    /* softmax output [b][nheads][s][s] */
+    real *o;                        /* core output = out-projection input [T][nheads*d] */
+    real *s1, *s2;                  /* per-head s x s workspaces */
+    /* left by BI for BW */
+    real *dyd;                      /* dy through the output dropout */
+    real *dO, *dq, *dk, *dv;        /* dq, dk, dv: gradients of the projections' outputs */
+    real *dqn, *dkn;                /* gradients of the QK-norm outputs */
+    real *dxn;                      /* gradient of the norm output */
+} attn_act;
+
+static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
+    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
+    memset(A, 0, sizeof *A);
+    A->x = carve_r(&cv, T * h);
+    A->mean = carve_r(&cv, T);
+    A->rstd = carve_r(&cv, T);
+    A->xn = carve_r(&cv, T * h);
+    A->q = carve_r(&cv, T * qw);
+    A->k = carve_r(&cv, T * kw);
+    A->v = carve_r(&cv, T * kw);
+    if (c->qk_norm) {
+        A->q_raw = carve_r(&cv, T * qw);
+        A->k_raw = carve_r(&cv, T * kw);
+        A->q_rstd = carve_r(&cv, T * sh->nheads);
+        A->k_rstd = carve_r(&cv, T * sh->nkv);
+        A->dqn = carve_r(&cv, T * qw);
+        A->dkn = carve_r(&cv, T * kw);
+    }
+    if (!c->gpt) A->rope = carve_r(&cv, s * d);
+    A->probs = carve_r(&cv, c->b * sh->nheads * s * s);
+    A->o = carve_r(&cv, T * qw);
+    A->s1 = carve_r(&cv, s * s);
+    A->s2 = carve_r(&cv, s * s);
+    A->dyd = carve_r(&cv, T * h);
+    A->dO = carve_r(&cv, T * qw);
+    A->dq = carve_r(&cv, T * qw);
+    A->dk = carve_r(&cv, T * kw);
+    A->dv = carve_r(&cv, T * kw);
+    A->dxn = carve_r(&cv, T * h);
+    return cv.off;
+}
+
+int64_t FN(exec_attn_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    attn_act A;
+    return (int64_t)attn_layout(c, s, NULL, &A);
+}
+
+/* The region's tensors in a parameter (or gradient) block. */
+typedef struct attn_w {
+    real *ng, *nb, *wq, *bq, *wk, *bk, *wv, *bv, *qg, *kg, *wo, *bo;
+} attn_w;
+
+static void attn_weights(const exec_cfg *c, const region_params *rp, void *block, attn_w *w)
+{
+    w->ng = param_at(rp, block, c->gpt ? "ln.g" : "norm.g");
+    w->nb = param_at(rp, block, "ln.b");
+    w->wq = param_at(rp, block, "wq");
+    w->bq = param_at(rp, block, "bq");
+    w->wk = param_at(rp, block, "wk");
+    w->bk = param_at(rp, block, "bk");
+    w->wv = param_at(rp, block, "wv");
+    w->bv = param_at(rp, block, "bv");
+    w->qg = param_at(rp, block, "q_norm.g");
+    w->kg = param_at(rp, block, "k_norm.g");
+    w->wo = param_at(rp, block, "wo");
+    w->bo = param_at(rp, block, "bo");
+}
+
+/* Index of the first attention-probability element of (sequence bi, local head j) in the
+ * global dropout stream: [global sample][global head][query][key]. */
+static uint64_t probs_index(const exec_call *c, int64_t bi, int64_t j)
+{
+    const exec_cfg *cfg = c->cfg;
+    uint64_t sample = (uint64_t)(c->sample0 + bi), head = (uint64_t)(c->shard->head0 + j);
+    return ((sample * (uint64_t)cfg->heads + head) * (uint64_t)cfg->s) * (uint64_t)cfg->s;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int FN(exec_attn_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->x, "the input x");
+    NEED(c->y, "the output y");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_ATTN, &rp, e)) return -1;
+    attn_w w;
+    attn_weights(cfg, &rp, c->param, &w);
+    attn_act A;
+    attn_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
+    const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
+    const int64_t group = cfg->heads / cfg->kv_heads;
+    const real scale = (real)(1.0 / sqrt((double)d));
+    const real *x = c->x;
+    real *y = c->y;
+
+    memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    real *qdst = cfg->qk_norm ? A.q_raw : A.q, *kdst = cfg->qk_norm ? A.k_raw : A.k;
+    FN(exec_gemm)(false, false, T, qw, h, 1, A.xn, h, w.wq, qw, 0, qdst, qw);
+    FN(exec_gemm)(false, false, T, kw, h, 1, A.xn, h, w.wk, kw, 0, kdst, kw);
+    FN(exec_gemm)(false, false, T, kw, h, 1, A.xn, h, w.wv, kw, 0, A.v, kw);
+    if (cfg->gpt) {
+        bias_add(qdst, T, qw, w.bq);
+        bias_add(kdst, T, kw, w.bk);
+        bias_add(A.v, T, kw, w.bv);
+    }
+    if (cfg->qk_norm) {
+        /* Qwen3: RMSNorm over each head's d dimensions, one weight shared by all heads */
+        FN(exec_rmsnorm_f)(A.q_raw, w.qg, A.q, A.q_rstd, T * nh, d, cfg->norm_eps);
+        FN(exec_rmsnorm_f)(A.k_raw, w.kg, A.k, A.k_rstd, T * nkv, d, cfg->norm_eps);
+    }
+    if (!cfg->gpt) {
+        FN(exec_rope_table)(A.rope, s, d, cfg->rope_theta);
+        FN(exec_rope_apply)(A.q, T, nh, d, s, A.rope, false);
+        FN(exec_rope_apply)(A.k, T, nkv, d, s, A.rope, false);
+    }
+
+    const double p = cfg->dropout;
+    const uint64_t pkey = dropout_key(c, EXEC_DROP_ATTN_PROBS);
+    for (int64_t bi = 0; bi < cfg->b; bi++)
+        for (int64_t j = 0; j < nh; j++) {
+            int64_t kv = (sh->head0 + j) / group - sh->kv0;
+            const real *Q = A.q + bi * s * qw + j * d;
+            const real *K = A.k + bi * s * kw + kv * d, *V = A.v + bi * s * kw + kv * d;
+            real *Pr = A.probs + (bi * nh + j) * s * s;
+            FN(exec_gemm)(false, true, s, s, d, scale, Q, qw, K, kw, 0, Pr, s);
+            for (int64_t i = 0; i < s; i++) {
+                /* causal: query i sees keys 0..i; masked probabilities are exactly 0 */
+                real *row = Pr + i * s, mx = row[0];
+                for (int64_t jj = 1; jj <= i; jj++) mx = row[jj] > mx ? row[jj] : mx;
+                double sum = 0;
+                for (int64_t jj = 0; jj <= i; jj++) {
+                    row[jj] = R_EXP(row[jj] - mx);
+                    sum += row[jj];
+                }
+                real inv = (real)(1.0 / sum);
+                for (int64_t jj = 0; jj <= i; jj++) row[jj] *= inv;
+                for (int64_t jj = i + 1; jj < s; jj++) row[jj] = 0;
+            }
+            const real *Pd = Pr;
+            if (p > 0) {
+                memcpy(A.s1, Pr, (size_t)(s * s) * sizeof(real));
+                dropout_apply(A.s1, s * s, pkey, probs_index(c, bi, j), p);
+                Pd = A.s1;
+            }
+            FN(exec_gemm)(false, false, s, d, s, 1, Pd, s, V, kw, 0, A.o + bi * s * qw + j * d, qw);
+        }
+
+    FN(exec_gemm)(false, false, T, h, qw, 1, A.o, qw, w.wo, h, 0, y, h);
+    if (sh->first && w.bo) bias_add(y, T, h, w.bo);
+    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
+                  (uint64_t)c->sample0 * (uint64_t)(s * h), p);
+    if (sh->first)
+        for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
+    return 0;
+}
+
+/* ---------------------------------------------------------------- input gradient */
+
+int FN(exec_attn_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_ATTN, &rp, e)) return -1;
+    attn_w w;
+    attn_weights(cfg, &rp, c->param, &w);
+    attn_act A;
+    attn_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
+    const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
+    const int64_t group = cfg->heads / cfg->kv_heads;
+    const real scale = (real)(1.0 / sqrt((double)d));
+    const double p = cfg->dropout;
+    const real *dy = c->dy;
+    real *dx = c->dx;
+
+    memcpy(A.dyd, dy, (size_t)(T * h) * sizeof(real));
+    dropout_apply(A.dyd, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
+                  (uint64_t)c->sample0 * (uint64_t)(s * h), p);
+    FN(exec_gemm)(false, true, T, qw, h, 1, A.dyd, h, w.wo, h, 0, A.dO, qw);
+
+    memset(A.dk, 0, (size_t)(T * kw) * sizeof(real));
+    memset(A.dv, 0, (size_t)(T * kw) * sizeof(real));
+    const uint64_t pkey = dropout_key(c, EXEC_DROP_ATTN_PROBS);
+    for (int64_t bi = 0; bi < cfg->b; bi++)
+        for (int64_t j = 0; j < nh; j++) {
+            int64_t kv = (sh->head0 + j) / group - sh->kv0;
+            const real *Q = A.q + bi * s * qw + j * d, *dO = A.dO + bi * s * qw + j * d;
+            const real *K = A.k + bi * s * kw + kv * d, *V = A.v + bi * s * kw + kv * d;
+            real *dK = A.dk + bi * s * kw + kv * d, *dV = A.dv + bi * s * kw + kv * d;
+            const real *Pr = A.probs + (bi * nh + j) * s * s, *Pd = Pr;
+            if (p > 0) {
+                memcpy(A.s2, Pr, (size_t)(s * s) * sizeof(real));
+                dropout_apply(A.s2, s * s, pkey, probs_index(c, bi, j), p);
+                Pd = A.s2;
+            }
+            real *dP = A.s1;
+            FN(exec_gemm)(false, true, s, s, d, 1, dO, qw, V, kw, 0, dP, s);
+            FN(exec_gemm)(true, false, s, d, s, 1, Pd, s, dO, qw, 1, dV, kw);
+            dropout_apply(dP, s * s, pkey, probs_index(c, bi, j), p);
+            for (int64_t i = 0; i < s; i++) {
+                real *dr = dP + i * s;
+                const real *pr = Pr + i * s;
+                double dot = 0;
+                for (int64_t jj = 0; jj <= i; jj++) dot += (double)dr[jj] * pr[jj];
+                for (int64_t jj = 0; jj < s; jj++) dr[jj] = pr[jj] * (dr[jj] - (real)dot);
+            }
+            FN(exec_gemm)(false, false, s, d, s, scale, dP, s, K, kw, 0, A.dq + bi * s * qw + j * d,
+                          qw);
+            FN(exec_gemm)(true, false, s, d, s, scale, dP, s, Q, qw, 1, dK, kw);
+        }
+
+    if (!cfg->gpt) {
+        FN(exec_rope_apply)(A.dq, T, nh, d, s, A.rope, true);
+        FN(exec_rope_apply)(A.dk, T, nkv, d, s, A.rope, true);
+    }
+    if (cfg->qk_norm) {
+        memcpy(A.dqn, A.dq, (size_t)(T * qw) * sizeof(real));
+        memcpy(A.dkn, A.dk, (size_t)(T * kw) * sizeof(real));
+        FN(exec_rmsnorm_bi)(A.dqn, A.q_raw, w.qg, A.q_rstd, A.dq, T * nh, d, false);
+        FN(exec_rmsnorm_bi)(A.dkn, A.k_raw, w.kg, A.k_rstd, A.dk, T * nkv, d, false);
+    }
+    FN(exec_gemm)(false, true, T, h, qw, 1, A.dq, qw, w.wq, qw, 0, A.dxn, h);
+    FN(exec_gemm)(false, true, T, h, kw, 1, A.dk, kw, w.wk, kw, 1, A.dxn, h);
+    FN(exec_gemm)(false, true, T, h, kw, 1, A.dv, kw, w.wv, kw, 1, A.dxn, h);
+    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, dx, T, false);
+    if (sh->first)
+        for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
+    return 0;
+}
+
+/* ---------------------------------------------------------------- weight gradient */
+
+int FN(exec_attn_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_ATTN, &rp, e)) return -1;
+    attn_w g;
+    attn_weights(cfg, &rp, c->grad, &g);
+    attn_act A;
+    attn_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, d = cfg->head_dim;
+    const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
+
+    FN(exec_gemm)(true, false, h, qw, T, 1, A.xn, h, A.dq, qw, 1, g.wq, qw);
+    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, A.dk, kw, 1, g.wk, kw);
+    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, A.dv, kw, 1, g.wv, kw);
+    FN(exec_gemm)(true, false, qw, h, T, 1, A.o, qw, A.dyd, h, 1, g.wo, h);
+    if (cfg->gpt) {
+        colsum_acc(A.dq, T, qw, g.bq);
+        colsum_acc(A.dk, T, kw, g.bk);
+        colsum_acc(A.dv, T, kw, g.bv);
+        if (sh->first) colsum_acc(A.dyd, T, h, g.bo);
+    }
+    if (cfg->qk_norm) {
+        FN(exec_rmsnorm_bw)(A.dqn, A.q_raw, A.q_rstd, g.qg, T * nh, d);
+        FN(exec_rmsnorm_bw)(A.dkn, A.k_raw, A.k_rstd, g.kg, T * nkv, d);
+    }
+    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    return 0;
+}

@@ -1,0 +1,301 @@
+/* embed_head.c — the two ends of the model.
+ *
+ * embed: y[t] = E[token t] (+ P[position of t] for GPT's learned positions), then dropout (GPT).
+ * Vocab-parallel: a shard holds the rows [vocab0, vocab0 + nvocab) of E and writes zeros for the
+ * tokens outside them; positions are added by the first shard only; the mask is a function of
+ * the global element index, so the shards' outputs sum to the whole embedding. No input
+ * gradient; the weight gradient scatters dy (through the mask) into the rows of the tokens.
+ *
+ * head: final norm, logits z = xn W^T over the shard's vocabulary slice (W is [vocab][h]: the
+ * untied LM head, or the token table when tied), cross-entropy
+ *   loss = loss_scale * sum_t (log sum_v exp z[t][v] - z[t][target_t]),
+ * computed vocab-parallel as Megatron does: global max m_t (all-reduce MAX), the slice's
+ * sum of exp(z - m_t) and target logit (all-reduce SUM), then lse_t = m_t + log(sum). The
+ * forward keeps the slice's probabilities p = exp(z - lse); backward
+ *   dz = loss_scale * (p - onehot(target)),  dxn = dz W,  dW += dz^T xn,
+ * then the norm's backward (the partial dxn of a slice goes through it: it is linear). */
+#include "real.h"
+
+/* ---------------------------------------------------------------- embed */
+
+typedef struct embed_act {
+    int32_t *tokens;
+} embed_act;
+
+static size_t embed_layout(const exec_cfg *c, void *base, embed_act *A)
+{
+    carver cv = {base, 0};
+    A->tokens = carve_i(&cv, c->b * c->s);
+    return cv.off;
+}
+
+int64_t FN(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    (void)s;
+    embed_act A;
+    return (int64_t)embed_layout(c, NULL, &A);
+}
+
+int FN(exec_embed_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->tokens, "the tokens");
+    NEED(c->y, "the output y");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_EMBED, &rp, e)) return -1;
+    const real *tok = param_at(&rp, c->param, "tok"), *pos = param_at(&rp, c->param, "pos");
+    embed_act A;
+    embed_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h;
+    real *y = c->y;
+    for (int64_t t = 0; t < T; t++) {
+        int32_t id = c->tokens[t];
+        if (id < 0 || id >= cfg->vocab)
+            return base_errorf(e, "token %d at position %lld of sequence %lld is outside the "
+                                  "vocabulary of %lld; check the data against the model",
+                               (int)id, (long long)(t % cfg->s),
+                               (long long)(c->sample0 + t / cfg->s), (long long)cfg->vocab);
+        A.tokens[t] = id;
+        real *yr = y + t * h;
+        int64_t row = id - sh->vocab0;
+        if (row >= 0 && row < sh->nvocab)
+            memcpy(yr, tok + row * h, (size_t)h * sizeof(real));
+        else
+            memset(yr, 0, (size_t)h * sizeof(real));
+        if (sh->first && pos)
+            for (int64_t j = 0; j < h; j++) yr[j] += pos[(t % cfg->s) * h + j];
+    }
+    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_EMBED),
+                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    return 0;
+}
+
+int FN(exec_embed_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_EMBED, &rp, e)) return -1;
+    real *gtok = param_at(&rp, c->grad, "tok"), *gpos = param_at(&rp, c->grad, "pos");
+    embed_act A;
+    embed_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h;
+    const real *dy = c->dy;
+    const double p = cfg->dropout;
+    const uint64_t key = dropout_key(c, EXEC_DROP_EMBED);
+    const uint64_t idx0 = (uint64_t)c->sample0 * (uint64_t)(cfg->s * h);
+    const real scale = (real)(1.0 / (1.0 - p));
+    for (int64_t t = 0; t < T; t++) {
+        int64_t row = A.tokens[t] - sh->vocab0;
+        bool mine = row >= 0 && row < sh->nvocab;
+        for (int64_t j = 0; j < h; j++) {
+            real g = dy[t * h + j];
+            if (p > 0) g = exec_dropout_keep(key, idx0 + (uint64_t)(t * h + j), p) ? g * scale : 0;
+            if (mine) gtok[row * h + j] += g;
+            if (sh->first && gpos) gpos[(t % cfg->s) * h + j] += g;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- head */
+
+typedef struct head_act {
+    real *x, *mean, *rstd, *xn;
+    real *probs;             /* [T][nvocab]; BI turns it into dz in place for BW */
+    int32_t *targets;
+    real *stats;             /* [3T]: max, sum of exp, target logit */
+    real *dxn;               /* left by BI for BW */
+} head_act;
+
+static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t T = c->b * c->s, h = c->h;
+    A->x = carve_r(&cv, T * h);
+    A->mean = carve_r(&cv, T);
+    A->rstd = carve_r(&cv, T);
+    A->xn = carve_r(&cv, T * h);
+    A->probs = carve_r(&cv, T * sh->nvocab);
+    A->targets = carve_i(&cv, T);
+    A->stats = carve_r(&cv, 3 * T);
+    A->dxn = carve_r(&cv, T * h);
+    return cv.off;
+}
+
+int64_t FN(exec_head_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    head_act A;
+    return (int64_t)head_layout(c, s, NULL, &A);
+}
+
+typedef struct head_w {
+    real *ng, *nb;
+    real *lm;                /* the vocabulary slice [nvocab][h] */
+} head_w;
+
+static int head_weights(const exec_call *c, const region_params *rp, bool grad, head_w *w,
+                        base_error *e)
+{
+    void *block = grad ? c->grad : c->param;
+    w->ng = param_at(rp, block, c->cfg->gpt ? "ln.g" : "norm.g");
+    w->nb = param_at(rp, block, "ln.b");
+    if (c->cfg->tied)
+        w->lm = (real *)(grad ? c->lm_grad : (void *)c->lm_w);
+    else
+        w->lm = param_at(rp, block, "lm");
+    if (!w->lm)
+        return base_errorf(e, "head: the LM-head weight%s is missing (tied embeddings: pass the "
+                              "token table's slice as lm_w / lm_grad)",
+                           grad ? " gradient" : "");
+    return 0;
+}
+
+int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
+{
+    NEED(c->x, "the input x");
+    NEED(c->targets, "the targets");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    NEED(stats, "the statistics buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
+    head_w w;
+    if (head_weights(c, &rp, false, &w, e)) return -1;
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
+    for (int64_t t = 0; t < T; t++) {
+        int32_t id = c->targets[t];
+        if (id < 0 || id >= cfg->vocab)
+            return base_errorf(e, "target %d at position %lld of sequence %lld is outside the "
+                                  "vocabulary of %lld; check the data against the model",
+                               (int)id, (long long)(t % cfg->s),
+                               (long long)(c->sample0 + t / cfg->s), (long long)cfg->vocab);
+        A.targets[t] = id;
+    }
+    memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    FN(exec_gemm)(false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs, nv);
+    for (int64_t t = 0; t < T; t++) {
+        const real *z = A.probs + t * nv;
+        real mx = z[0];
+        for (int64_t j = 1; j < nv; j++) mx = z[j] > mx ? z[j] : mx;
+        stats[t] = mx;
+    }
+    return 0;
+}
+
+int FN(exec_head_f_sums)(const exec_call *c, real *stats, base_error *e)
+{
+    NEED(c->act, "the act buffer");
+    NEED(stats, "the statistics buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, nv = sh->nvocab;
+    for (int64_t t = 0; t < T; t++) {
+        const real *z = A.probs + t * nv;
+        double sum = 0;
+        for (int64_t j = 0; j < nv; j++) sum += R_EXP(z[j] - stats[t]);
+        stats[T + t] = (real)sum;
+        int64_t j = A.targets[t] - sh->vocab0;
+        stats[2 * T + t] = j >= 0 && j < nv ? z[j] : 0;
+    }
+    return 0;
+}
+
+int FN(exec_head_f_end)(const exec_call *c, const real *stats, base_error *e)
+{
+    NEED(c->act, "the act buffer");
+    NEED(stats, "the statistics buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, nv = sh->nvocab;
+    double loss = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double lse = (double)stats[t] + log((double)stats[T + t]);
+        loss += lse - (double)stats[2 * T + t];
+        real *z = A.probs + t * nv;
+        for (int64_t j = 0; j < nv; j++) z[j] = R_EXP(z[j] - (real)lse);
+    }
+    if (c->out) *c->out = sh->first ? loss * cfg->loss_scale : 0.0;
+    return 0;
+}
+
+int FN(exec_head_f)(const exec_call *c, base_error *e)
+{
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    NEED(c->act, "the act buffer");
+    if (sh->tp > 1 && !c->reduce)
+        return base_errorf(e, "head F on a vocabulary shard (tp %d) needs the call's reduce "
+                              "callback for the global softmax statistics, or the phased "
+                              "exec_head_f_begin/sums/end",
+                           sh->tp);
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s;
+    if (FN(exec_head_f_begin)(c, A.stats, e)) return -1;
+    if (c->reduce && c->reduce(c->reduce_ctx, A.stats, T, REAL_DTYPE, EXEC_REDUCE_MAX, e))
+        return -1;
+    if (FN(exec_head_f_sums)(c, A.stats, e)) return -1;
+    if (c->reduce && c->reduce(c->reduce_ctx, A.stats + T, 2 * T, REAL_DTYPE, EXEC_REDUCE_SUM, e))
+        return -1;
+    return FN(exec_head_f_end)(c, A.stats, e);
+}
+
+int FN(exec_head_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
+    head_w w;
+    if (head_weights(c, &rp, false, &w, e)) return -1;
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
+    const real ls = (real)cfg->loss_scale;
+    for (int64_t t = 0; t < T; t++) {
+        real *z = A.probs + t * nv;
+        int64_t j = A.targets[t] - sh->vocab0;
+        if (j >= 0 && j < nv) z[j] -= 1;
+        for (int64_t jj = 0; jj < nv; jj++) z[jj] *= ls;
+    }
+    FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, A.dxn, h);
+    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, c->dx, T, false);
+    return 0;
+}
+
+int FN(exec_head_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
+    head_w g;
+    if (head_weights(c, &rp, true, &g, e)) return -1;
+    head_act A;
+    head_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
+    FN(exec_gemm)(true, false, nv, h, T, 1, A.probs, nv, A.xn, h, 1, g.lm, h);
+    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    return 0;
+}

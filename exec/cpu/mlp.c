@@ -1,0 +1,204 @@
+/* mlp.c — the dense MLP region and its activations. GPT: norm, fc1 (+ bias), GELU, fc2 (+ bias),
+ * dropout, residual. Llama: norm, gate and up projections, SwiGLU, down projection, residual.
+ * A shard owns the FFN columns [ffn0, ffn0 + nffn): fc1/gate/up are split by columns, fc2/down
+ * by rows, and the shards' outputs sum to the whole region's (kernels.h).
+ *
+ * Activation derivatives:
+ *   GELU (tanh form), u = c (x + 0.044715 x^3), c = sqrt(2/pi), t = tanh(u):
+ *     gelu(x) = 0.5 x (1 + t),  gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2)
+ *   SwiGLU a = silu(g) u with silu(g) = g sig(g):
+ *     da/du = silu(g),  da/dg = u sig(g) (1 + g (1 - sig(g))). */
+#include "real.h"
+
+#define GELU_C 0.7978845608028654 /* sqrt(2/pi) */
+#define GELU_A 0.044715
+
+void FN(exec_gelu_f)(const real *x, real *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        real v = x[i];
+        y[i] = (real)0.5 * v * (1 + R_TANH((real)GELU_C * (v + (real)GELU_A * v * v * v)));
+    }
+}
+
+void FN(exec_gelu_bi)(const real *dy, const real *x, real *dx, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        real v = x[i];
+        real t = R_TANH((real)GELU_C * (v + (real)GELU_A * v * v * v));
+        real dg = (real)0.5 * (1 + t) +
+                  (real)0.5 * v * (1 - t * t) * (real)GELU_C * (1 + 3 * (real)GELU_A * v * v);
+        dx[i] = dy[i] * dg;
+    }
+}
+
+static inline real sigmoid(real g) { return 1 / (1 + R_EXP(-g)); }
+
+void FN(exec_swiglu_f)(const real *g, const real *u, real *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) a[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+void FN(exec_swiglu_bi)(const real *da, const real *g, const real *u, real *dg, real *du, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        real sg = sigmoid(g[i]);
+        du[i] = da[i] * g[i] * sg;
+        dg[i] = da[i] * u[i] * sg * (1 + g[i] * (1 - sg));
+    }
+}
+
+/* ---------------------------------------------------------------- the act buffer */
+
+typedef struct mlp_act {
+    real *x, *mean, *rstd, *xn;
+    real *h1;         /* GPT: fc1 output (GELU input); Llama: gate projection */
+    real *u;          /* Llama: up projection */
+    real *a;          /* activation output = fc2/down input */
+    /* left by BI for BW */
+    real *dyd;        /* dy through the output dropout (a copy of dy without dropout) */
+    real *dh1, *du;   /* gradients of fc1 / gate, up outputs */
+    real *dxn;
+} mlp_act;
+
+static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
+    memset(A, 0, sizeof *A);
+    A->x = carve_r(&cv, T * h);
+    A->mean = carve_r(&cv, T);
+    A->rstd = carve_r(&cv, T);
+    A->xn = carve_r(&cv, T * h);
+    A->h1 = carve_r(&cv, T * f);
+    if (!c->gpt) A->u = carve_r(&cv, T * f);
+    A->a = carve_r(&cv, T * f);
+    A->dyd = carve_r(&cv, T * h);
+    A->dh1 = carve_r(&cv, T * f);
+    if (!c->gpt) A->du = carve_r(&cv, T * f);
+    A->dxn = carve_r(&cv, T * h);
+    return cv.off;
+}
+
+int64_t FN(exec_mlp_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    mlp_act A;
+    return (int64_t)mlp_layout(c, s, NULL, &A);
+}
+
+typedef struct mlp_w {
+    real *ng, *nb, *w1, *b1, *w2, *b2; /* Llama: w1 = gate, w2 = down */
+    real *wu;
+} mlp_w;
+
+static void mlp_weights(const exec_cfg *c, const region_params *rp, void *block, mlp_w *w)
+{
+    w->ng = param_at(rp, block, c->gpt ? "ln.g" : "norm.g");
+    w->nb = param_at(rp, block, "ln.b");
+    w->w1 = param_at(rp, block, c->gpt ? "w1" : "wg");
+    w->b1 = param_at(rp, block, "b1");
+    w->wu = param_at(rp, block, "wu");
+    w->w2 = param_at(rp, block, c->gpt ? "w2" : "wd");
+    w->b2 = param_at(rp, block, "b2");
+}
+
+/* ---------------------------------------------------------------- passes */
+
+int FN(exec_mlp_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->x, "the input x");
+    NEED(c->y, "the output y");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MLP, &rp, e)) return -1;
+    mlp_w w;
+    mlp_weights(cfg, &rp, c->param, &w);
+    mlp_act A;
+    mlp_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
+    const real *x = c->x;
+    real *y = c->y;
+
+    memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    FN(exec_gemm)(false, false, T, f, h, 1, A.xn, h, w.w1, f, 0, A.h1, f);
+    if (cfg->gpt) {
+        bias_add(A.h1, T, f, w.b1);
+        FN(exec_gelu_f)(A.h1, A.a, T * f);
+    } else {
+        FN(exec_gemm)(false, false, T, f, h, 1, A.xn, h, w.wu, f, 0, A.u, f);
+        FN(exec_swiglu_f)(A.h1, A.u, A.a, T * f);
+    }
+    FN(exec_gemm)(false, false, T, h, f, 1, A.a, f, w.w2, h, 0, y, h);
+    if (sh->first && w.b2) bias_add(y, T, h, w.b2);
+    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
+                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    if (sh->first)
+        for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
+    return 0;
+}
+
+int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MLP, &rp, e)) return -1;
+    mlp_w w;
+    mlp_weights(cfg, &rp, c->param, &w);
+    mlp_act A;
+    mlp_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
+    const real *dy = c->dy;
+    real *dx = c->dx;
+
+    memcpy(A.dyd, dy, (size_t)(T * h) * sizeof(real));
+    dropout_apply(A.dyd, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
+                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    /* da (the gradient of fc2's input) goes through dh1 as a workspace */
+    FN(exec_gemm)(false, true, T, f, h, 1, A.dyd, h, w.w2, h, 0, A.dh1, f);
+    if (cfg->gpt) {
+        FN(exec_gelu_bi)(A.dh1, A.h1, A.dh1, T * f);
+        FN(exec_gemm)(false, true, T, h, f, 1, A.dh1, f, w.w1, f, 0, A.dxn, h);
+    } else {
+        FN(exec_swiglu_bi)(A.dh1, A.h1, A.u, A.dh1, A.du, T * f);
+        FN(exec_gemm)(false, true, T, h, f, 1, A.dh1, f, w.w1, f, 0, A.dxn, h);
+        FN(exec_gemm)(false, true, T, h, f, 1, A.du, f, w.wu, f, 1, A.dxn, h);
+    }
+    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, dx, T, false);
+    if (sh->first)
+        for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
+    return 0;
+}
+
+int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MLP, &rp, e)) return -1;
+    mlp_w g;
+    mlp_weights(cfg, &rp, c->grad, &g);
+    mlp_act A;
+    mlp_layout(cfg, sh, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
+
+    FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, A.dh1, f, 1, g.w1, f);
+    if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, A.du, f, 1, g.wu, f);
+    FN(exec_gemm)(true, false, f, h, T, 1, A.a, f, A.dyd, h, 1, g.w2, h);
+    if (cfg->gpt) {
+        colsum_acc(A.dh1, T, f, g.b1);
+        if (sh->first) colsum_acc(A.dyd, T, h, g.b2);
+    }
+    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    return 0;
+}

@@ -1,0 +1,442 @@
+/* moe.c — the three MoE regions (Llama family).
+ *
+ * moe_gate: RMSNorm, router logits z = xn Wr, probabilities p = softmax(z), top-k per token
+ * (ties go to the lower expert index), then static capacity: each expert takes at most C tokens
+ * of the micro-batch. Slots are handed out by choice rank first, then token order (GShard: every
+ * token's first choice before any second choice), so which tokens are dropped is deterministic
+ * and independent of how the batch is laid out in memory. The dispatched buffer [E][C][h] holds
+ * the normalised token in each used slot and zeros elsewhere. The combine weight of a choice is
+ * the raw softmax probability (Switch Transformer form), so a dropped choice contributes nothing
+ * and the router learns through the weights of the kept ones.
+ * Load-balancing loss (Switch/GShard): aux = coef * E * sum_e f_e P_e, with f_e the fraction of
+ * the T*k choices that picked e (before capacity; a count, so no gradient) and P_e the mean
+ * router probability of e; d aux / d p[t][e] = coef * E * f_e / T.
+ * Backward of the gate: dp[t][e] gets the combine's weight gradient for each kept choice and the
+ * aux term; softmax backward dz = p o (dp - sum_e p dp); dxn = dz Wr^T + the dispatched-buffer
+ * gradient of each kept slot; then the RMSNorm backward and the residual gradient.
+ *
+ * moe_experts: per local expert a SwiGLU FFN over its rows of the received buffer
+ * [sources][local experts][C][h] (one source without expert parallelism).
+ *
+ * moe_combine: y[t] = residual[t] + sum over kept choices of w[t][k] * expert_out[slot]. */
+#include <stdlib.h>
+
+#include "real.h"
+
+/* ---------------------------------------------------------------- the route tensor */
+
+int64_t FN(exec_route_bytes)(const exec_cfg *c) { return (int64_t)route_layout(c, NULL, NULL); }
+
+void FN(exec_route_view)(const exec_cfg *c, void *route, real **resid, real **w, int32_t **slot)
+{
+    route_view v;
+    route_layout(c, route, &v);
+    if (resid) *resid = v.resid;
+    if (w) *w = v.w;
+    if (slot) *slot = v.slot;
+}
+
+/* ---------------------------------------------------------------- gate */
+
+typedef struct gate_act {
+    real *x, *rstd, *xn;     /* input, RMSNorm statistics, router (and expert) input */
+    real *probs;             /* [T][E] */
+    int32_t *choice, *slot;  /* [T][k]: expert of each choice, its slot in [E*C) or -1 */
+    real *frac;              /* f_e */
+    real *dz, *dxn;          /* left by BI for BW: router logits gradient, norm output gradient */
+} gate_act;
+
+static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    A->x = carve_r(&cv, T * h);
+    A->rstd = carve_r(&cv, T);
+    A->xn = carve_r(&cv, T * h);
+    A->probs = carve_r(&cv, T * E);
+    A->choice = carve_i(&cv, T * k);
+    A->slot = carve_i(&cv, T * k);
+    A->frac = carve_r(&cv, E);
+    A->dz = carve_r(&cv, T * E);
+    A->dxn = carve_r(&cv, T * h);
+    return cv.off;
+}
+
+int64_t FN(exec_moe_gate_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    (void)s;
+    gate_act A;
+    return (int64_t)gate_layout(c, NULL, &A);
+}
+
+/* Top-k and capacity: fills choice, slot and frac from probs. */
+static void route_tokens(const exec_cfg *c, gate_act *A)
+{
+    const int64_t T = c->b * c->s, E = c->experts, k = c->top_k, C = c->capacity;
+    for (int64_t t = 0; t < T; t++) {
+        const real *p = A->probs + t * E;
+        for (int64_t kk = 0; kk < k; kk++) {
+            /* the largest probability not yet chosen; strict '>' keeps the lowest index on ties */
+            int64_t best = -1;
+            for (int64_t ex = 0; ex < E; ex++) {
+                bool taken = false;
+                for (int64_t q = 0; q < kk; q++) taken |= A->choice[t * k + q] == ex;
+                if (!taken && (best < 0 || p[ex] > p[best])) best = ex;
+            }
+            A->choice[t * k + kk] = (int32_t)best;
+        }
+    }
+    for (int64_t ex = 0; ex < E; ex++) A->frac[ex] = 0;
+    int64_t *used = base_xcalloc((size_t)E, sizeof *used);
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t t = 0; t < T; t++) {
+            int32_t ex = A->choice[t * k + kk];
+            A->frac[ex] += (real)(1.0 / (double)(T * k));
+            A->slot[t * k + kk] = used[ex] < C ? (int32_t)(ex * C + used[ex]++) : -1;
+        }
+    free(used);
+}
+
+int FN(exec_moe_gate_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->x, "the input x");
+    NEED(c->y, "the dispatched buffer y");
+    NEED(c->y2, "the route tensor y2");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
+    const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
+                  C = cfg->capacity;
+
+    memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
+    FN(exec_rmsnorm_f)(A.x, ng, A.xn, A.rstd, T, h, cfg->norm_eps);
+    FN(exec_gemm)(false, false, T, E, h, 1, A.xn, h, wr, E, 0, A.probs, E);
+    for (int64_t t = 0; t < T; t++) {
+        real *z = A.probs + t * E, mx = z[0];
+        for (int64_t ex = 1; ex < E; ex++) mx = z[ex] > mx ? z[ex] : mx;
+        double sum = 0;
+        for (int64_t ex = 0; ex < E; ex++) sum += z[ex] = R_EXP(z[ex] - mx);
+        for (int64_t ex = 0; ex < E; ex++) z[ex] = (real)(z[ex] / sum);
+    }
+    if (!c->keep_routing) route_tokens(cfg, &A);
+
+    double aux = 0;
+    for (int64_t ex = 0; ex < E; ex++) {
+        double pm = 0;
+        for (int64_t t = 0; t < T; t++) pm += A.probs[t * E + ex];
+        aux += (double)A.frac[ex] * pm / (double)T;
+    }
+    if (c->out) *c->out = cfg->aux_coef * (double)E * aux;
+
+    real *buf = c->y;
+    memset(buf, 0, (size_t)(E * C * h) * sizeof(real));
+    route_view rv;
+    route_layout(cfg, c->y2, &rv);
+    memcpy(rv.resid, A.x, (size_t)(T * h) * sizeof(real));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            int32_t sl = A.slot[t * k + kk];
+            rv.slot[t * k + kk] = sl;
+            /* a dropped choice weighs nothing, so nothing flows back through it */
+            rv.w[t * k + kk] = sl >= 0 ? A.probs[t * E + A.choice[t * k + kk]] : 0;
+            if (sl >= 0) memcpy(buf + sl * h, A.xn + t * h, (size_t)h * sizeof(real));
+        }
+    return 0;
+}
+
+int FN(exec_moe_gate_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the dispatched-buffer gradient dy");
+    NEED(c->dy2, "the route gradient dy2");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
+    const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
+    const real *dbuf = c->dy;
+    route_view dr;
+    route_layout(cfg, (void *)c->dy2, &dr);
+
+    /* dp into dz, then the softmax backward in place */
+    const double aux_g = cfg->aux_weight * cfg->aux_coef * (double)E / (double)T;
+    for (int64_t t = 0; t < T; t++) {
+        real *dz = A.dz + t * E;
+        const real *p = A.probs + t * E;
+        for (int64_t ex = 0; ex < E; ex++) dz[ex] = (real)(aux_g * A.frac[ex]);
+        for (int64_t kk = 0; kk < k; kk++)
+            if (A.slot[t * k + kk] >= 0) dz[A.choice[t * k + kk]] += dr.w[t * k + kk];
+        double dot = 0;
+        for (int64_t ex = 0; ex < E; ex++) dot += (double)p[ex] * dz[ex];
+        for (int64_t ex = 0; ex < E; ex++) dz[ex] = p[ex] * (dz[ex] - (real)dot);
+    }
+    FN(exec_gemm)(false, true, T, h, E, 1, A.dz, E, wr, E, 0, A.dxn, h);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            int32_t sl = A.slot[t * k + kk];
+            if (sl < 0) continue;
+            for (int64_t j = 0; j < h; j++) A.dxn[t * h + j] += dbuf[sl * h + j];
+        }
+    real *dx = c->dx;
+    FN(exec_rmsnorm_bi)(A.dxn, A.x, ng, A.rstd, dx, T, h, false);
+    for (int64_t i = 0; i < T * h; i++) dx[i] += dr.resid[i];
+    return 0;
+}
+
+int FN(exec_moe_gate_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
+    real *gng = param_at(&rp, c->grad, "norm.g"), *gwr = param_at(&rp, c->grad, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
+    FN(exec_gemm)(true, false, h, E, T, 1, A.xn, h, A.dz, E, 1, gwr, E);
+    FN(exec_rmsnorm_bw)(A.dxn, A.x, A.rstd, gng, T, h);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- experts */
+
+typedef struct experts_act {
+    real *x;                 /* the received buffer [rows][h] */
+    real *g, *u, *a;         /* [rows][f] */
+    real *dy;                /* left by BI for BW: a copy of the output gradient */
+    real *dg, *du;           /* gradients of the gate and up projections */
+} experts_act;
+
+static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
+{
+    return (int64_t)sh->ep * sh->nexperts * c->capacity;
+}
+
+static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, void *base, experts_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    A->x = carve_r(&cv, R * h);
+    A->g = carve_r(&cv, R * f);
+    A->u = carve_r(&cv, R * f);
+    A->a = carve_r(&cv, R * f);
+    A->dy = carve_r(&cv, R * h);
+    A->dg = carve_r(&cv, R * f);
+    A->du = carve_r(&cv, R * f);
+    return cv.off;
+}
+
+int64_t FN(exec_moe_experts_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    experts_act A;
+    return (int64_t)experts_layout(c, s, NULL, &A);
+}
+
+typedef struct expert_w {
+    real *wg, *wu, *wd;      /* of local expert 0; expert i is i * h*f further */
+} expert_w;
+
+/* The rows of local expert ex from source src start at row (src * nexperts + ex) * C. */
+#define EXPERT_ROW0(sh, C, src, ex) (((int64_t)(src) * (sh)->nexperts + (ex)) * (C))
+
+int FN(exec_moe_experts_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->x, "the received buffer x");
+    NEED(c->y, "the output y");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_EXPERTS, &rp, e)) return -1;
+    expert_w w = {param_at(&rp, c->param, "wg"), param_at(&rp, c->param, "wu"),
+                  param_at(&rp, c->param, "wd")};
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity;
+    real *y = c->y;
+
+    memcpy(A.x, c->x, (size_t)(R * h) * sizeof(real));
+    for (int src = 0; src < sh->ep; src++)
+        for (int64_t ex = 0; ex < sh->nexperts; ex++) {
+            int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
+            FN(exec_gemm)(false, false, C, f, h, 1, A.x + r0 * h, h, w.wg + ex * h * f, f, 0,
+                          A.g + r0 * f, f);
+            FN(exec_gemm)(false, false, C, f, h, 1, A.x + r0 * h, h, w.wu + ex * h * f, f, 0,
+                          A.u + r0 * f, f);
+        }
+    FN(exec_swiglu_f)(A.g, A.u, A.a, R * f);
+    for (int src = 0; src < sh->ep; src++)
+        for (int64_t ex = 0; ex < sh->nexperts; ex++) {
+            int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
+            FN(exec_gemm)(false, false, C, h, f, 1, A.a + r0 * f, f, w.wd + ex * f * h, h, 0,
+                          y + r0 * h, h);
+        }
+    return 0;
+}
+
+int FN(exec_moe_experts_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_EXPERTS, &rp, e)) return -1;
+    expert_w w = {param_at(&rp, c->param, "wg"), param_at(&rp, c->param, "wu"),
+                  param_at(&rp, c->param, "wd")};
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity;
+    real *dx = c->dx;
+
+    memcpy(A.dy, c->dy, (size_t)(R * h) * sizeof(real));
+    /* da into dg as a workspace, then SwiGLU's backward */
+    for (int src = 0; src < sh->ep; src++)
+        for (int64_t ex = 0; ex < sh->nexperts; ex++) {
+            int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
+            FN(exec_gemm)(false, true, C, f, h, 1, A.dy + r0 * h, h, w.wd + ex * f * h, h, 0,
+                          A.dg + r0 * f, f);
+        }
+    FN(exec_swiglu_bi)(A.dg, A.g, A.u, A.dg, A.du, R * f);
+    for (int src = 0; src < sh->ep; src++)
+        for (int64_t ex = 0; ex < sh->nexperts; ex++) {
+            int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
+            FN(exec_gemm)(false, true, C, h, f, 1, A.dg + r0 * f, f, w.wg + ex * h * f, f, 0,
+                          dx + r0 * h, h);
+            FN(exec_gemm)(false, true, C, h, f, 1, A.du + r0 * f, f, w.wu + ex * h * f, f, 1,
+                          dx + r0 * h, h);
+        }
+    return 0;
+}
+
+int FN(exec_moe_experts_bw)(const exec_call *c, base_error *e)
+{
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    if (region_params_get(c, EXEC_MOE_EXPERTS, &rp, e)) return -1;
+    expert_w g = {param_at(&rp, c->grad, "wg"), param_at(&rp, c->grad, "wu"),
+                  param_at(&rp, c->grad, "wd")};
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t h = cfg->h, f = sh->neffn, C = cfg->capacity;
+    for (int src = 0; src < sh->ep; src++)
+        for (int64_t ex = 0; ex < sh->nexperts; ex++) {
+            int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
+            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, A.dg + r0 * f, f, 1,
+                          g.wg + ex * h * f, f);
+            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, A.du + r0 * f, f, 1,
+                          g.wu + ex * h * f, f);
+            FN(exec_gemm)(true, false, f, h, C, 1, A.a + r0 * f, f, A.dy + r0 * h, h, 1,
+                          g.wd + ex * f * h, h);
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- combine */
+
+typedef struct combine_act {
+    real *eo;                /* expert outputs [E*C][h] */
+    real *w;                 /* routing weights [T][k] */
+    int32_t *slot;           /* [T][k] */
+} combine_act;
+
+static size_t combine_layout(const exec_cfg *c, void *base, combine_act *A)
+{
+    carver cv = {base, 0};
+    const int64_t T = c->b * c->s, k = c->top_k;
+    A->eo = carve_r(&cv, c->experts * c->capacity * c->h);
+    A->w = carve_r(&cv, T * k);
+    A->slot = carve_i(&cv, T * k);
+    return cv.off;
+}
+
+int64_t FN(exec_moe_combine_act_bytes)(const exec_cfg *c, const exec_shard *s)
+{
+    (void)s;
+    combine_act A;
+    return (int64_t)combine_layout(c, NULL, &A);
+}
+
+int FN(exec_moe_combine_f)(const exec_call *c, base_error *e)
+{
+    NEED(c->x, "the expert outputs x");
+    NEED(c->x2, "the route tensor x2");
+    NEED(c->y, "the output y");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    combine_act A;
+    combine_layout(cfg, c->act, &A);
+    route_view rv;
+    route_layout(cfg, (void *)c->x2, &rv);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
+                  nslots = cfg->experts * cfg->capacity;
+    real *y = c->y;
+
+    memcpy(A.eo, c->x, (size_t)(nslots * h) * sizeof(real));
+    memcpy(A.w, rv.w, (size_t)(T * k) * sizeof(real));
+    memcpy(A.slot, rv.slot, (size_t)(T * k) * sizeof(int32_t));
+    memcpy(y, rv.resid, (size_t)(T * h) * sizeof(real));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            int32_t sl = A.slot[t * k + kk];
+            if (sl < 0) continue;
+            if (sl >= nslots)
+                return base_errorf(e, "moe_combine: slot %d of token %lld is outside the %lld "
+                                      "slots of the dispatched buffer; the route tensor is corrupt",
+                                   (int)sl, (long long)t, (long long)nslots);
+            real wt = A.w[t * k + kk];
+            for (int64_t j = 0; j < h; j++) y[t * h + j] += wt * A.eo[sl * h + j];
+        }
+    return 0;
+}
+
+int FN(exec_moe_combine_bi)(const exec_call *c, base_error *e)
+{
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the expert-output gradient dx");
+    NEED(c->dx2, "the route gradient dx2");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    combine_act A;
+    combine_layout(cfg, c->act, &A);
+    route_view dr;
+    route_layout(cfg, c->dx2, &dr);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
+                  nslots = cfg->experts * cfg->capacity;
+    const real *dy = c->dy;
+    real *dx = c->dx;
+
+    memset(dx, 0, (size_t)(nslots * h) * sizeof(real));
+    memcpy(dr.resid, dy, (size_t)(T * h) * sizeof(real));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            int32_t sl = A.slot[t * k + kk];
+            dr.slot[t * k + kk] = sl;
+            double dw = 0;
+            if (sl >= 0) {
+                real wt = A.w[t * k + kk];
+                for (int64_t j = 0; j < h; j++) {
+                    dx[sl * h + j] += wt * dy[t * h + j];
+                    dw += (double)dy[t * h + j] * A.eo[sl * h + j];
+                }
+            }
+            dr.w[t * k + kk] = (real)dw;
+        }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/* real.h — internal to exec/cpu: the element type of the typed sources. Each of blas.c, norms.c,
+ * attention.c, mlp.c, moe.c, embed_head.c and optim.c is compiled twice, with
+ * EXEC_REAL_BITS=32 and =64 (exec/cpu/CMakeLists.txt); `real` and FN(name) (name_f32 /
+ * name_f64) make one source serve both, so the fp32 and fp64 kernels cannot drift apart.
+ * Also the helpers every region shares: carving the act buffer, the MoE route tensor, dropout,
+ * parameter lookup, call checks. */
+#ifndef PIPER_EXEC_CPU_REAL_H
+#define PIPER_EXEC_CPU_REAL_H
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#if !defined(EXEC_REAL_BITS)
+#error "compile with -DEXEC_REAL_BITS=32 or 64 (see exec/cpu/CMakeLists.txt)"
+#elif EXEC_REAL_BITS == 64
+typedef double real;
+#define FN(name) name##_f64
+#define REAL_DTYPE PLAN_FP64
+#define R_EXP exp
+#define R_TANH tanh
+#elif EXEC_REAL_BITS == 32
+typedef float real;
+#define FN(name) name##_f32
+#define REAL_DTYPE PLAN_FP32
+#define R_EXP expf
+#define R_TANH tanhf
+#else
+#error "EXEC_REAL_BITS must be 32 or 64"
+#endif
+
+/* ---------------------------------------------------------------- act buffer layout */
+
+/* The act buffer of a region is carved into tensors by one layout function per region, run
+ * with base == NULL to measure it and with the buffer to get the pointers, so the size and the
+ * use can never disagree. Every piece is 64-byte aligned. */
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static inline void *carve(carver *cv, size_t bytes)
+{
+    cv->off = (cv->off + 63) & ~(size_t)63;
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += bytes;
+    return p;
+}
+static inline real *carve_r(carver *cv, int64_t n) { return carve(cv, (size_t)n * sizeof(real)); }
+static inline int32_t *carve_i(carver *cv, int64_t n)
+{
+    return carve(cv, (size_t)n * sizeof(int32_t));
+}
+
+/* ---------------------------------------------------------------- the MoE route tensor */
+
+/* gate -> combine: residual [T][h], routing weights [T][k], slots [T][k] (int32, -1 = dropped).
+ * Its gradient has the same layout (slots copied from the forward). */
+typedef struct route_view {
+    real *resid, *w;
+    int32_t *slot;
+} route_view;
+
+static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
+{
+    carver cv = {base, 0};
+    int64_t T = c->b * c->s;
+    route_view r;
+    r.resid = carve_r(&cv, T * c->h);
+    r.w = carve_r(&cv, T * c->top_k);
+    r.slot = carve_i(&cv, T * c->top_k);
+    if (v) *v = r;
+    return cv.off;
+}
+
+/* ---------------------------------------------------------------- dropout */
+
+/* Multiplies x[i] by mask(idx0 + i) / (1 - p): dropout forward and, on a gradient, its backward
+ * (the same linear map). A no-op when p == 0. */
+static inline void dropout_apply(real *x, int64_t n, uint64_t key, uint64_t idx0, double p)
+{
+    if (p <= 0) return;
+    real scale = (real)(1.0 / (1.0 - p));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = exec_dropout_keep(key, idx0 + (uint64_t)i, p) ? x[i] * scale : (real)0;
+}
+
+/* The stream of one dropout site of one layer in one step. Micro-batches and data-parallel
+ * ranks share it: their elements differ by global sample index. */
+static inline uint64_t dropout_key(const exec_call *c, int site)
+{
+    return exec_rng_key4(c->cfg->seed, (uint64_t)c->step, (uint64_t)(int64_t)c->layer,
+                         (uint64_t)site);
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+/* A region's parameter list (exec_region_params) and, by name, a tensor's place in a parameter
+ * or gradient block: regions look their tensors up by name so that the list's order is free. */
+typedef struct region_params {
+    exec_param p[EXEC_MAX_REGION_PARAMS];
+    int n;
+} region_params;
+
+static inline int region_params_get(const exec_call *c, exec_region_kind k, region_params *rp,
+                                    base_error *e)
+{
+    rp->n = exec_region_params(c->cfg, c->shard, k, rp->p, e);
+    return rp->n < 0 ? -1 : 0;
+}
+
+static inline real *param_at(const region_params *rp, const void *block, const char *name)
+{
+    for (int i = 0; i < rp->n; i++)
+        if (strcmp(rp->p[i].name, name) == 0)
+            return block ? (real *)block + rp->p[i].offset : NULL;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- checks and small pieces */
+
+/* Names the missing buffer: kernels are called by an interpreter, whose bugs should read well. */
+#define NEED(ptr, what)                                                                         \
+    do {                                                                                       \
+        if (!(ptr))                                                                            \
+            return base_errorf(e, "%s: %s is missing; the executor must pass it", __func__,   \
+                               what);                                                          \
+    } while (0)
+
+/* Column sums of a [rows][n] matrix accumulated into out (bias gradients). */
+static inline void colsum_acc(const real *x, int64_t rows, int64_t n, real *out)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) out[j] += x[r * n + j];
+}
+
+/* Adds a bias row to every row. */
+static inline void bias_add(real *x, int64_t rows, int64_t n, const real *b)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) x[r * n + j] += b[j];
+}
+
+/* The pre-norm of attention, MLP and head: LayerNorm (GPT, scale and bias) or RMSNorm (scale
+ * only; mean unused). Defined in norms.c. */
+void FN(exec_norm_f)(const exec_cfg *c, const real *x, const real *g, const real *b, real *y,
+                     real *mean, real *rstd, int64_t rows);
+void FN(exec_norm_bi)(const exec_cfg *c, const real *dy, const real *x, const real *g,
+                      const real *mean, const real *rstd, real *dx, int64_t rows,
+                      bool accumulate);
+void FN(exec_norm_bw)(const exec_cfg *c, const real *dy, const real *x, const real *mean,
+                      const real *rstd, real *dg, real *db, int64_t rows);
+
+#endif
