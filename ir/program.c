@@ -1048,7 +1048,9 @@ static void infer_from_directives(ir_program *p)
                     const ir_tag_match *m = &fs[k].m[j];
                     if (m->tag == IR_TAG_PP) {
                         pp = true;
-                        if (!m->any && m->value > pp_max) pp_max = m->value;
+                        /* clamped: the stage-count check below reports it, without overflow */
+                        if (!m->any && m->value > pp_max)
+                            pp_max = m->value < INT32_MAX ? m->value : INT32_MAX;
                     }
                     if (m->tag == IR_TAG_EP) p->ann.ep = true;
                     if (m->tag == IR_TAG_TP) p->ann.tp = true;
