@@ -120,7 +120,7 @@ void sched_update_sizes(sched_ctx *x)
                 if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg)
                     n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb; /* ZeRO-3 */
                 else if (n->op == IR_OP_ALL_GATHER)
-                    n->bytes = param_sum * nn; /* shards in, whole parameters out */
+                    n->bytes = param_sum; /* whole parameters out (NCCL counts the output) */
                 else
                     n->bytes = grad_sum;
             } else if (n->op == IR_OP_ALL_GATHER) {

@@ -1,0 +1,285 @@
+/* options.c — sim/'s options and cost model: link defaults per GPU type, the --links and --costs
+ * parsers, GEMM efficiency and kernel durations. Kept apart from the SimGrid code so that the cost
+ * model can be tested (and used) without starting a simulation. */
+#include "sim.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Launch overhead per kernel entry: a CUDA launch plus the gaps between back-to-back kernels is a
+ * few microseconds; 4 us is our estimate, a calibration constant. */
+#define DEFAULT_LAUNCH 4e-6
+/* hardware.md: a 16384^3 fp16 GEMM on an A100 runs at 256 of 312 TFLOP/s. */
+#define DEFAULT_GEMM_EFF_LARGE (256.0 / 312.0)
+/* Our estimate: a dimension of 128 (one tensor-core tile row of a typical CUTLASS/cuBLAS tile)
+ * halves that dimension's factor; skinny GEMMs (k = head_dim, small micro-batches) pay for it. */
+#define DEFAULT_GEMM_HALF 128.0
+#define GEMM_REF_DIM 16384.0
+
+/* Per-direction link figures of the usual system for each GPU type (hardware.md; the NIC figures
+ * are the DGX A100 HDR 200 Gb/s and the DGX/HGX H100-class NDR 400 Gb/s ports, one per GPU). The
+ * `cpu` entry matches configs/clusters/cpu_8.yaml. Unknown types get A100 figures. */
+static const struct {
+    const char *prefix;
+    double nvlink, nic;
+} link_table[] = {
+    {"A100", 300e9, 25e9}, {"H100", 450e9, 50e9}, {"H200", 450e9, 50e9},
+    {"H800", 200e9, 50e9}, {"cpu", 10e9, 1.25e9},
+};
+
+void sim_links_default(sim_links *l, const char *gpu_name)
+{
+    memset(l, 0, sizeof *l);
+    l->nvlink_bw = 300e9;
+    l->nic_bw = 25e9;
+    for (size_t i = 0; gpu_name && i < BASE_COUNT(link_table); i++)
+        if (!strncasecmp(gpu_name, link_table[i].prefix, strlen(link_table[i].prefix))) {
+            l->nvlink_bw = link_table[i].nvlink;
+            l->nic_bw = link_table[i].nic;
+            break;
+        }
+    l->nvlink_latency = 1e-6;
+    l->nic_latency = 5e-6;
+    l->pcie_bw = 1e15; /* not a bottleneck unless set: GPUDirect RDMA rarely is on these systems */
+    l->gpus_per_nic = 1;
+    l->nodes_per_leaf = 16;
+    l->oversubscription = 1;
+}
+
+void sim_options_init(sim_options *o, const sched_plan *p)
+{
+    memset(o, 0, sizeof *o);
+    sim_links_default(&o->links, p ? p->gpu.name : NULL);
+    o->costs.launch_overhead = DEFAULT_LAUNCH;
+    o->costs.gemm_eff_large = DEFAULT_GEMM_EFF_LARGE;
+    o->costs.gemm_half_dim = DEFAULT_GEMM_HALF;
+    o->coll = SIM_COLL_AUTO;
+}
+
+const char *sim_coll_name(sim_coll_algo a)
+{
+    return a == SIM_COLL_RING ? "ring" : a == SIM_COLL_RING_STEPS ? "ring-steps" : "auto";
+}
+
+/* ---------------------------------------------------------------- value parsing */
+
+typedef struct unit_entry {
+    const char *suffix;
+    double scale;
+} unit_entry;
+
+static const unit_entry bw_units[] = {
+    {"B/s", 1},     {"KB/s", 1e3},    {"MB/s", 1e6},    {"GB/s", 1e9},    {"TB/s", 1e12},
+    {"b/s", 0.125}, {"Kb/s", 125},    {"Mb/s", 125e3},  {"Gb/s", 125e6},  {"Tb/s", 125e9},
+    {"Bps", 1},     {"KBps", 1e3},    {"MBps", 1e6},    {"GBps", 1e9},    {"TBps", 1e12},
+    {NULL, 0},
+};
+static const unit_entry time_units[] = {
+    {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {NULL, 0},
+};
+
+/* A finite number >= 0 with an optional unit from `units`; 0 on success. */
+static int parse_quantity(const char *s, const unit_entry *units, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0) return -1;
+    if (*end == 0) {
+        *out = v;
+        return 0;
+    }
+    for (const unit_entry *u = units; u && u->suffix; u++)
+        if (!strcmp(end, u->suffix)) {
+            *out = v * u->scale;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_count(const char *s, int lo, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > 1 << 20) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Calls fn(key, value) for each "key=value" of a comma-separated list. A bare word has value
+ * NULL. Words are copied so that fn may keep nothing. */
+static int each_pair(const char *spec, const char *what, base_error *e,
+                     int (*fn)(void *ctx, const char *key, const char *val, base_error *e), void *ctx)
+{
+    if (!spec || !*spec) return base_errorf(e, "%s: empty list; see piper-sim --help", what);
+    char *copy = base_xmalloc(strlen(spec) + 1);
+    strcpy(copy, spec);
+    int rc = 0;
+    for (char *tok = copy, *next; tok && !rc; tok = next) {
+        next = strchr(tok, ',');
+        if (next) *next++ = 0;
+        while (isspace((unsigned char)*tok)) tok++;
+        size_t n = strlen(tok);
+        while (n && isspace((unsigned char)tok[n - 1])) tok[--n] = 0;
+        if (!*tok) {
+            rc = base_errorf(e, "%s: '%s' has an empty item; separate items with single commas", what, spec);
+            break;
+        }
+        char *eq = strchr(tok, '=');
+        if (eq) *eq++ = 0;
+        rc = fn(ctx, tok, eq, e);
+    }
+    free(copy);
+    return rc;
+}
+
+static int links_item(void *ctx, const char *key, const char *val, base_error *e)
+{
+    sim_links *l = ctx;
+    static const struct {
+        const char *key;
+        int kind; /* 0 bandwidth, 1 latency, 2 count, 3 ratio */
+        size_t off;
+    } keys[] = {
+        {"nvlink_bw", 0, offsetof(sim_links, nvlink_bw)},
+        {"nvlink_lat", 1, offsetof(sim_links, nvlink_latency)},
+        {"nic_bw", 0, offsetof(sim_links, nic_bw)},
+        {"nic_lat", 1, offsetof(sim_links, nic_latency)},
+        {"pcie_bw", 0, offsetof(sim_links, pcie_bw)},
+        {"gpus_per_nic", 2, offsetof(sim_links, gpus_per_nic)},
+        {"nodes_per_leaf", 2, offsetof(sim_links, nodes_per_leaf)},
+        {"oversubscription", 3, offsetof(sim_links, oversubscription)},
+    };
+    for (size_t i = 0; i < BASE_COUNT(keys); i++) {
+        if (strcmp(key, keys[i].key)) continue;
+        char *field = (char *)l + keys[i].off;
+        static const char *const example[] = {"300GB/s", "1us", "2", "1"};
+        int bad;
+        if (!val) {
+            bad = 1;
+        } else if (keys[i].kind == 2) {
+            bad = parse_count(val, 1, (int *)(void *)field);
+        } else {
+            double v;
+            bad = parse_quantity(val, keys[i].kind == 0 ? bw_units : keys[i].kind == 1 ? time_units : NULL, &v);
+            if (!bad && (keys[i].kind == 0 || keys[i].kind == 3) && v <= 0) bad = 1;
+            if (!bad && keys[i].kind == 3 && v < 1) bad = 1;
+            if (!bad) memcpy(field, &v, sizeof v);
+        }
+        if (bad)
+            return base_errorf(e, "--links: '%s=%s' is not a valid %s; write e.g. %s=%s", key, val ? val : "",
+                               keys[i].kind == 0   ? "bandwidth (a positive number with B/s, GB/s, Gb/s, ...)"
+                               : keys[i].kind == 1 ? "latency (a number with s, ms, us or ns)"
+                               : keys[i].kind == 2 ? "count (a whole number >= 1)"
+                                                   : "ratio (a number >= 1)",
+                               key, example[keys[i].kind]);
+        return 0;
+    }
+    return base_errorf(e, "--links: unknown key '%s'; known keys: nvlink_bw, nvlink_lat, nic_bw, nic_lat, "
+                       "pcie_bw, gpus_per_nic, nodes_per_leaf, oversubscription", key);
+}
+
+int sim_links_parse(sim_links *l, const char *spec, base_error *e)
+{
+    return each_pair(spec, "--links", e, links_item, l);
+}
+
+static int pass_by_name(const char *s)
+{
+    for (int p = 0; p < PLAN_NPASS; p++)
+        if (!strcmp(s, sched_plan_pass_name((plan_pass)p))) return p;
+    return -1;
+}
+
+typedef struct costs_ctx {
+    sim_costs *c;
+    bool in_unit; /* after "unit:", bare PASS=value items belong to it */
+} costs_ctx;
+
+static int costs_item(void *ctx, const char *key, const char *val, base_error *e)
+{
+    costs_ctx *cx = ctx;
+    sim_costs *c = cx->c;
+    char head[64];
+    if (!strncmp(key, "unit:", 5)) {
+        c->unit = true;
+        cx->in_unit = true;
+        for (int p = 0; p < PLAN_NPASS; p++) c->unit_pass[p] = 0;
+        snprintf(head, sizeof head, "%s", key + 5);
+        key = head;
+    } else if (!strcmp(key, "unit")) {
+        return base_errorf(e, "--costs: 'unit' needs pass costs; write e.g. unit:F=1,B=2");
+    }
+    if (!strcmp(key, "nocomm") && !val) {
+        c->nocomm = true;
+        return 0;
+    }
+    if (!strcmp(key, "launch") || !strcmp(key, "gemm_eff") || !strcmp(key, "gemm_half")) {
+        double v;
+        int bad = !val || parse_quantity(val, !strcmp(key, "launch") ? time_units : NULL, &v);
+        if (!bad && !strcmp(key, "gemm_eff") && (v <= 0 || v > 1)) bad = 1;
+        if (!bad && !strcmp(key, "gemm_half") && v <= 0) bad = 1;
+        if (bad)
+            return base_errorf(e, "--costs: '%s=%s' is not valid; write launch=4us, gemm_eff=0.8 (0 < e <= 1) or "
+                               "gemm_half=128", key, val ? val : "");
+        if (!strcmp(key, "launch")) c->launch_overhead = v;
+        else if (!strcmp(key, "gemm_eff")) c->gemm_eff_large = v;
+        else c->gemm_half_dim = v;
+        return 0;
+    }
+    int p = pass_by_name(key);
+    if (p >= 0 && cx->in_unit) {
+        double v;
+        if (!val || parse_quantity(val, time_units, &v))
+            return base_errorf(e, "--costs: '%s=%s' is not a duration; write e.g. %s=1 (seconds) or %s=2ms", key,
+                               val ? val : "", key, key);
+        c->unit_pass[p] = v;
+        return 0;
+    }
+    if (p >= 0)
+        return base_errorf(e, "--costs: pass cost '%s' outside a unit list; write unit:%s=%s", key, key, val ? val : "1");
+    return base_errorf(e, "--costs: unknown item '%s'; known: unit:PASS=seconds,... (passes F, B, BI, BW, R, UPD, "
+                       "AUX), nocomm, launch=TIME, gemm_eff=FRACTION, gemm_half=DIM", key);
+}
+
+int sim_costs_parse(sim_costs *c, const char *spec, base_error *e)
+{
+    costs_ctx cx = {c, false};
+    return each_pair(spec, "--costs", e, costs_item, &cx);
+}
+
+/* ---------------------------------------------------------------- cost model */
+
+static double dim_factor(double x, double half) { return x > 0 ? x / (x + half) : 0; }
+
+double sim_gemm_efficiency(const sim_costs *c, int64_t m, int64_t n, int64_t k)
+{
+    double large = c->gemm_eff_large > 0 ? c->gemm_eff_large : DEFAULT_GEMM_EFF_LARGE;
+    if (m <= 0 || n <= 0 || k <= 0) return large; /* shape unknown: a large GEMM's */
+    double h = c->gemm_half_dim > 0 ? c->gemm_half_dim : DEFAULT_GEMM_HALF;
+    double ref = dim_factor(GEMM_REF_DIM, h);
+    double f = dim_factor((double)m, h) * dim_factor((double)n, h) * dim_factor((double)k, h) / (ref * ref * ref);
+    double eff = large * f;
+    return eff > 1 ? 1 : eff;
+}
+
+/* The dtype's peak, or bf16's where the type has no such unit (fp8 on an A100), or fp32's. */
+static double peak_of(const plan_gpu *g, int dtype)
+{
+    if (dtype >= 0 && dtype < PLAN_NDTYPE && g->peak_flops[dtype] > 0) return g->peak_flops[dtype];
+    if (g->peak_flops[PLAN_BF16] > 0) return g->peak_flops[PLAN_BF16];
+    return g->peak_flops[PLAN_FP32];
+}
+
+double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k)
+{
+    double peak = peak_of(g, k->dtype);
+    double eff = k->kind == PLAN_KERNEL_GEMM ? sim_gemm_efficiency(c, k->m, k->n, k->k) : 1;
+    double tf = k->flops > 0 && peak > 0 && eff > 0 ? k->flops / (peak * eff) : 0;
+    double tb = k->bytes > 0 && g->hbm_bw > 0 ? k->bytes / g->hbm_bw : 0;
+    double t = tf > tb ? tf : tb;
+    if (!isfinite(t) || t < 0) t = 0;
+    return t + (c->launch_overhead > 0 ? c->launch_overhead : 0);
+}

@@ -1,0 +1,232 @@
+/* piper_sim.c — `piper-sim`: simulate one training step of a plan file, or of a program.
+ *
+ * sim/ may include nothing of the compiler but sched/plan.h, so a program is compiled by running
+ * the piper-compile executable that sits next to piper-sim (or the one on PATH) into a temporary
+ * plan file, which is then read like any other. Prints the report on stdout (deterministic), and
+ * the simulation's wall time on stderr. */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim/sim.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: piper-sim FILE [options]\n"
+            "\n"
+            "Simulates one training step with SimGrid and reports the step time, tokens/s, MFU and\n"
+            "HFU, each device's compute / exposed communication / idle time and its peak memory\n"
+            "with the breakdown. FILE is a plan (written by piper-compile -o) or a program (YAML or\n"
+            "JSON), which is first compiled by running the piper-compile found next to piper-sim.\n"
+            "\n"
+            "options:\n"
+            "  --json FILE         also write the results as JSON (docs/sim-json.md); - for stdout\n"
+            "                      instead of the report\n"
+            "  --links LIST        network figures, comma-separated key=value (defaults per GPU type):\n"
+            "                        nvlink_bw=300GB/s  nvlink_lat=1us   (per GPU, per direction)\n"
+            "                        nic_bw=25GB/s      nic_lat=5us      gpus_per_nic=1\n"
+            "                        pcie_bw=...        nodes_per_leaf=16  oversubscription=1\n"
+            "                      bandwidths take B/s, KB/s, MB/s, GB/s, TB/s or Gb/s; latencies s,\n"
+            "                      ms, us or ns\n"
+            "  --costs LIST        what-if overrides, comma-separated:\n"
+            "                        unit:F=1,B=2,BI=1,BW=1  unit costs per pass (seconds for one\n"
+            "                                                stage and micro-batch; others cost 0)\n"
+            "                        nocomm                  communication is free\n"
+            "                        launch=4us  gemm_eff=0.82  gemm_half=128   cost-model constants\n"
+            "  --coll ALGO         auto (default: rings; across nodes, rings inside each node and\n"
+            "                      rings across nodes, as NCCL), ring (one flat ring) or ring-steps\n"
+            "                      (one flat ring in lock-step phases of bytes/n)\n"
+            "  --platform-out FILE write the generated SimGrid platform XML\n"
+            "  --no-check          skip the static check of the plan (deadlock, memory)\n"
+            "  --in-process        simulate in this process (profiling; SimGrid errors abort)\n"
+            "  -q, --quiet         no report (use with --json)\n"
+            "  -h, --help          this help\n"
+            "\n"
+            "exit status: 0 on success, 1 when the input is invalid or the simulation fails, 2 on\n"
+            "usage errors.\n");
+}
+
+/* Is the file a plan? Plans begin with "piper-plan ". */
+static int is_plan_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char head[16] = {0};
+    size_t n = fread(head, 1, 11, f);
+    fclose(f);
+    return n == 11 && !memcmp(head, "piper-plan ", 11);
+}
+
+/* Runs piper-compile (next to this executable, else on PATH) to turn a program into a plan. */
+static int compile_program(const char *program, const char *plan_path)
+{
+    char self[PATH_MAX], tool[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    tool[0] = 0;
+    if (n > 0) {
+        self[n] = 0;
+        snprintf(tool, sizeof tool, "%s/piper-compile", dirname(self));
+        if (access(tool, X_OK)) tool[0] = 0;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "piper-sim: cannot start piper-compile (%s)\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        char *args[] = {tool[0] ? tool : "piper-compile", "-q", "--allow-oom", (char *)program, "-o",
+                        (char *)plan_path, NULL};
+        if (tool[0]) execv(tool, args);
+        else execvp("piper-compile", args);
+        fprintf(stderr, "piper-sim: cannot run piper-compile (%s); build it (cmake --build build) so that it sits "
+                        "next to piper-sim, or simulate a plan file written by piper-compile -o\n", strerror(errno));
+        _exit(127);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return 0;
+    if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 127))
+        fprintf(stderr, "piper-sim: piper-compile could not compile %s (see its messages above)\n", program);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *input = NULL, *json = NULL, *links = NULL, *coll = NULL, *platform_out = NULL;
+    const char *costs[16];
+    int ncosts = 0;
+    int quiet = 0, no_check = 0, in_process = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json") || !strcmp(a, "--links") || !strcmp(a, "--costs") || !strcmp(a, "--coll") ||
+                   !strcmp(a, "--platform-out")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "piper-sim: %s needs a value; see piper-sim --help\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--json")) json = v;
+            else if (!strcmp(a, "--links")) links = v;
+            else if (!strcmp(a, "--coll")) coll = v;
+            else if (!strcmp(a, "--platform-out")) platform_out = v;
+            else if (ncosts < (int)BASE_COUNT(costs)) costs[ncosts++] = v;
+            else {
+                fprintf(stderr, "piper-sim: too many --costs; join them with commas\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = 1;
+        } else if (!strcmp(a, "--no-check")) {
+            no_check = 1;
+        } else if (!strcmp(a, "--in-process")) {
+            in_process = 1;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "piper-sim: unknown option '%s'; see piper-sim --help\n", a);
+            return 2;
+        } else if (!input) {
+            input = a;
+        } else {
+            fprintf(stderr, "piper-sim: one file at a time ('%s' and '%s')\n", input, a);
+            return 2;
+        }
+    }
+    if (!input) {
+        usage(stderr);
+        return 2;
+    }
+    if (coll && strcmp(coll, "auto") && strcmp(coll, "ring") && strcmp(coll, "ring-steps")) {
+        fprintf(stderr, "piper-sim: --coll %s: unknown algorithm; use auto, ring or ring-steps\n", coll);
+        return 2;
+    }
+
+    int kind = is_plan_file(input);
+    if (kind < 0) {
+        fprintf(stderr, "error: cannot open %s: %s; check the path\n", input, strerror(errno));
+        return 1;
+    }
+    char tmp_plan[4096] = "";
+    const char *plan_path = input;
+    if (!kind) {
+        const char *td = getenv("TMPDIR");
+        snprintf(tmp_plan, sizeof tmp_plan, "%s/piper-sim-plan-XXXXXX", td && *td ? td : "/tmp");
+        int fd = mkstemp(tmp_plan);
+        if (fd < 0) {
+            fprintf(stderr, "error: cannot create a temporary plan file (%s); set TMPDIR to a writable directory\n",
+                    strerror(errno));
+            return 1;
+        }
+        close(fd);
+        if (compile_program(input, tmp_plan)) {
+            unlink(tmp_plan);
+            return 1;
+        }
+        plan_path = tmp_plan;
+    }
+
+    base_error e;
+    base_error_clear(&e);
+    sched_plan p;
+    int rc = sched_plan_read_file(&p, plan_path, &e);
+    if (tmp_plan[0]) unlink(tmp_plan);
+    if (rc) {
+        base_error_print(&e, stderr);
+        return 1;
+    }
+    sim_options o;
+    sim_options_init(&o, &p);
+    o.in_process = in_process;
+    o.platform_out = platform_out;
+    o.progress = isatty(STDERR_FILENO);
+    if (coll && !strcmp(coll, "ring-steps")) o.coll = SIM_COLL_RING_STEPS;
+    if (coll && !strcmp(coll, "ring")) o.coll = SIM_COLL_RING;
+    if (links) rc = sim_links_parse(&o.links, links, &e);
+    for (int k = 0; !rc && k < ncosts; k++) rc = sim_costs_parse(&o.costs, costs[k], &e);
+    if (rc) {
+        base_error_print(&e, stderr);
+        sched_plan_free(&p);
+        return 2;
+    }
+    if (!no_check) {
+        sched_plan_stats st;
+        rc = sched_plan_check(&p, &st, &e);
+        if (!rc) sched_plan_stats_free(&st);
+    }
+    sim_result r;
+    if (!rc) rc = sim_run(&p, &o, &r, &e);
+    base_error_print(&e, stderr);
+    if (rc) {
+        sched_plan_free(&p);
+        return 1;
+    }
+    if (!quiet && !(json && !strcmp(json, "-"))) sim_report_write(&p, &o, &r, stdout); /* JSON alone on stdout */
+    if (json) {
+        FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
+        if (!f) {
+            fprintf(stderr, "error: cannot write %s: %s; check the path\n", json, strerror(errno));
+            rc = 1;
+        } else {
+            sim_json_write(&p, &o, &r, f);
+            if (f != stdout && fclose(f)) {
+                fprintf(stderr, "error: cannot write %s: %s\n", json, strerror(errno));
+                rc = 1;
+            }
+        }
+    }
+    fprintf(stderr, "piper-sim: %lld simulated activities in %.3f s\n", (long long)r.activities, r.wall_seconds);
+    sim_result_free(&r);
+    sched_plan_free(&p);
+    return rc;
+}

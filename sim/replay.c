@@ -1,0 +1,891 @@
+/* replay.c — the SimGrid replay of a plan: one actor per (device, stream) runs the stream's
+ * instructions in launch order, on a platform from platform.c.
+ *
+ *  - compute: an execution on the device's host (speed 1e9, so the amount is nanoseconds) lasting
+ *    the cost model's time; two streams computing at once share the device (max-min);
+ *  - send/recv: mailbox puts and gets keyed by (source, destination, tag), posted together for a
+ *    sendrecv group; SimGrid's rendezvous gives the plan's zero-buffering semantics (a transfer
+ *    starts when both sides are posted);
+ *  - collectives: members meet per (group, sequence number), then exchange flows with their ring
+ *    neighbours (or everyone, for all-to-all) through per-(group, stream, rank) mailboxes, so that
+ *    collectives contend with each other and with p2p on the links;
+ *  - record/wait: per-device progress counters and a condition variable;
+ *  - alloc/free: per-device memory by category in simulated time.
+ *
+ * Where the time goes is integrated per device as the simulation runs: compute while a compute
+ * instruction runs, exposed communication while a transfer moves data (from the moment both sides
+ * are posted, or all members arrived) and nothing computes; the rest of the step is idle. Waiting
+ * for a peer is idle time, not communication, so that idle matches formulas.md's "makespan - busy"
+ * when communication is free. */
+#include "sim_internal.h"
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/cond.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+#include <simgrid/mutex.h>
+#include <xbt/config.h>
+#include <xbt/log.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SIM_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIM_UNDER_ASAN 1
+#endif
+#endif
+
+#define NS_PER_S 1e9
+#define MAX_BATCH 64 /* sendrecv groups larger than this are posted in slices of this size */
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct list_rt {
+    bool used;
+    int32_t *soff, *sidx, *spos; /* stream s runs sidx[soff[s] .. soff[s+1]); spos: position in its stream */
+    int32_t *aux;                /* WAIT: launch index of its record; COLL: sequence number on its slot */
+    int32_t *run;                /* SEND/RECV heading a sendrecv group: instructions in the group */
+    double *dur;                 /* COMPUTE: seconds */
+    int32_t *skey;               /* per stream: global id of the stream's name */
+    int32_t *slot_ncoll;         /* per group slot: collectives issued through it */
+    double model_flops, hw_flops;
+} list_rt;
+
+typedef struct dev_rt {
+    double last_t, compute_t, exposed_t, comm_t, end;
+    int ncompute, ncomm;
+    double cur[PLAN_NMEM], total, peak, at_peak[PLAN_NMEM], peak_by_mem[PLAN_NMEM];
+    double bytes_sent;
+    int64_t ninstr;
+    int32_t *done;               /* per stream: instructions completed */
+    int streams_left;
+    int nwaiting;
+    sg_cond_t cond;
+    sg_mutex_t mutex;
+    int32_t *coll_seq;           /* per instruction, only when two slots name one group */
+    int32_t *slot_rank;          /* per group slot: the device's rank in the group */
+    double *slot_alpha;          /* per group slot and phase (4): latency to the peer it sends to (-1 unknown) */
+} dev_rt;
+
+typedef struct coll_inst {
+    int arrived, finished;
+} coll_inst;
+
+typedef struct group_rt {
+    sg_cond_t cond;
+    sg_mutex_t mutex;
+    int32_t *ring;      /* 0 .. n-1: the flat ring in rank order */
+    /* hierarchical collectives: the group spans several nodes with per_node members on each */
+    bool hier;
+    int per_node;
+    int32_t *grid;      /* [node][local]: rank of each member, nodes in order of first member */
+    int32_t *node_of, *local_of; /* per rank */
+} group_rt;
+
+typedef struct stream_ctx {
+    int dev, s;
+    void *slot[MAX_BATCH];       /* where gets store the (unused) payload pointer */
+} stream_ctx;
+
+/* p2p posts not yet matched, keyed by (src, dst, tag): when the second side posts, the transfer
+ * starts, and both devices count it as communication from then on. Open addressing. */
+typedef struct xfer_slot {
+    int32_t src, dst, tag;
+    int32_t nsend, nrecv; /* posted and unmatched; both 0 and src >= 0: a tombstone */
+    uint8_t used;
+} xfer_slot;
+
+typedef struct sim_state {
+    const sched_plan *p;
+    const sim_options *o;
+    list_rt *li;
+    dev_rt *dv;
+    group_rt *gr;
+    int32_t *goff;               /* ngroups + 1: group g's instances are goff[g] .. goff[g+1] */
+    coll_inst *inst;
+    xfer_slot *xf;
+    size_t xcap, xused;
+    int nskeys;
+    const char **skeys;
+    int64_t activities;
+    int64_t ticks;
+    double wall0, wall_last;
+    char dummy;
+} sim_state;
+
+static sim_state *S; /* one simulation per process (SimGrid's engine is a singleton) */
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- accounting */
+
+static void progress_tick(void)
+{
+    if (!S->o->progress || (++S->ticks & 0xffff)) return;
+    double w = wall_now();
+    if (w - S->wall_last < 1.0) return;
+    S->wall_last = w;
+    fprintf(stderr, "\rpiper-sim: simulated %.6g s of the step, %lld activities, %.0f s wall", simgrid_get_clock(),
+            (long long)S->activities, w - S->wall0);
+    fflush(stderr);
+}
+
+/* Integrates the device's time up to now, then changes its counts of running computes and
+ * in-flight transfers. */
+static void acct(dev_rt *dv, int dcompute, int dcomm)
+{
+    double now = simgrid_get_clock();
+    double dt = now - dv->last_t;
+    if (dt > 0) {
+        if (dv->ncompute > 0) dv->compute_t += dt;
+        else if (dv->ncomm > 0) dv->exposed_t += dt;
+        if (dv->ncomm > 0) dv->comm_t += dt;
+    }
+    dv->last_t = now;
+    dv->ncompute += dcompute;
+    dv->ncomm += dcomm;
+    progress_tick();
+}
+
+static void mem_change(dev_rt *dv, const plan_buffer *b, int sign)
+{
+    double bytes = (double)b->bytes * sign;
+    dv->cur[b->mem] += bytes;
+    dv->total += bytes;
+    if (sign > 0) {
+        if (dv->cur[b->mem] > dv->peak_by_mem[b->mem]) dv->peak_by_mem[b->mem] = dv->cur[b->mem];
+        if (dv->total > dv->peak) {
+            dv->peak = dv->total;
+            memcpy(dv->at_peak, dv->cur, sizeof dv->at_peak);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- p2p matching */
+
+static uint64_t xhash(int32_t a, int32_t b, int32_t c)
+{
+    uint64_t h = (uint64_t)(uint32_t)a * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)(uint32_t)b * 0xC2B2AE3D27D4EB4Full + (h << 6) + (h >> 2);
+    h ^= (uint64_t)(uint32_t)c * 0x165667B19E3779F9ull + (h << 6) + (h >> 2);
+    return h ^ (h >> 29);
+}
+
+/* Rehashes without the tombstones, doubling only when live entries fill a quarter or more. */
+static void xf_grow(void)
+{
+    size_t ocap = S->xcap, live = 0;
+    xfer_slot *old = S->xf;
+    for (size_t i = 0; i < ocap; i++) live += old[i].used && (old[i].nsend || old[i].nrecv);
+    S->xcap = !ocap ? 1024 : 4 * (live + 1) > ocap ? 2 * ocap : ocap;
+    S->xf = base_xcalloc(S->xcap, sizeof *S->xf);
+    S->xused = 0;
+    for (size_t i = 0; i < ocap; i++) {
+        const xfer_slot *o = &old[i];
+        if (!o->used || (o->nsend == 0 && o->nrecv == 0)) continue;
+        size_t j = xhash(o->src, o->dst, o->tag) & (S->xcap - 1);
+        while (S->xf[j].used) j = (j + 1) & (S->xcap - 1);
+        S->xf[j] = *o;
+        S->xused++;
+    }
+    free(old);
+}
+
+/* Records a post; returns 1 when it matches the other side's (the transfer starts now). */
+static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
+{
+    if (2 * (S->xused + 1) > S->xcap) xf_grow();
+    size_t mask = S->xcap - 1, j = xhash(src, dst, tag) & mask;
+    xfer_slot *free_slot = NULL;
+    for (; S->xf[j].used; j = (j + 1) & mask) {
+        xfer_slot *x = &S->xf[j];
+        if (x->src == src && x->dst == dst && x->tag == tag) {
+            int32_t *other = send ? &x->nrecv : &x->nsend;
+            if (*other > 0) {
+                (*other)--;
+                return 1;
+            }
+            if (send) x->nsend++;
+            else x->nrecv++;
+            return 0;
+        }
+        /* a tombstone (both counts 0): another key may take it once the probe shows that key absent */
+        if (!free_slot && x->nsend == 0 && x->nrecv == 0) free_slot = x;
+    }
+    xfer_slot *x = free_slot ? free_slot : &S->xf[j];
+    if (!free_slot) S->xused++;
+    *x = (xfer_slot){src, dst, tag, send ? 1 : 0, send ? 0 : 1, 1};
+    return 0;
+}
+
+/* ---------------------------------------------------------------- instructions */
+
+static sg_mailbox_t p2p_mailbox(int src, int dst, int tag)
+{
+    char name[64];
+    snprintf(name, sizeof name, "p%d>%d#%d", src, dst, tag);
+    return sg_mailbox_by_name(name);
+}
+
+/* Collective flows of group g on streams named skey, phase ph, into the member of rank `rank`:
+ * members meet per instance before any flow, so consecutive instances never mix. */
+static sg_mailbox_t coll_mailbox(int g, int skey, int ph, int rank)
+{
+    char name[64];
+    snprintf(name, sizeof name, "c%d:%d:%d:%d", g, skey, ph, rank);
+    return sg_mailbox_by_name(name);
+}
+
+static void wait_all_counted(dev_rt *dv, sg_comm_t *comms, int n, const int *counted)
+{
+    /* counted[k]: comm k was started by a matched post (it counts as communication until done) */
+    int left = n;
+    int cnt[MAX_BATCH];
+    memcpy(cnt, counted, (size_t)n * sizeof *cnt);
+    while (left > 0) {
+        ssize_t k = sg_comm_wait_any(comms, (size_t)left);
+        if (k < 0) break;
+        if (cnt[k]) acct(dv, 0, -1);
+        comms[k] = comms[left - 1];
+        cnt[k] = cnt[left - 1];
+        left--;
+    }
+}
+
+/* A run of `n` p2p instructions starting at stream position `pos`, posted together. */
+static void do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
+{
+    const sched_plan *p = S->p;
+    int d = sc->dev;
+    dev_rt *dv = &S->dv[d];
+    const plan_list *L = sched_plan_list(p, d);
+    for (int base = 0; base < n; base += MAX_BATCH) {
+        int m = n - base < MAX_BATCH ? n - base : MAX_BATCH;
+        sg_comm_t comms[MAX_BATCH];
+        int counted[MAX_BATCH];
+        for (int k = 0; k < m; k++) {
+            const plan_instr *in = &L->ins[order[pos + base + k]];
+            int peer = sched_plan_peer(p, d, in), send = in->op == PLAN_SEND;
+            int src = send ? d : peer, dst = send ? peer : d;
+            sg_mailbox_t mb = p2p_mailbox(src, dst, in->tag);
+            long size = S->o->costs.nocomm ? 0 : (long)in->bytes;
+            if (send) {
+                comms[k] = sg_mailbox_put_async(mb, &S->dummy, size);
+                dv->bytes_sent += (double)in->bytes;
+                S->activities++;
+            } else {
+                comms[k] = sg_mailbox_get_async(mb, &sc->slot[k]);
+            }
+            counted[k] = 1;
+            if (xf_post(src, dst, in->tag, send)) {
+                acct(&S->dv[src], 0, 1);
+                acct(&S->dv[dst], 0, 1);
+            }
+        }
+        wait_all_counted(dv, comms, m, counted);
+    }
+}
+
+/* Route latency from this device to device `to` (routes exist only once the platform is sealed:
+ * ask from an actor), cached per (device, group slot, phase). */
+#define FLAT_PHASE 3 /* phases 0-2: a hierarchical collective's local, cross and local rings */
+static double hop_alpha(int d, int slot, int phase, int to)
+{
+    double *c = &S->dv[d].slot_alpha[4 * slot + phase];
+    if (*c >= 0) return *c;
+    char name[32];
+    snprintf(name, sizeof name, "gpu%d", to);
+    *c = sg_host_get_route_latency(sg_host_self(), sg_host_by_name(name));
+    return *c;
+}
+
+static void group_wait(group_rt *g, const int *counter, int target)
+{
+    if (!g->mutex) g->mutex = sg_mutex_init(), g->cond = sg_cond_init();
+    sg_mutex_lock(g->mutex);
+    while (*counter < target) sg_cond_wait(g->cond, g->mutex);
+    sg_mutex_unlock(g->mutex);
+}
+
+static void group_notify(group_rt *g)
+{
+    if (!g->mutex) return; /* nobody ever waited on this group */
+    sg_mutex_lock(g->mutex);
+    sg_cond_notify_all(g->cond);
+    sg_mutex_unlock(g->mutex);
+}
+
+/* One phase of a collective: a ring (or all-pairs exchange) over a subset of the group's members.
+ * `sub` lists the members in ring order (ranks in the group), `pos` is this member's position. */
+typedef struct coll_phase {
+    int kind;          /* plan_coll of the phase */
+    double bytes;      /* the phase's buffer */
+    const int32_t *sub;
+    int n, pos, stride; /* sub[k * stride] is the k-th member of the ring */
+} coll_phase;
+
+static void run_phase(stream_ctx *sc, int g, int skey, int slot, int ph, const coll_phase *c)
+{
+    int d = sc->dev;
+    dev_rt *dv = &S->dv[d];
+    const plan_group *grp = &S->p->groups[g];
+    int n = c->n;
+    if (n <= 1) return;
+    int all = c->kind == PLAN_ALL_TO_ALL;
+    int chain = c->kind == PLAN_BROADCAST || c->kind == PLAN_REDUCE;
+    /* per-link volume and latency steps of a ring (formulas.md, "Collectives") */
+    double factor = c->kind == PLAN_ALL_REDUCE ? 2.0 * (n - 1) / n : chain ? 1.0 : (double)(n - 1) / n;
+    int steps = c->kind == PLAN_ALL_REDUCE ? 2 * (n - 1) : all ? 1 : n - 1;
+    int sends = !(chain && c->pos == n - 1), recvs = !(chain && c->pos == 0);
+    int lock_step = S->o->coll == SIM_COLL_RING_STEPS && !chain;
+    int phases = lock_step ? (all ? n - 1 : steps) : 1;
+    int me = c->sub[c->pos * c->stride];
+    int next = c->sub[((c->pos + 1) % n) * c->stride];
+    sg_mailbox_t in_mb = coll_mailbox(g, skey, ph, me);
+    sg_mailbox_t out_mb = all ? NULL : coll_mailbox(g, skey, ph, next);
+    for (int step = 0; step < phases; step++) {
+        sg_comm_t comms[2 * MAX_BATCH];
+        int nc = 0;
+        if (all) {
+            /* lock-step: step s exchanges with positions +- (s + 1); otherwise everyone at once */
+            int lo = lock_step ? step + 1 : 1, hi = lock_step ? step + 2 : n;
+            double chunk = c->bytes / n;
+            for (int j = lo; j < hi; j++) {
+                if (nc + 2 > 2 * MAX_BATCH) {
+                    sg_comm_wait_all(comms, (size_t)nc);
+                    nc = 0;
+                }
+                int to = c->sub[((c->pos + j) % n) * c->stride];
+                comms[nc++] = sg_mailbox_put_async(coll_mailbox(g, skey, ph, to), &S->dummy, (long)chunk);
+                comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
+                dv->bytes_sent += chunk;
+                S->activities++;
+            }
+        } else {
+            double vol = lock_step ? c->bytes / n : factor * c->bytes;
+            if (sends) {
+                comms[nc++] = sg_mailbox_put_async(out_mb, &S->dummy, (long)vol);
+                dv->bytes_sent += vol;
+                S->activities++;
+            }
+            if (recvs) comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
+        }
+        sg_comm_wait_all(comms, (size_t)nc);
+    }
+    if (!lock_step && steps > 1) {
+        /* the flows carried one latency; a ring pays one per step */
+        double a = hop_alpha(d, slot, ph, grp->devices[all ? c->sub[((c->pos + 1) % n) * c->stride] : next]);
+        sg_actor_sleep_for((steps - 1) * a);
+    }
+}
+
+static void do_coll(stream_ctx *sc, int i)
+{
+    const sched_plan *p = S->p;
+    int d = sc->dev;
+    dev_rt *dv = &S->dv[d];
+    const plan_list *L = sched_plan_list(p, d);
+    const list_rt *li = &S->li[p->devices[d].list];
+    const plan_instr *in = &L->ins[i];
+    int g = sched_plan_group(p, d, in);
+    const plan_group *grp = &p->groups[g];
+    int n = grp->n;
+    if (n <= 1) return;
+    int seq = dv->coll_seq ? dv->coll_seq[i] : li->aux[i];
+    coll_inst *ci = &S->inst[S->goff[g] + seq];
+    group_rt *gr = &S->gr[g];
+    int rank = dv->slot_rank[in->group];
+    int skey = li->skey[in->stream];
+
+    /* everyone arrives; the last one starts the clock of communication for all */
+    if (++ci->arrived == n) {
+        for (int m = 0; m < n; m++) acct(&S->dv[grp->devices[m]], 0, 1);
+        group_notify(gr);
+    } else {
+        group_wait(gr, &ci->arrived, n);
+    }
+
+    if (!S->o->costs.nocomm) {
+        double bytes = (double)in->bytes;
+        int kind = in->coll;
+        int hier = gr->hier && S->o->coll == SIM_COLL_AUTO &&
+                   (kind == PLAN_ALL_REDUCE || kind == PLAN_REDUCE_SCATTER || kind == PLAN_ALL_GATHER);
+        if (!hier) {
+            coll_phase c = {kind, bytes, gr->ring, n, rank, 1};
+            run_phase(sc, g, skey, in->group, FLAT_PHASE, &c);
+        } else {
+            /* hierarchical (NCCL across nodes): a ring inside each node over NVLink, and rings of
+             * the members with the same local rank across nodes, each on its own NIC.
+             * all-reduce: local reduce-scatter, cross all-reduce of 1/k, local all-gather;
+             * reduce-scatter: local then cross; all-gather: cross then local. */
+            int k = gr->per_node, nn = n / k, node = gr->node_of[rank], loc = gr->local_of[rank];
+            coll_phase local = {0, bytes, gr->grid + node * k, k, loc, 1};
+            coll_phase cross = {0, bytes / k, gr->grid + loc, nn, node, k};
+            if (kind != PLAN_ALL_GATHER) {
+                local.kind = PLAN_REDUCE_SCATTER;
+                run_phase(sc, g, skey, in->group, 0, &local);
+            }
+            cross.kind = kind;
+            run_phase(sc, g, skey, in->group, 1, &cross);
+            if (kind != PLAN_REDUCE_SCATTER) {
+                local.kind = PLAN_ALL_GATHER;
+                run_phase(sc, g, skey, in->group, 2, &local);
+            }
+        }
+        /* members finish together, when the last one's flows are done */
+        if (++ci->finished == n) group_notify(gr);
+        else group_wait(gr, &ci->finished, n);
+    }
+    acct(dv, 0, -1);
+}
+
+static void do_wait(stream_ctx *sc, int i)
+{
+    const sched_plan *p = S->p;
+    int d = sc->dev;
+    dev_rt *dv = &S->dv[d];
+    const plan_list *L = sched_plan_list(p, d);
+    const list_rt *li = &S->li[p->devices[d].list];
+    int r = li->aux[i];
+    int rs = L->ins[r].stream;
+    if (dv->done[rs] > li->spos[r]) return;
+    if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
+    sg_mutex_lock(dv->mutex);
+    dv->nwaiting++;
+    while (dv->done[rs] <= li->spos[r]) sg_cond_wait(dv->cond, dv->mutex);
+    dv->nwaiting--;
+    sg_mutex_unlock(dv->mutex);
+}
+
+static void stream_main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    stream_ctx *sc = sg_actor_self_get_data();
+    const sched_plan *p = S->p;
+    int d = sc->dev, s = sc->s;
+    dev_rt *dv = &S->dv[d];
+    const plan_list *L = sched_plan_list(p, d);
+    const list_rt *li = &S->li[p->devices[d].list];
+    const int32_t *order = li->sidx + li->soff[s];
+    int len = li->soff[s + 1] - li->soff[s];
+    for (int pos = 0; pos < len;) {
+        int i = order[pos];
+        const plan_instr *in = &L->ins[i];
+        int adv = 1;
+        switch (in->op) {
+        case PLAN_COMPUTE: {
+            double t = li->dur[i];
+            if (t > 0) {
+                acct(dv, 1, 0);
+                sg_actor_execute(t * NS_PER_S);
+                acct(dv, -1, 0);
+                S->activities++;
+            }
+            break;
+        }
+        case PLAN_SEND:
+        case PLAN_RECV:
+            adv = li->run[i] > 1 ? li->run[i] : 1;
+            do_p2p(sc, order, pos, adv);
+            break;
+        case PLAN_COLL: do_coll(sc, i); break;
+        case PLAN_WAIT: do_wait(sc, i); break;
+        case PLAN_ALLOC: mem_change(dv, &L->bufs[in->buf], 1); break;
+        case PLAN_FREE: mem_change(dv, &L->bufs[in->buf], -1); break;
+        default: break;
+        }
+        pos += adv;
+        dv->done[s] = pos;
+        dv->ninstr += adv;
+        if (in->op == PLAN_RECORD && dv->nwaiting > 0) {
+            sg_mutex_lock(dv->mutex);
+            sg_cond_notify_all(dv->cond);
+            sg_mutex_unlock(dv->mutex);
+        }
+    }
+    double now = simgrid_get_clock();
+    if (now > dv->end) dv->end = now;
+    dv->streams_left--;
+}
+
+/* ---------------------------------------------------------------- preparation */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int stream_key(sim_state *st, const char *name)
+{
+    const char *n = name ? name : "";
+    for (int k = 0; k < st->nskeys; k++)
+        if (!strcmp(st->skeys[k], n)) return k;
+    st->skeys = base_xrealloc(st->skeys, (size_t)(st->nskeys + 1) * sizeof *st->skeys);
+    st->skeys[st->nskeys] = n;
+    return st->nskeys++;
+}
+
+double sim_kernel_list_gemm_flops(const sched_plan *p, int kl)
+{
+    if (kl < 0 || kl >= p->nkernel_lists) return 0;
+    double f = 0;
+    const plan_kernel_list *k = &p->kernel_lists[kl];
+    for (int j = 0; j < k->n; j++)
+        if (k->k[j].kind == PLAN_KERNEL_GEMM) f += k->k[j].flops;
+    return f;
+}
+
+bool sim_pass_is_model(int pass)
+{
+    return pass == PLAN_PASS_F || pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
+}
+
+static void prepare_list(sim_state *st, int l, const double *kl_dur)
+{
+    const sched_plan *p = st->p;
+    const plan_list *L = &p->lists[l];
+    list_rt *li = &st->li[l];
+    size_t n = (size_t)L->n + 1;
+    li->soff = base_xcalloc((size_t)L->nstreams + 1, sizeof *li->soff);
+    li->sidx = base_xmalloc(n * sizeof *li->sidx);
+    li->spos = base_xmalloc(n * sizeof *li->spos);
+    li->aux = base_xcalloc(n, sizeof *li->aux);
+    li->run = base_xcalloc(n, sizeof *li->run);
+    li->dur = base_xcalloc(n, sizeof *li->dur);
+    li->skey = base_xcalloc((size_t)L->nstreams + 1, sizeof *li->skey);
+    li->slot_ncoll = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *li->slot_ncoll);
+    for (int s = 0; s < L->nstreams; s++) li->skey[s] = stream_key(st, L->streams[s]);
+
+    for (int i = 0; i < L->n; i++) li->soff[L->ins[i].stream + 1]++;
+    for (int s = 0; s < L->nstreams; s++) li->soff[s + 1] += li->soff[s];
+    int32_t *fill = base_xmalloc(((size_t)L->nstreams + 1) * sizeof *fill);
+    memcpy(fill, li->soff, ((size_t)L->nstreams + 1) * sizeof *fill);
+    for (int i = 0; i < L->n; i++) {
+        int s = L->ins[i].stream;
+        li->spos[i] = fill[s] - li->soff[s];
+        li->sidx[fill[s]++] = i;
+    }
+    free(fill);
+
+    /* sendrecv groups: consecutive p2p instructions of one stream with one nonzero id */
+    for (int s = 0; s < L->nstreams; s++)
+        for (int k = li->soff[s]; k < li->soff[s + 1];) {
+            const plan_instr *in = &L->ins[li->sidx[k]];
+            int len = 1;
+            if ((in->op == PLAN_SEND || in->op == PLAN_RECV) && in->sendrecv != 0)
+                while (k + len < li->soff[s + 1]) {
+                    const plan_instr *nx = &L->ins[li->sidx[k + len]];
+                    if ((nx->op != PLAN_SEND && nx->op != PLAN_RECV) || nx->sendrecv != in->sendrecv) break;
+                    len++;
+                }
+            li->run[li->sidx[k]] = len;
+            k += len;
+        }
+
+    /* a wait waits for the latest record of its event before it in launch order, or the first
+     * one when none precedes it (the abstract run's rule, plan_check.c) */
+    int32_t *last = base_xmalloc(((size_t)L->nevents + 1) * sizeof *last);
+    int32_t *first = base_xmalloc(((size_t)L->nevents + 1) * sizeof *first);
+    memset(last, 0xff, ((size_t)L->nevents + 1) * sizeof *last);
+    memset(first, 0xff, ((size_t)L->nevents + 1) * sizeof *first);
+    for (int i = 0; i < L->n; i++)
+        if (L->ins[i].op == PLAN_RECORD && first[L->ins[i].event] < 0) first[L->ins[i].event] = i;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op == PLAN_RECORD) last[in->event] = i;
+        else if (in->op == PLAN_WAIT) li->aux[i] = last[in->event] >= 0 ? last[in->event] : first[in->event];
+        else if (in->op == PLAN_COLL) li->aux[i] = li->slot_ncoll[in->group]++;
+    }
+    free(last);
+    free(first);
+
+    /* compute durations; with unit costs, P / (instructions of pass P for the same stage and
+     * micro-batch on this list) */
+    const sim_costs *c = &st->o->costs;
+    int64_t *keys = NULL;
+    size_t nkeys = 0;
+    if (c->unit) {
+        keys = base_xmalloc(n * sizeof *keys);
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op == PLAN_COMPUTE)
+                keys[nkeys++] = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
+                                (int64_t)(uint32_t)(in->mb + 1);
+        }
+        qsort(keys, nkeys, sizeof *keys, cmp_i64);
+    }
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE) continue;
+        double gf = sim_kernel_list_gemm_flops(p, in->kernels);
+        li->hw_flops += gf;
+        if (sim_pass_is_model(in->pass)) li->model_flops += gf;
+        if (c->unit) {
+            int64_t key = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
+                          (int64_t)(uint32_t)(in->mb + 1);
+            int64_t *at = bsearch(&key, keys, nkeys, sizeof *keys, cmp_i64);
+            size_t lo = (size_t)(at - keys), hi = lo;
+            while (lo > 0 && keys[lo - 1] == key) lo--;
+            while (hi < nkeys && keys[hi] == key) hi++;
+            li->dur[i] = c->unit_pass[in->pass] / (double)(hi - lo);
+        } else {
+            li->dur[i] = in->kernels >= 0 ? kl_dur[in->kernels] : 0;
+        }
+    }
+    free(keys);
+}
+
+/* The group's rings: the flat one in rank order, and, when the group spans several nodes with the
+ * same number (> 1) of members on each, the grid of the hierarchical algorithm. */
+static void prepare_group(sim_state *st, int g)
+{
+    const sched_plan *p = st->p;
+    const plan_group *grp = &p->groups[g];
+    group_rt *gr = &st->gr[g];
+    int n = grp->n;
+    gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
+    for (int r = 0; r < n; r++) gr->ring[r] = r;
+    if (n < 4) return;
+    /* nodes in order of their first member; members of a node in rank order */
+    int32_t *nodes = base_xcalloc((size_t)n, sizeof *nodes), *count = base_xcalloc((size_t)n, sizeof *count);
+    int nn = 0;
+    gr->node_of = base_xcalloc((size_t)n, sizeof *gr->node_of);
+    gr->local_of = base_xcalloc((size_t)n, sizeof *gr->local_of);
+    for (int r = 0; r < n; r++) {
+        int node = p->devices[grp->devices[r]].node, j = 0;
+        while (j < nn && nodes[j] != node) j++;
+        if (j == nn) nodes[nn++] = node;
+        gr->node_of[r] = j;
+        gr->local_of[r] = count[j]++;
+    }
+    int k = count[0], even = nn > 1 && k > 1;
+    for (int j = 1; j < nn && even; j++) even = count[j] == k;
+    if (even) {
+        gr->hier = true;
+        gr->per_node = k;
+        gr->grid = base_xcalloc((size_t)n, sizeof *gr->grid);
+        for (int r = 0; r < n; r++) gr->grid[gr->node_of[r] * k + gr->local_of[r]] = r;
+    }
+    free(nodes);
+    free(count);
+}
+
+static int prepare(sim_state *st, base_error *e)
+{
+    const sched_plan *p = st->p;
+    double *kl_dur = base_xcalloc((size_t)p->nkernel_lists + 1, sizeof *kl_dur);
+    for (int k = 0; k < p->nkernel_lists; k++)
+        for (int j = 0; j < p->kernel_lists[k].n; j++)
+            kl_dur[k] += sim_kernel_seconds(&st->o->costs, &p->gpu, &p->kernel_lists[k].k[j]);
+    st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
+    for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
+    for (int l = 0; l < p->nlists; l++)
+        if (st->li[l].used) prepare_list(st, l, kl_dur);
+    free(kl_dur);
+
+    st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
+    st->gr = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->gr);
+    st->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->goff);
+    int32_t *ninst = base_xcalloc((size_t)p->ngroups + 1, sizeof *ninst);
+    for (int d = 0; d < p->ndevices; d++) {
+        const plan_list *L = sched_plan_list(p, d);
+        const list_rt *li = &st->li[p->devices[d].list];
+        const int32_t *slots = p->devices[d].group_slots;
+        dev_rt *dv = &st->dv[d];
+        dv->done = base_xcalloc((size_t)L->nstreams + 1, sizeof *dv->done);
+        dv->streams_left = L->nstreams;
+        dv->slot_rank = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *dv->slot_rank);
+        dv->slot_alpha = base_xcalloc(4 * (size_t)L->ngroup_slots + 1, sizeof *dv->slot_alpha);
+        int dup = 0;
+        for (int s = 0; s < L->ngroup_slots; s++) {
+            const plan_group *g = &p->groups[slots[s]];
+            for (int ph = 0; ph < 4; ph++) dv->slot_alpha[4 * s + ph] = -1;
+            dv->slot_rank[s] = -1;
+            for (int m = 0; m < g->n; m++)
+                if (g->devices[m] == d) dv->slot_rank[s] = m;
+            for (int t = 0; t < s; t++)
+                if (slots[t] == slots[s] && li->slot_ncoll[s] && li->slot_ncoll[t]) dup = 1;
+        }
+        if (dup) {
+            /* two slots name one group: number its collectives across both, in launch order */
+            int32_t *cnt = base_xcalloc((size_t)p->ngroups + 1, sizeof *cnt);
+            dv->coll_seq = base_xcalloc((size_t)L->n + 1, sizeof *dv->coll_seq);
+            for (int i = 0; i < L->n; i++)
+                if (L->ins[i].op == PLAN_COLL) dv->coll_seq[i] = cnt[slots[L->ins[i].group]]++;
+            for (int g = 0; g < p->ngroups; g++)
+                if (p->groups[g].n > 0 && p->groups[g].devices[0] == d) ninst[g] = cnt[g];
+            free(cnt);
+        } else {
+            for (int s = 0; s < L->ngroup_slots; s++) {
+                const plan_group *g = &p->groups[slots[s]];
+                if (g->n > 0 && g->devices[0] == d) ninst[slots[s]] += li->slot_ncoll[s];
+            }
+        }
+        for (int s = 0; s < L->ngroup_slots; s++)
+            if (li->slot_ncoll[s] && dv->slot_rank[s] < 0) {
+                free(ninst);
+                return base_errorf(e, "device %d issues collectives on group %d (%s) but is not a member; the plan is "
+                                   "invalid: run piper-compile again", d, slots[s],
+                                   p->groups[slots[s]].name ? p->groups[slots[s]].name : "?");
+            }
+    }
+    for (int g = 0; g < p->ngroups; g++) {
+        st->goff[g + 1] = st->goff[g] + ninst[g];
+        prepare_group(st, g);
+    }
+    free(ninst);
+    st->inst = base_xcalloc((size_t)st->goff[p->ngroups] + 1, sizeof *st->inst);
+    return 0;
+}
+
+static void state_free(sim_state *st)
+{
+    const sched_plan *p = st->p;
+    for (int l = 0; st->li && l < p->nlists; l++) {
+        list_rt *li = &st->li[l];
+        free(li->soff), free(li->sidx), free(li->spos), free(li->aux), free(li->run), free(li->dur);
+        free(li->skey), free(li->slot_ncoll);
+    }
+    for (int d = 0; st->dv && d < p->ndevices; d++) {
+        dev_rt *dv = &st->dv[d];
+        free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha);
+    }
+    for (int g = 0; st->gr && g < p->ngroups; g++)
+        free(st->gr[g].ring), free(st->gr[g].grid), free(st->gr[g].node_of), free(st->gr[g].local_of);
+    free(st->li), free(st->dv), free(st->gr), free(st->goff), free(st->inst), free(st->xf), free(st->skeys);
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+static int write_platform(const sched_plan *p, const sim_options *o, char *path, size_t n, base_error *e)
+{
+    base_buf xml = {0};
+    if (sim_platform_xml(p, &o->links, o->costs.nocomm, &xml, e)) return -1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, n, "%s/piper-sim-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        base_buf_free(&xml);
+        return base_errorf(e, "cannot create a temporary platform file in %s; set TMPDIR to a writable directory",
+                           tmp && *tmp ? tmp : "/tmp");
+    }
+    size_t off = 0;
+    while (off < xml.n) {
+        ssize_t w = write(fd, xml.s + off, xml.n - off);
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    close(fd);
+    int rc = 0;
+    if (off < xml.n) rc = base_errorf(e, "cannot write the temporary platform file %s; free some disk space", path);
+    if (!rc && o->platform_out) {
+        FILE *f = fopen(o->platform_out, "w");
+        if (!f || fwrite(xml.s, 1, xml.n, f) != xml.n) rc = base_errorf(e, "cannot write %s; check the path", o->platform_out);
+        if (f) fclose(f);
+    }
+    base_buf_free(&xml);
+    if (rc) unlink(path);
+    return rc;
+}
+
+int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e)
+{
+    memset(r, 0, sizeof *r);
+    sim_state st = {.p = p, .o = o};
+    st.wall0 = st.wall_last = wall_now();
+    S = &st;
+    char path[4096];
+    int rc = prepare(&st, e);
+    if (!rc) rc = write_platform(p, o, path, sizeof path, e);
+    if (rc) {
+        state_free(&st);
+        S = NULL;
+        return rc;
+    }
+
+    int argc = 1;
+    char arg0[] = "piper-sim";
+    char *argv[] = {arg0, NULL};
+    simgrid_init(&argc, argv);
+    xbt_log_control_set("root.thresh:warning");
+    sg_cfg_set_string("network/model", "CM02");
+    sg_cfg_set_double("network/TCP-gamma", 0);
+    sg_cfg_set_boolean("network/crosstraffic", "no");
+#ifdef SIM_UNDER_ASAN
+    /* raw context switches confuse AddressSanitizer's stack tracking; threads do not */
+    sg_cfg_set_string("contexts/factory", "thread");
+#else
+    sg_cfg_set_int("contexts/stack-size", 256); /* KiB: actors are shallow; thousands of them */
+#endif
+    simgrid_load_platform(path);
+    unlink(path);
+
+    int nactors = 0;
+    for (int d = 0; d < p->ndevices; d++) nactors += sched_plan_list(p, d)->nstreams;
+    stream_ctx *ctx = base_xcalloc((size_t)nactors + 1, sizeof *ctx);
+    char name[64];
+    int a = 0;
+    for (int d = 0; d < p->ndevices; d++) {
+        snprintf(name, sizeof name, "gpu%d", d);
+        sg_host_t h = sg_host_by_name(name);
+        const plan_list *L = sched_plan_list(p, d);
+        for (int s = 0; s < L->nstreams; s++, a++) {
+            ctx[a].dev = d, ctx[a].s = s;
+            snprintf(name, sizeof name, "d%d.%s", d, L->streams[s] ? L->streams[s] : "?");
+            sg_actor_t act = sg_actor_init(name, h);
+            sg_actor_set_data(act, &ctx[a]);
+            sg_actor_start(act, stream_main, 0, NULL);
+        }
+    }
+    simgrid_run();
+    if (o->progress && st.ticks > 0xffff) fputc('\n', stderr);
+
+    for (int d = 0; d < p->ndevices && !rc; d++)
+        if (st.dv[d].streams_left > 0)
+            rc = base_errorf(e, "the simulation stopped with device %d unfinished: the plan deadlocks; the static "
+                             "check (sched_plan_check, which piper-sim runs unless --no-check) names the stuck "
+                             "instructions", d);
+    if (!rc) {
+        r->ndevices = p->ndevices;
+        r->dev = base_xcalloc((size_t)p->ndevices + 1, sizeof *r->dev);
+        for (int d = 0; d < p->ndevices; d++) {
+            const dev_rt *dv = &st.dv[d];
+            const list_rt *li = &st.li[p->devices[d].list];
+            sim_device_result *x = &r->dev[d];
+            x->id = d;
+            x->node = p->devices[d].node;
+            x->end_seconds = dv->end;
+            x->compute_seconds = dv->compute_t;
+            x->exposed_comm_seconds = dv->exposed_t;
+            x->comm_seconds = dv->comm_t;
+            x->peak_bytes = dv->peak;
+            memcpy(x->at_peak, dv->at_peak, sizeof x->at_peak);
+            memcpy(x->peak_by_mem, dv->peak_by_mem, sizeof x->peak_by_mem);
+            x->model_flops = li->model_flops;
+            x->hw_flops = li->hw_flops;
+            x->bytes_sent = dv->bytes_sent;
+            x->instructions = dv->ninstr;
+        }
+        r->activities = st.activities;
+        r->wall_seconds = wall_now() - st.wall0;
+        sim_result_finish(p, r);
+    }
+    free(ctx);
+    state_free(&st);
+    S = NULL;
+    return rc;
+}

@@ -1,0 +1,148 @@
+/* sim.h — piper's simulator: the contract of sim/ (prefix sim_).
+ *
+ * sim/ replays the per-device plans of a sched_plan on a SimGrid platform generated from the
+ * plan's devices and a small link description, and predicts the step time, throughput, MFU/HFU,
+ * where each device's time went (compute, exposed communication, idle) and each device's peak
+ * memory with its breakdown. It reads plans only through sched/plan.h, never the compiler.
+ *
+ * The model, in short (docs/simulator.md has the long form):
+ *  - one SimGrid host per GPU; NVLink up/down links into an NVSwitch per node; a NIC per
+ *    `gpus_per_nic` GPUs into a leaf switch of a fat-tree; latency + size/bandwidth with max-min
+ *    sharing (CM02, TCP-gamma 0, no cross-traffic);
+ *  - one actor per (device, stream) running the stream's instructions in launch order;
+ *  - a kernel takes max(FLOPs / (peak x efficiency), bytes / HBM bandwidth) + launch overhead,
+ *    where GEMM efficiency depends on m, n and k (sim_gemm_efficiency);
+ *  - collectives are rings (or all-to-all exchanges) of concurrent flows between the members,
+ *    hierarchical across nodes (NVLink rings inside each node, NIC rings across nodes).
+ *
+ * SimGrid's engine can be initialised once per process and aborts on internal errors, so
+ * sim_run() simulates in a forked child and reads the results back: any number of simulations
+ * may run in one process, and a SimGrid abort becomes an error message. */
+#ifndef PIPER_SIM_H
+#define PIPER_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../base/base.h"
+#include "../sched/plan.h"
+
+/* ---------------------------------------------------------------- options */
+
+/* The network a plan runs on. The plan header names the GPU but not the links, so these come
+ * from the command line (sim_links_parse) with defaults per GPU type (sim_links_default); a later
+ * plan format carries the cluster file's figures. Bandwidths in bytes/s per direction, latencies
+ * in seconds, end to end (each of the two hops of a route gets half). */
+typedef struct sim_links {
+    double nvlink_bw;        /* each GPU's NVLink into the node's NVSwitch */
+    double nvlink_latency;   /* GPU to GPU through the NVSwitch */
+    double nic_bw;           /* each NIC, into its leaf switch */
+    double nic_latency;      /* GPU to GPU of another node, through the NICs and the fabric */
+    double pcie_bw;          /* each GPU to its NIC (shared NICs contend on the NIC link) */
+    int gpus_per_nic;        /* 1 = a NIC per GPU */
+    int nodes_per_leaf;      /* fat-tree: nodes under one leaf switch */
+    double oversubscription; /* fat-tree: leaf downlink / uplink capacity (1 = non-blocking) */
+} sim_links;
+
+typedef enum {
+    SIM_COLL_AUTO,       /* rings; hierarchical (node rings, then cross-node rings) across nodes */
+    SIM_COLL_RING,       /* one flat ring: every member streams its ring volume to its neighbour */
+    SIM_COLL_RING_STEPS  /* one flat ring in 2(n-1) (or n-1) lock-step phases of bytes/n */
+} sim_coll_algo;
+
+/* "auto", "ring", "ring-steps" */
+const char *sim_coll_name(sim_coll_algo a);
+
+/* What-if overrides (--costs). */
+typedef struct sim_costs {
+    bool unit;                        /* compute times from unit_pass instead of kernel lists */
+    double unit_pass[PLAN_NPASS];     /* seconds per (stage, micro-batch) and pass; see sim_costs_parse */
+    bool nocomm;                      /* communication is free: zero latency, infinite bandwidth */
+    double launch_overhead;           /* seconds added per kernel of a kernel list */
+    double gemm_eff_large;            /* GEMM efficiency of a 16384^3 GEMM (sim_gemm_efficiency) */
+    double gemm_half_dim;             /* dimension at which one factor of the efficiency is 1/2 */
+} sim_costs;
+
+typedef struct sim_options {
+    sim_links links;
+    sim_costs costs;
+    sim_coll_algo coll;
+    bool in_process;         /* simulate in this process (once per process; SimGrid aborts on errors) */
+    bool progress;           /* print the simulated time on stderr now and then */
+    const char *platform_out; /* write the generated SimGrid platform XML here too (or NULL) */
+} sim_options;
+
+/* Defaults for the plan's GPU type (A100: NVLink 300 GB/s and HDR 25 GB/s NICs; H100/H200:
+ * 450 GB/s and NDR 50 GB/s; H800: 200 GB/s and 50 GB/s; ~1 us NVLink, ~5 us NIC latency). */
+void sim_options_init(sim_options *o, const sched_plan *p);
+void sim_links_default(sim_links *l, const char *gpu_name);
+/* "nvlink_bw=300GB/s,nic_bw=200Gb/s,nic_lat=5us,gpus_per_nic=2,..." onto *l (see --help). */
+int sim_links_parse(sim_links *l, const char *spec, base_error *e);
+/* "unit:F=1,B=2,BI=1,BW=1", "nocomm", "launch=4us", "gemm_eff=0.8", "gemm_half=128", comma
+ * separated, onto *c. With unit costs, a compute instruction of pass P takes unit_pass[P] divided
+ * by the number of compute instructions of pass P its device runs for the same (stage,
+ * micro-batch), so one stage's F of one micro-batch costs F in all; passes not named cost 0. */
+int sim_costs_parse(sim_costs *c, const char *spec, base_error *e);
+
+/* ---------------------------------------------------------------- cost model */
+
+/* Fraction of the dense peak a GEMM (m x k) . (k x n) reaches: eff_large at 16384^3 (~0.82 on an
+ * A100: 256 of 312 TFLOP/s, hardware.md), falling as any dimension shrinks: each dimension x
+ * contributes x / (x + half_dim), normalised so that 16384^3 gives eff_large. A GEMM without a
+ * shape (a dimension <= 0) gets eff_large. */
+double sim_gemm_efficiency(const sim_costs *c, int64_t m, int64_t n, int64_t k);
+/* Seconds of one kernel entry (all its `count` launches) on the GPU, launch overhead included. */
+double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k);
+
+/* ---------------------------------------------------------------- platform */
+
+/* The SimGrid platform XML for the plan's devices and nodes (docs/simulator.md): host "gpu<d>"
+ * per device. With nocomm every latency is 0. */
+int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e);
+
+/* ---------------------------------------------------------------- results */
+
+typedef struct sim_device_result {
+    int id, node;
+    double end_seconds;            /* when its last instruction finished */
+    double compute_seconds;        /* time with at least one compute instruction running */
+    double exposed_comm_seconds;   /* time with a transfer in flight and no compute running */
+    double comm_seconds;           /* time with a transfer in flight (overlapped or not) */
+    double idle_seconds;           /* step - compute - exposed communication */
+    double peak_bytes;             /* peak of the live total, in simulated time */
+    double at_peak[PLAN_NMEM];     /* breakdown at that moment */
+    double peak_by_mem[PLAN_NMEM]; /* each category's own peak */
+    double model_flops;            /* GEMM FLOPs of its F, B, BI and BW instructions */
+    double hw_flops;               /* GEMM FLOPs of every compute instruction it ran (recompute too) */
+    double bytes_sent;             /* p2p and collective flows it sent */
+    int64_t instructions;
+    bool over_memory;              /* peak above capacity - reserve */
+} sim_device_result;
+
+typedef struct sim_result {
+    int ndevices;
+    sim_device_result *dev;        /* malloc'd; sim_result_free */
+    double step_seconds;           /* makespan of the step */
+    double tokens_per_second;      /* global batch x sequence / step */
+    double model_flops, hw_flops;  /* summed over devices */
+    double peak_flops;             /* per device, of the activation dtype */
+    double mfu, hfu;               /* flops / (step x peak x devices) */
+    double usable_bytes;           /* capacity - reserve */
+    int critical_device;           /* least idle (most compute + exposed communication) */
+    int last_device;               /* finishes last */
+    int nover_memory;
+    int64_t activities;            /* simulated executions and transfers */
+    double wall_seconds;           /* of the simulation (not part of any deterministic output) */
+} sim_result;
+
+/* Simulates one step of the plan. The plan must have passed sched_plan_check (piper-sim runs it
+ * first). Errors: "what went wrong; what to do". */
+int sim_run(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e);
+void sim_result_free(sim_result *r);
+
+/* The report for people (deterministic: no wall time), and --json (docs/sim-json.md). */
+void sim_report_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f);
+void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f);
+
+#endif

@@ -1,0 +1,791 @@
+/* test_sim.c — the simulator against facts with known answers: the cost model's constants, the
+ * option parsers and their messages, routes (intra-node transfers take NVLink, inter-node ones the
+ * NIC, shared NICs contend), the alpha-beta ring formula for collectives, record/wait and
+ * sendrecv semantics, memory by category in simulated time, and the closed forms of a 1F1B
+ * pipeline with unit costs (formulas.md) through the real path: program -> piper-compile ->
+ * plan -> piper-sim. Hand-built plans come from tests/sched_plan/plan_builder.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim/sim.h"
+#include "tests/sched_plan/plan_builder.h"
+#include "tests/testutil.h"
+
+#define NEAR(a, b, rel) (fabs((a) - (b)) <= (rel) * fabs(b) + 1e-12)
+#define ASSERT_NEAR(a, b, rel)                                                                      \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b);                                                                 \
+        if (!NEAR(a_, b_, rel)) fprintf(stderr, "\n  %s = %.12g, expected %.12g\n", #a, a_, b_);   \
+        CU_ASSERT(NEAR(a_, b_, rel));                                                              \
+    } while (0)
+
+static char workdir[1024];
+
+/* Paths come from a ring of buffers, so that a few may be used in one expression. */
+static char *next_buf(void)
+{
+    static char ring[8][2048];
+    static int at;
+    return ring[at++ % 8];
+}
+
+static const char *bin_path(const char *name)
+{
+    char *buf = next_buf();
+    const char *b = getenv("PIPER_BINARY_DIR");
+    snprintf(buf, 2048, "%.1000s/%.1000s", b ? b : ".", name);
+    return buf;
+}
+
+static const char *tmp_path(const char *name)
+{
+    char *buf = next_buf();
+    snprintf(buf, 2048, "%.1000s/%.1000s", workdir, name);
+    return buf;
+}
+
+/* Runs a shell command built printf-style; returns its exit status (-1 when it did not exit). */
+static int run_cmdf(const char *fmt, ...) BASE_PRINTF(1, 2);
+static int run_cmdf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *cmd = malloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(cmd, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    free(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int suite_init(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(workdir, sizeof workdir, "%s/piper-test-sim-XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(workdir) ? 0 : -1;
+}
+
+static int suite_clean(void) { return run_cmdf("rm -rf '%s'", workdir) == 0 ? 0 : -1; }
+
+/* Options for hand-built plans: exact kernel times (no launch overhead, GEMMs at peak). */
+static void exact_options(sim_options *o, const sched_plan *p)
+{
+    sim_options_init(o, p);
+    o->costs.launch_overhead = 0;
+    o->costs.gemm_eff_large = 1;
+}
+
+static int simulate(const sched_plan *p, const sim_options *o, sim_result *r)
+{
+    base_error e;
+    base_error_clear(&e);
+    sched_plan_stats st;
+    if (sched_plan_check(p, &st, &e)) {
+        fprintf(stderr, "\n  plan check failed: %s\n", e.msg);
+        return -1;
+    }
+    sched_plan_stats_free(&st);
+    int rc = sim_run(p, o, r, &e);
+    if (rc) fprintf(stderr, "\n  simulation failed: %s\n", e.msg);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- cost model and options */
+
+static void test_gemm_efficiency(void)
+{
+    sim_options o;
+    sim_options_init(&o, NULL);
+    /* hardware.md: 256 of 312 TFLOP/s for a 16384^3 GEMM */
+    ASSERT_NEAR(sim_gemm_efficiency(&o.costs, 16384, 16384, 16384), 256.0 / 312.0, 1e-12);
+    double big = sim_gemm_efficiency(&o.costs, 8192, 8192, 8192);
+    double skinny = sim_gemm_efficiency(&o.costs, 2048, 2048, 96);
+    double tiny = sim_gemm_efficiency(&o.costs, 64, 64, 64);
+    CU_ASSERT(big < 256.0 / 312.0 && big > 0.75);
+    CU_ASSERT(skinny < big && skinny > 0.2);
+    CU_ASSERT(tiny < skinny);
+    ASSERT_NEAR(sim_gemm_efficiency(&o.costs, 0, 0, 0), 256.0 / 312.0, 1e-12);
+}
+
+static void test_kernel_seconds(void)
+{
+    sim_options o;
+    sim_options_init(&o, NULL);
+    plan_gpu g = {.name = "g", .hbm_bw = 2e12};
+    g.peak_flops[PLAN_BF16] = 300e12;
+    plan_kernel gemm = {.kind = PLAN_KERNEL_GEMM, .dtype = PLAN_BF16, .count = 1, .m = 16384, .n = 16384,
+                        .k = 16384, .flops = 2.0 * 16384 * 16384 * 16384, .bytes = 3.0 * 2 * 16384 * 16384};
+    double eff = 256.0 / 312.0;
+    ASSERT_NEAR(sim_kernel_seconds(&o.costs, &g, &gemm), gemm.flops / (300e12 * eff) + 4e-6, 1e-12);
+    plan_kernel mem = {.kind = PLAN_KERNEL_MEM, .dtype = PLAN_BF16, .count = 1, .flops = 1e6, .bytes = 4e9};
+    ASSERT_NEAR(sim_kernel_seconds(&o.costs, &g, &mem), 4e9 / 2e12 + 4e-6, 1e-12);
+    /* fp8 on a GPU without fp8 units runs at the bf16 rate */
+    gemm.dtype = PLAN_FP8;
+    ASSERT_NEAR(sim_kernel_seconds(&o.costs, &g, &gemm), gemm.flops / (300e12 * eff) + 4e-6, 1e-12);
+}
+
+static void test_link_defaults(void)
+{
+    sim_links l;
+    sim_links_default(&l, "A100-80GB");
+    ASSERT_NEAR(l.nvlink_bw, 300e9, 0);
+    ASSERT_NEAR(l.nic_bw, 25e9, 0);
+    sim_links_default(&l, "H100");
+    ASSERT_NEAR(l.nvlink_bw, 450e9, 0);
+    ASSERT_NEAR(l.nic_bw, 50e9, 0);
+    sim_links_default(&l, "H800");
+    ASSERT_NEAR(l.nvlink_bw, 200e9, 0);
+    ASSERT_NEAR(l.nvlink_latency, 1e-6, 0);
+    ASSERT_NEAR(l.nic_latency, 5e-6, 0);
+    CU_ASSERT_EQUAL(l.gpus_per_nic, 1);
+}
+
+static void test_links_parse(void)
+{
+    sim_links l;
+    sim_links_default(&l, "H100");
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "nvlink_bw=300GB/s, nic_bw=200Gb/s,nic_lat=4us,nvlink_lat=500ns,"
+                                        "gpus_per_nic=2,nodes_per_leaf=4,oversubscription=2,pcie_bw=64e9",
+                                    &e), 0);
+    ASSERT_NEAR(l.nvlink_bw, 300e9, 1e-15);
+    ASSERT_NEAR(l.nic_bw, 25e9, 1e-15);
+    ASSERT_NEAR(l.nic_latency, 4e-6, 1e-15);
+    ASSERT_NEAR(l.nvlink_latency, 5e-7, 1e-15);
+    ASSERT_NEAR(l.pcie_bw, 64e9, 0);
+    CU_ASSERT_EQUAL(l.gpus_per_nic, 2);
+    CU_ASSERT_EQUAL(l.nodes_per_leaf, 4);
+    ASSERT_NEAR(l.oversubscription, 2, 0);
+
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "nvlink_bw=fast", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "--links: 'nvlink_bw=fast' is not a valid bandwidth");
+    TEST_ASSERT_CONTAINS(e.msg, "nvlink_bw=300GB/s");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "nic_lat=5 parsecs", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "latency");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "gpus_per_nic=0", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "whole number >= 1");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "nvswitch_bw=1GB/s", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "unknown key 'nvswitch_bw'");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_links_parse(&l, "nic_bw=1GB/s,,", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "empty item");
+}
+
+static void test_costs_parse(void)
+{
+    sim_options o;
+    sim_options_init(&o, NULL);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "unit:F=1,B=2,BI=1,BW=500ms", &e), 0);
+    CU_ASSERT(o.costs.unit);
+    ASSERT_NEAR(o.costs.unit_pass[PLAN_PASS_F], 1, 0);
+    ASSERT_NEAR(o.costs.unit_pass[PLAN_PASS_B], 2, 0);
+    ASSERT_NEAR(o.costs.unit_pass[PLAN_PASS_BW], 0.5, 1e-15);
+    ASSERT_NEAR(o.costs.unit_pass[PLAN_PASS_R], 0, 0);
+    CU_ASSERT(!o.costs.nocomm);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "nocomm,launch=2us,gemm_eff=0.5,gemm_half=64", &e), 0);
+    CU_ASSERT(o.costs.nocomm);
+    ASSERT_NEAR(o.costs.launch_overhead, 2e-6, 1e-15);
+    ASSERT_NEAR(o.costs.gemm_eff_large, 0.5, 0);
+    ASSERT_NEAR(o.costs.gemm_half_dim, 64, 0);
+
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "F=1", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "outside a unit list; write unit:F=1");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "unit:F=x", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "'F=x' is not a duration");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "gemm_eff=2", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "gemm_eff=0.8");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "cheap", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "unknown item 'cheap'");
+}
+
+static void test_platform_xml(void)
+{
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 4, 1);
+    pb_stream(&b, 0, "s");
+    for (int d = 0; d < 4; d++) p.devices[d].node = d / 2;
+    sim_links l;
+    sim_links_default(&l, "A100");
+    base_buf x = {0};
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_platform_xml(&p, &l, false, &x, &e), 0);
+    TEST_ASSERT_CONTAINS(x.s, "routing=\"DijkstraCache\"");
+    TEST_ASSERT_CONTAINS(x.s, "<host id=\"gpu3\" speed=\"1e9f\"/>");
+    TEST_ASSERT_CONTAINS(x.s, "<link id=\"nvlink0\" bandwidth=\"300000000000Bps\" latency=\"4.9999999999999998e-07s\" "
+                              "sharing_policy=\"SPLITDUPLEX\"/>");
+    TEST_ASSERT_CONTAINS(x.s, "<route src=\"gpu0\" dst=\"nvswitch0\" symmetrical=\"NO\"><link_ctn id=\"nvlink0\" "
+                              "direction=\"UP\"/></route>");
+    TEST_ASSERT_CONTAINS(x.s, "<link id=\"niclink1.1\" bandwidth=\"25000000000Bps\"");
+    CU_ASSERT(strstr(x.s, "spine") == NULL); /* two nodes fit one leaf */
+    base_buf_free(&x);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* ---------------------------------------------------------------- routes */
+
+/* Two nodes of two GPUs; device 0 sends `bytes` to device 1 (same node) on one stream while
+ * device 3 (other node) sends `bytes` to device 0: different links, no contention. */
+static void build_routes(sched_plan *p, plan_builder *b, int64_t bytes, int cross_only)
+{
+    pb_init(b, p, 4, 4);
+    for (int d = 0; d < 4; d++) {
+        p->devices[d].node = d / 2;
+        pb_device(b, d, d, 0, 0, NULL);
+        pb_stream(b, d, "a");
+        pb_stream(b, d, "b");
+    }
+    if (!cross_only) {
+        pb_send(b, 0, 0, 1, 1, bytes, -1);
+        pb_recv(b, 1, 0, 0, 1, bytes, -1);
+    }
+    pb_send(b, 3, 0, 0, 2, bytes, -1);
+    pb_recv(b, 0, 1, 3, 2, bytes, -1);
+}
+
+static void test_routes_nvlink_and_nic(void)
+{
+    sched_plan p;
+    plan_builder b;
+    build_routes(&p, &b, 1000000000, 0);
+    sim_options o;
+    exact_options(&o, &p);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, "nvlink_bw=100GB/s,nvlink_lat=2us,nic_bw=10GB/s,nic_lat=6us", &e), 0);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.dev[1].end_seconds, 2e-6 + 1e9 / 100e9, 1e-9);  /* NVLink */
+    ASSERT_NEAR(r.dev[3].end_seconds, 6e-6 + 1e9 / 10e9, 1e-9);   /* NIC */
+    ASSERT_NEAR(r.step_seconds, 6e-6 + 1e9 / 10e9, 1e-9);
+    ASSERT_NEAR(r.dev[0].bytes_sent, 1e9, 0);
+    /* the transfers are the only activity: all of it exposed communication */
+    ASSERT_NEAR(r.dev[3].exposed_comm_seconds, 6e-6 + 1e9 / 10e9, 1e-9);
+    ASSERT_NEAR(r.dev[3].idle_seconds, 0, 1e-9);
+    ASSERT_NEAR(r.dev[1].idle_seconds, r.step_seconds - r.dev[1].end_seconds, 1e-6);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_routes_shared_nic(void)
+{
+    /* devices 0 and 1 share node 0's one NIC (gpus_per_nic=2): their sends to node 1 split it */
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 4, 4);
+    for (int d = 0; d < 4; d++) {
+        p.devices[d].node = d / 2;
+        pb_device(&b, d, d, 0, 0, NULL);
+        pb_stream(&b, d, "a");
+    }
+    pb_send(&b, 0, 0, 2, 1, 1000000000, -1);
+    pb_recv(&b, 2, 0, 0, 1, 1000000000, -1);
+    pb_send(&b, 1, 0, 3, 1, 1000000000, -1);
+    pb_recv(&b, 3, 0, 1, 1, 1000000000, -1);
+    sim_options o;
+    exact_options(&o, &p);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, "nic_bw=10GB/s,nic_lat=6us,gpus_per_nic=2", &e), 0);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.dev[2].end_seconds, 6e-6 + 2 * 1e9 / 10e9, 1e-9);
+    ASSERT_NEAR(r.dev[3].end_seconds, 6e-6 + 2 * 1e9 / 10e9, 1e-9);
+    sim_result_free(&r);
+
+    /* with a NIC each they do not contend */
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, "gpus_per_nic=1", &e), 0);
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.dev[2].end_seconds, 6e-6 + 1e9 / 10e9, 1e-9);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_routes_nvlink_when_nic_shared(void)
+{
+    /* a shared NIC is a path between the GPUs on it too: it must not win over NVLink */
+    sched_plan p;
+    plan_builder b;
+    build_routes(&p, &b, 1000000000, 0);
+    sim_options o;
+    exact_options(&o, &p);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, "nvlink_bw=100GB/s,nvlink_lat=2us,nic_bw=10GB/s,gpus_per_nic=2,"
+                                                    "pcie_bw=1000GB/s", &e), 0);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.dev[1].end_seconds, 2e-6 + 1e9 / 100e9, 1e-9);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_nocomm(void)
+{
+    sched_plan p;
+    plan_builder b;
+    build_routes(&p, &b, 1000000000, 0);
+    sim_options o;
+    exact_options(&o, &p);
+    o.costs.nocomm = true;
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.step_seconds, 0, 0);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* ---------------------------------------------------------------- p2p and streams */
+
+static void test_sendrecv_exchange(void)
+{
+    /* both neighbours send and receive in one sendrecv group: full duplex, one transfer's time */
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 2, 2);
+    for (int d = 0; d < 2; d++) {
+        pb_device(&b, d, d, 0, 0, NULL);
+        pb_stream(&b, d, "pp");
+        int s = pb_send(&b, d, 0, 1 - d, 10 + d, 300000000, -1);
+        int rcv = pb_recv(&b, d, 0, 1 - d, 11 - d, 300000000, -1);
+        pb_at(&b, d, s)->sendrecv = 1;
+        pb_at(&b, d, rcv)->sendrecv = 1;
+    }
+    sim_options o;
+    exact_options(&o, &p);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.step_seconds, 1e-6 + 3e8 / 300e9, 1e-9); /* A100 defaults: 300 GB/s, 1 us */
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_record_wait_and_sharing(void)
+{
+    /* device 0: stream c computes 1 s, records; stream x waits, then sends 3e8 bytes to device 1.
+     * device 1: streams c and d each compute 1 s at the same time: they share the GPU (2 s). */
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 2, 2);
+    int k = pb_kernels(&b, 1e12, 0); /* 1 s at the builder GPU's 1e12 FLOP/s */
+    pb_device(&b, 0, 0, 0, 0, NULL);
+    pb_device(&b, 1, 1, 0, 0, NULL);
+    int c0 = pb_stream(&b, 0, "c"), x0 = pb_stream(&b, 0, "x");
+    p.lists[0].nevents = 1;
+    pb_compute(&b, 0, c0, PLAN_PASS_F, k, 0, 0);
+    pb_record(&b, 0, c0, 0);
+    pb_wait(&b, 0, x0, 0);
+    pb_send(&b, 0, x0, 1, 5, 300000000, -1);
+    int c1 = pb_stream(&b, 1, "c"), d1 = pb_stream(&b, 1, "d"), r1 = pb_stream(&b, 1, "r");
+    pb_compute(&b, 1, c1, PLAN_PASS_F, k, 0, 1);
+    pb_compute(&b, 1, d1, PLAN_PASS_B, k, 0, 1);
+    pb_recv(&b, 1, r1, 0, 5, 300000000, -1);
+    sim_options o;
+    exact_options(&o, &p);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    double xfer = 1e-6 + 3e8 / 300e9;
+    ASSERT_NEAR(r.dev[0].end_seconds, 1 + xfer, 1e-9);
+    ASSERT_NEAR(r.dev[0].compute_seconds, 1, 1e-9);
+    ASSERT_NEAR(r.dev[0].exposed_comm_seconds, xfer, 1e-6);
+    ASSERT_NEAR(r.dev[1].compute_seconds, 2, 1e-9);
+    /* device 1's receive overlaps its compute: nothing exposed */
+    ASSERT_NEAR(r.dev[1].exposed_comm_seconds, 0, 1e-9);
+    ASSERT_NEAR(r.dev[1].end_seconds, 2, 1e-9);
+    ASSERT_NEAR(r.step_seconds, 2, 1e-9);
+    ASSERT_NEAR(r.dev[0].idle_seconds, 2 - 1 - xfer, 1e-6);
+    CU_ASSERT_EQUAL(r.critical_device, 1);
+    CU_ASSERT_EQUAL(r.last_device, 1);
+    /* 1e12 GEMM FLOPs of F on device 0; F and B on device 1 */
+    ASSERT_NEAR(r.model_flops, 3e12, 0);
+    ASSERT_NEAR(r.mfu, 3e12 / (2 * 1e12 * 2), 1e-9);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static void build_coll(sched_plan *p, plan_builder *b, int n, plan_coll kind, int64_t bytes)
+{
+    pb_init(b, p, n, 1);
+    int32_t members[64];
+    for (int d = 0; d < n; d++) members[d] = d;
+    pb_group(b, "dp", n, members);
+    pb_stream(b, 0, "dp");
+    for (int d = 0; d < n; d++) pb_device(b, d, 0, 0, 1, (int32_t[]){0});
+    pb_coll(b, 0, 0, kind, 0, bytes, -1);
+}
+
+static void check_ring(int n, plan_coll kind, sim_coll_algo algo, double factor, int steps)
+{
+    sched_plan p;
+    plan_builder b;
+    int64_t bytes = 1 << 30;
+    build_coll(&p, &b, n, kind, bytes);
+    sim_options o;
+    exact_options(&o, &p);
+    o.coll = algo;
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    /* formulas.md: a ring moves factor * S through each link, one latency per step */
+    double alpha = 1e-6, beta = 300e9;
+    double want = steps * alpha + factor * (double)bytes / beta;
+    ASSERT_NEAR(r.step_seconds, want, 0.01);
+    for (int d = 0; d < n; d++) ASSERT_NEAR(r.dev[d].end_seconds, r.step_seconds, 1e-9);
+    ASSERT_NEAR(r.dev[0].exposed_comm_seconds, r.step_seconds, 1e-9);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_ring_all_reduce(void)
+{
+    check_ring(4, PLAN_ALL_REDUCE, SIM_COLL_RING, 2.0 * 3 / 4, 6);
+    check_ring(8, PLAN_ALL_REDUCE, SIM_COLL_RING, 2.0 * 7 / 8, 14);
+    check_ring(4, PLAN_ALL_REDUCE, SIM_COLL_RING_STEPS, 2.0 * 3 / 4, 6);
+}
+
+static void test_ring_gather_scatter_a2a(void)
+{
+    check_ring(4, PLAN_ALL_GATHER, SIM_COLL_RING, 3.0 / 4, 3);
+    check_ring(4, PLAN_REDUCE_SCATTER, SIM_COLL_RING_STEPS, 3.0 / 4, 3);
+    /* all-to-all: each sends S/n to every other member at once; its NVLink carries (n-1)/n S */
+    check_ring(4, PLAN_ALL_TO_ALL, SIM_COLL_RING, 3.0 / 4, 1);
+    check_ring(4, PLAN_ALL_TO_ALL, SIM_COLL_RING_STEPS, 3.0 / 4, 3);
+}
+
+static double simulate_ar(int n, int per_node, sim_coll_algo algo, int64_t bytes)
+{
+    sched_plan p;
+    plan_builder b;
+    build_coll(&p, &b, n, PLAN_ALL_REDUCE, bytes);
+    for (int d = 0; d < n; d++) p.devices[d].node = d / per_node;
+    sim_options o;
+    exact_options(&o, &p);
+    o.coll = algo;
+    sim_result r;
+    double t = -1;
+    CU_ASSERT_EQUAL(simulate(&p, &o, &r), 0);
+    if (r.dev) {
+        t = r.step_seconds;
+        for (int d = 0; d < n; d++) ASSERT_NEAR(r.dev[d].end_seconds, t, 1e-9);
+    }
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+    return t;
+}
+
+static void test_ring_across_nodes(void)
+{
+    /* 2 nodes x 2 GPUs (A100 defaults: NVLink 300 GB/s 1 us, NIC 25 GB/s 5 us) */
+    double S = (double)(1 << 30), anv = 1e-6, bnv = 300e9, anic = 5e-6, bnic = 25e9;
+    /* one flat ring 0-1-2-3 crosses the NICs twice: the slowest hop sets the pace */
+    ASSERT_NEAR(simulate_ar(4, 2, SIM_COLL_RING, 1 << 30), 6 * anic + 1.5 * S / bnic, 0.01);
+    /* hierarchical: reduce-scatter in each node, all-reduce of S/2 across, all-gather in each node */
+    ASSERT_NEAR(simulate_ar(4, 2, SIM_COLL_AUTO, 1 << 30),
+                (anv + S / 2 / bnv) + (2 * anic + (S / 2) / bnic) + (anv + S / 2 / bnv), 0.01);
+}
+
+static void test_two_nodes_vs_one(void)
+{
+    /* the issue's check: a two-node all-reduce (2 x 8 GPUs) is slower than a one-node one (8 GPUs)
+     * by what the hierarchical algorithm predicts: the cross-node all-reduce of S/8 per NIC */
+    double S = (double)(1 << 30), anv = 1e-6, bnv = 300e9, anic = 5e-6, bnic = 25e9;
+    double one = simulate_ar(8, 8, SIM_COLL_AUTO, 1 << 30);
+    double two = simulate_ar(16, 8, SIM_COLL_AUTO, 1 << 30);
+    ASSERT_NEAR(one, 14 * anv + 1.75 * S / bnv, 0.01);
+    ASSERT_NEAR(two, 14 * anv + 1.75 * S / bnv + 2 * anic + (S / 8) / bnic, 0.01);
+    ASSERT_NEAR(two - one, 2 * anic + (S / 8) / bnic, 0.01);
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static void test_memory_in_time(void)
+{
+    /* stream a: alloc P(100) A(50), compute 1 s, free A; stream b waits for it, allocs C(70):
+     * peak 170 = P + C at the end, while A and C never overlap */
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 1, 1);
+    p.gpu.mem_bytes = 160, p.gpu.reserve_bytes = 0;
+    int k = pb_kernels(&b, 1e12, 0);
+    int a = pb_stream(&b, 0, "a"), s2 = pb_stream(&b, 0, "b");
+    p.lists[0].nevents = 1;
+    int bp = pb_buf(&b, 0, "P", 100, PLAN_MEM_PARAM), ba = pb_buf(&b, 0, "A", 50, PLAN_MEM_ACT);
+    int bc = pb_buf(&b, 0, "C", 70, PLAN_MEM_ACT);
+    pb_alloc(&b, 0, a, bp);
+    pb_alloc(&b, 0, a, ba);
+    int f = pb_compute(&b, 0, a, PLAN_PASS_F, k, 0, 0);
+    pb_writes(&b, 0, f, 1, (int32_t[]){ba});
+    pb_free(&b, 0, a, ba);
+    pb_record(&b, 0, a, 0);
+    pb_wait(&b, 0, s2, 0);
+    pb_alloc(&b, 0, s2, bc);
+    sim_options o;
+    exact_options(&o, &p);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.dev[0].peak_bytes, 170, 0);
+    ASSERT_NEAR(r.dev[0].at_peak[PLAN_MEM_PARAM], 100, 0);
+    ASSERT_NEAR(r.dev[0].at_peak[PLAN_MEM_ACT], 70, 0);
+    ASSERT_NEAR(r.dev[0].peak_by_mem[PLAN_MEM_ACT], 70, 0);
+    CU_ASSERT(r.dev[0].over_memory);
+    CU_ASSERT_EQUAL(r.nover_memory, 1);
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* ---------------------------------------------------------------- program -> plan -> sim */
+
+static int compile(const char *program, const char *out)
+{
+    return run_cmdf("'%s' -q '%s' -o '%s'", bin_path("piper-compile"), test_src_path(program), out);
+}
+
+/* Activation bytes of one micro-batch on a list: its activation buffers of micro-batch 0. */
+static double act_per_mb(const sched_plan *p, int dev)
+{
+    const plan_list *L = sched_plan_list(p, dev);
+    double s = 0;
+    for (int i = 0; i < L->nbufs; i++)
+        if (L->bufs[i].mem == PLAN_MEM_ACT && L->bufs[i].name && strstr(L->bufs[i].name, ".mb0.")) s += (double)L->bufs[i].bytes;
+    return s;
+}
+
+/* A 4-stage pipeline with unit costs F = 1, B = 2 and free communication (formulas.md): makespan
+ * (m + p - 1)(F + B) and idle (p - 1)(F + B) on every rank for GPipe and 1F1B alike; rank r holds
+ * p - r micro-batches' activations at its peak under 1F1B, m under GPipe. */
+static void check_pipeline(const char *program, int m, int gpipe)
+{
+    const int pp = 4;
+    const char *plan_path = tmp_path("pipeline.plan");
+    CU_ASSERT_EQUAL_FATAL(compile(program, plan_path), 0);
+    sched_plan p;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(p.ndevices, pp);
+    sim_options o;
+    sim_options_init(&o, &p);
+    CU_ASSERT_EQUAL_FATAL(sim_costs_parse(&o.costs, "unit:F=1,B=2,nocomm", &e), 0);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    double F = 1, B = 2;
+    ASSERT_NEAR(r.step_seconds, m * (F + B) + (pp - 1) * (F + B), 1e-9);
+    for (int d = 0; d < pp; d++) {
+        ASSERT_NEAR(r.dev[d].compute_seconds, m * (F + B), 1e-9);
+        ASSERT_NEAR(r.dev[d].idle_seconds, (pp - 1) * (F + B), 1e-9);
+        ASSERT_NEAR(r.dev[d].exposed_comm_seconds, 0, 0);
+        double per = act_per_mb(&p, d);
+        CU_ASSERT(per > 0);
+        ASSERT_NEAR(r.dev[d].peak_by_mem[PLAN_MEM_ACT], (gpipe ? m : pp - d) * per, 1e-12);
+    }
+    sim_result_free(&r);
+
+    /* the same with the cost model: plausible, and MFU = model FLOPs / (step x peak x devices) */
+    sim_options_init(&o, &p);
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    CU_ASSERT(r.step_seconds > 0);
+    CU_ASSERT(r.mfu > 0 && r.mfu < 0.82);
+    ASSERT_NEAR(r.mfu, r.model_flops / (r.step_seconds * 312e12 * pp), 1e-12);
+    ASSERT_NEAR(r.tokens_per_second, (double)p.model.global_batch * (double)p.model.seq / r.step_seconds, 1e-12);
+    for (int d = 0; d < pp; d++)
+        ASSERT_NEAR(r.dev[d].compute_seconds + r.dev[d].exposed_comm_seconds + r.dev[d].idle_seconds, r.step_seconds, 1e-9);
+    sim_result_free(&r);
+    sched_plan_free(&p);
+}
+
+static void test_1f1b_tiny_closed_form(void) { check_pipeline("tests/fixtures/sim/pp4_1f1b_tiny.yaml", 6, 0); }
+
+static void test_1f1b_bundled_closed_form(void) { check_pipeline("configs/programs/pp4_1f1b.yaml", 8, 0); }
+
+static void test_gpipe_closed_form(void) { check_pipeline("tests/fixtures/sim/pp4_gpipe_tiny.yaml", 6, 1); }
+
+/* formulas.md: with one micro-batch, ZeRO-3 moves 3 parameter volumes per device (reduce-scatter
+ * and two all-gathers) where ZeRO-0 moves 2 (one all-reduce): 1.5 times the bytes. */
+static void test_zero3_bytes(void)
+{
+    double sent[2] = {0, 0};
+    const char *programs[2] = {"tests/fixtures/sim/dp4_zero0.yaml", "tests/fixtures/sim/dp4_zero3.yaml"};
+    for (int z = 0; z < 2; z++) {
+        const char *plan_path = tmp_path("zero.plan");
+        CU_ASSERT_EQUAL_FATAL(compile(programs[z], plan_path), 0);
+        sched_plan p;
+        base_error e;
+        base_error_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+        sim_options o;
+        sim_options_init(&o, &p);
+        sim_result r;
+        CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+        sent[z] = r.dev[0].bytes_sent;
+        for (int d = 1; d < r.ndevices; d++) ASSERT_NEAR(r.dev[d].bytes_sent, sent[z], 0);
+        sim_result_free(&r);
+        sched_plan_free(&p);
+    }
+    CU_ASSERT(sent[0] > 0);
+    ASSERT_NEAR(sent[1] / sent[0], 1.5, 1e-12);
+}
+
+static char *slurp(const char *path)
+{
+    base_buf b = {0};
+    base_error e;
+    base_error_clear(&e);
+    if (base_read_file(path, &b, &e)) return NULL;
+    return b.s;
+}
+
+static void test_cli_program_json_deterministic(void)
+{
+    char j1[2048];
+    snprintf(j1, sizeof j1, "%s", tmp_path("a.json"));
+    CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' --costs unit:F=1,B=2 --costs nocomm --json '%s' > '%s' 2>/dev/null",
+             bin_path("piper-sim"), test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), j1, tmp_path("a.txt")), 0);
+    char j2[2048];
+    snprintf(j2, sizeof j2, "%s", tmp_path("b.json"));
+    CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' --costs unit:F=1,B=2,nocomm --json '%s' > '%s' 2>/dev/null",
+             bin_path("piper-sim"), test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), j2, tmp_path("b.txt")), 0);
+    char *a = slurp(tmp_path("a.json")), *b = slurp(j2);
+    char *ta = slurp(tmp_path("a.txt")), *tb = slurp(tmp_path("b.txt"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_STRING_EQUAL(a, b);
+    CU_ASSERT_STRING_EQUAL(ta, tb);
+    TEST_ASSERT_CONTAINS(a, "\"step_seconds\": 27,");
+    TEST_ASSERT_CONTAINS(a, "\"idle_seconds\": 9,");
+    TEST_ASSERT_CONTAINS(a, "\"unit\": {\"F\": 1, \"B\": 2,");
+    TEST_ASSERT_CONTAINS(ta, "step time        27.000000 s");
+    TEST_ASSERT_CONTAINS(ta, "every device fits");
+    free(a), free(b), free(ta), free(tb);
+}
+
+static void test_cli_errors(void)
+{
+    char err[2048]; /* a copy: tmp_path's buffers are reused */
+    snprintf(err, sizeof err, "%s", tmp_path("err.txt"));
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"), tmp_path("missing.plan"), err), 1);
+    char *t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "cannot open");
+    free(t);
+
+    /* a malformed plan: the reader's file:line */
+    FILE *f = fopen(tmp_path("bad.plan"), "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("piper-plan 1\ndtypes param=bf16 act=bf16 grad=bf16 opt=fp32\ngpu nonsense\n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"), tmp_path("bad.plan"), err), 1);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "bad.plan:3");
+    free(t);
+
+    /* a plan that deadlocks: the static check says where; with --no-check the replay notices */
+    f = fopen(tmp_path("dead.plan"), "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("piper-plan 1\ndtypes param=bf16 act=bf16 grad=fp32 opt=fp32\n"
+          "gpu name=H100 peak_fp32=1e12 peak_bf16=1e12 peak_fp16=1e12 peak_fp64=1e12 peak_fp8=0 hbm_bw=1e12 "
+          "mem_bytes=1e10 reserve_bytes=0\n"
+          "model name=m family=gpt layers=1 hidden=8 heads=1 kv_heads=1 head_dim=8 ffn=8 experts=0 expert_ffn=0 "
+          "top_k=0 capacity_factor=0 vocab=8 seq=8 tied_embeddings=false qk_norm=false dropout=false "
+          "micro_batch=1 num_microbatches=1 global_batch=1\n"
+          "regions 0\nkernel_ids 0\nkernel_lists 0\ngroups 0\nlists 1\n"
+          "list 0 streams=1 bufs=0 events=0 group_slots=0 instrs=2\n  stream 0 pp\n"
+          "  0 send s=pp peer=1 tag=7 bytes=1024\n  1 recv s=pp peer=1 tag=7 bytes=1024\n"
+          "devices 2\n  0 node=0 list=0 peer_offset=0 slots=\n  1 node=0 list=0 peer_offset=-1 slots=\nend\n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"), tmp_path("dead.plan"), err), 1);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "deadlock: at t=0 s nothing can progress");
+    free(t);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' --no-check '%s' > /dev/null 2> '%s'", bin_path("piper-sim"), tmp_path("dead.plan"), err), 1);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "the simulation stopped with device 0 unfinished: the plan deadlocks");
+    free(t);
+
+    /* a program that does not compile: piper-compile's message, exit 1 */
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"),
+             test_src_path("tests/fixtures/programs/missing_model.yaml"), err), 1);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "piper-compile could not compile");
+    free(t);
+
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' --links nic_bw=slow > /dev/null 2> '%s'", bin_path("piper-sim"),
+             test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 2);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "--links: 'nic_bw=slow'");
+    free(t);
+
+    CU_ASSERT_EQUAL(run_cmdf("'%s' --frobnicate > /dev/null 2> '%s'", bin_path("piper-sim"), err), 2);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' --help > '%s'", bin_path("piper-sim"), err), 0);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "usage: piper-sim FILE");
+    free(t);
+}
+
+int piper_tests_register(void)
+{
+    static const test_case model[] = {
+        {"GEMM efficiency: 256/312 at 16384^3, less when small or skinny", test_gemm_efficiency},
+        {"kernel time: roofline with GEMM efficiency and launch overhead", test_kernel_seconds},
+        {"link defaults per GPU type", test_link_defaults},
+        {"--links values, units and errors", test_links_parse},
+        {"--costs values and errors", test_costs_parse},
+        {"platform XML: hosts, NVLink, NICs", test_platform_xml},
+        {NULL, NULL},
+    };
+    static const test_case sim[] = {
+        {"intra-node transfers take NVLink, inter-node ones the NIC", test_routes_nvlink_and_nic},
+        {"GPUs sharing a NIC share its bandwidth", test_routes_shared_nic},
+        {"a shared NIC does not replace NVLink inside a node", test_routes_nvlink_when_nic_shared},
+        {"nocomm: transfers are free", test_nocomm},
+        {"sendrecv groups exchange in both directions at once", test_sendrecv_exchange},
+        {"record/wait across streams; streams share the GPU", test_record_wait_and_sharing},
+        {"ring all-reduce matches the alpha-beta formula", test_ring_all_reduce},
+        {"all-gather, reduce-scatter, all-to-all", test_ring_gather_scatter_a2a},
+        {"across nodes: a flat ring at the NIC's pace, or hierarchical", test_ring_across_nodes},
+        {"two-node all-reduce = one-node + the hierarchical cross-node term", test_two_nodes_vs_one},
+        {"memory by category in simulated time; over-capacity flag", test_memory_in_time},
+        {"1F1B closed forms on a tiny program (m=6)", test_1f1b_tiny_closed_form},
+        {"1F1B closed forms on configs/programs/pp4_1f1b.yaml (m=8)", test_1f1b_bundled_closed_form},
+        {"GPipe closed forms on a tiny program (m=6)", test_gpipe_closed_form},
+        {"ZeRO-3 moves 1.5x the bytes of ZeRO-0 (one micro-batch)", test_zero3_bytes},
+        {"piper-sim program.yaml: deterministic report and --json", test_cli_program_json_deterministic},
+        {"piper-sim errors and exit codes", test_cli_errors},
+        {NULL, NULL},
+    };
+    if (test_add_suite("sim cost model and options", model)) return -1;
+    CU_pSuite s = CU_add_suite("sim replay", suite_init, suite_clean);
+    if (!s) return -1;
+    for (const test_case *c = sim; c->name; c++)
+        if (!CU_add_test(s, c->name, c->fn)) return -1;
+    return 0;
+}
