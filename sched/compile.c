@@ -236,13 +236,40 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
     sched_order ord;
     int rc = sched_order_nodes(&x, &ord, e);
     if (!rc) rc = sched_lower_plan(&x, &ord, o, e);
-    sched_costs_free(x.costs);
-    if (rc) return rc;
-    if (o->no_check) return 0;
-    if (sched_plan_check(&c->plan, &c->stats, e)) {
-        base_error_prefix(e, "the plan cannot run: ");
-        return -1;
+    if (rc || o->no_check) {
+        sched_costs_free(x.costs);
+        return rc;
     }
+    if (sched_plan_check(&c->plan, &c->stats, e)) {
+        /* One p2p stream per device with every neighbour's sends and receives on it deadlocks
+         * for schedules with several stages per rank (interleaved, V shapes): each rank's lone
+         * send waits for a receive its neighbour queued behind its own. With one stream per peer
+         * and direction, each channel only needs both ends to agree on its order. Try that
+         * before giving up; the first error stands if it does not help. */
+        base_error again;
+        base_error_clear(&again);
+        sched_options o2 = *o;
+        o2.p2p_per_channel = true;
+        sched_plan_stats_free(&c->stats);
+        sched_plan_free(&c->plan);
+        sched_plan_init(&c->plan);
+        if (!o->no_sendrecv_groups && !o->p2p_per_channel && strstr(e->msg, "deadlock") &&
+            sched_lower_plan(&x, &ord, &o2, &again) == 0 &&
+            sched_plan_check(&c->plan, &c->stats, &again) == 0) {
+            char warn[BASE_WARN_MAX];
+            memcpy(warn, e->warnings, sizeof warn);
+            int nwarn = e->nwarn;
+            base_error_clear(e);
+            memcpy(e->warnings, warn, sizeof warn);
+            e->nwarn = nwarn;
+            c->p2p_per_channel = true;
+        } else {
+            sched_costs_free(x.costs);
+            base_error_prefix(e, "the plan cannot run: ");
+            return -1;
+        }
+    }
+    sched_costs_free(x.costs);
     return check_memory(c, o, e);
 }
 
@@ -266,6 +293,9 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
             (long long)c->dag.num_microbatches, (long long)c->dp_degree);
     fprintf(f, "  DAG %d nodes; %d distinct instruction lists; %d communication groups\n",
             ir_dag_live_nodes(&c->dag), p->nlists, p->ngroups);
+    if (c->p2p_per_channel)
+        fprintf(f, "  p2p: one stream per peer and direction (one shared p2p stream could "
+                   "deadlock under this schedule)\n");
     if (c->default_schedule)
         fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
                 c->default_schedule);

@@ -113,6 +113,27 @@ static int stream_of(lowerer *L, list_builder *B, int dag_stream)
     return L->stream_map[dag_stream];
 }
 
+/* The list stream of node v. With per-channel p2p (sched_options.p2p_per_channel) every send
+ * and receive goes on a stream of its own peer, direction and flow (activations or gradients),
+ * named by the peer's offset from the list's device ("p2p.send+1.F", "p2p.recv-3.B") so that
+ * replicas sharing the list agree. */
+static int node_stream(lowerer *L, list_builder *B, int32_t v, int rep, int peer)
+{
+    const ir_node *n = &L->x->g->nodes[v];
+    if (!L->opt->p2p_per_channel || IR_OP_INFO[n->op].kind != IR_KIND_P2P)
+        return stream_of(L, B, n->stream);
+    /* activations and gradients travel on separate channels: in a V schedule the same pair of
+     * ranks exchanges one stage's activations and another stage's gradients, in orders the two
+     * ends need not interleave alike */
+    char name[48];
+    snprintf(name, sizeof name, "p2p.%s%+d.%s", n->op == IR_OP_SEND ? "send" : "recv", peer - rep,
+             n->pass == PLAN_PASS_F ? "F" : "B");
+    for (size_t i = 0; i < B->streams.n; i++)
+        if (strcmp(B->streams.v[i], name) == 0) return (int)i;
+    BASE_VEC_PUSH(B->streams, base_arena_strdup(&L->plan->arena, name));
+    return (int)B->streams.n - 1;
+}
+
 static int slot_of(list_builder *B, group_tpl t)
 {
     for (size_t i = 0; i < B->tpls.n; i++)
@@ -284,10 +305,11 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     for (int i = 0; i < nn; i++) {
         int32_t v = nodes[i];
         const ir_node *n = &g->nodes[v];
-        int s = stream_of(L, &B, n->stream);
         ir_op_kind kind = IR_OP_INFO[n->op].kind;
         const ir_place *pl = &g->places[n->place];
         int pos = sched_place_pos(pl, rep);
+        int peer = kind == IR_KIND_P2P ? g->places[g->nodes[n->link].place].devs[pos] : -1;
+        int s = node_stream(L, &B, v, rep, peer);
 
         /* 1. waits for inputs made on other streams */
         for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
@@ -391,6 +413,41 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             in.bytes = (int64_t)(n->bytes + 0.5);
             in.buf = in_buf >= 0 ? in_buf : out_buf;
             in.mem = PLAN_MEM_COMM;
+            /* What it reduces or gathers (reads) and where the result goes (writes), so that an
+             * executor need not guess: gradients and parameters have no buffers of their own but
+             * live in their region's, so a bucket lists each region's gradient buffer, a region's
+             * own sum (tied pair, TP sync) its region's. */
+            i32_vec rd = {0}, wr = {0};
+            for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+                const ir_edge *ed = &g->edges[g->in_edge[k]];
+                if (ed->kind != IR_EDGE_DATA) continue;
+                int32_t b = L->buf_of[ed->tensor];
+                uint8_t tk = g->tensors[ed->tensor].kind;
+                int r = n->region >= 0 ? n->region : g->nodes[ed->src].region;
+                if (b < 0 && r >= 0 && (tk == IR_T_GRAD || tk == IR_T_GRAD_SYNC)) b = rb[r].grad;
+                if (b < 0 && r >= 0 && tk == IR_T_PARAM) b = rb[r].param;
+                bool dup = b < 0;
+                for (size_t q = 0; q < rd.n && !dup; q++) dup = rd.v[q] == b;
+                if (!dup) BASE_VEC_PUSH(rd, b);
+            }
+            /* ZeRO-3's gathers read nothing in the DAG: they gather the region's shard */
+            if (!rd.n && n->region >= 0 && rb[n->region].param >= 0 && in.coll == PLAN_ALL_GATHER)
+                BASE_VEC_PUSH(rd, rb[n->region].param);
+            for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+                const ir_edge *ed = &g->edges[g->out_edge[k]];
+                int32_t b = ed->kind == IR_EDGE_DATA ? L->buf_of[ed->tensor] : -1;
+                bool dup = b < 0;
+                for (size_t q = 0; q < wr.n && !dup; q++) dup = wr.v[q] == b;
+                if (!dup) BASE_VEC_PUSH(wr, b);
+            }
+            in.nreads = (int32_t)rd.n;
+            in.nwrites = (int32_t)wr.n;
+            in.reads = rd.n ? base_arena_calloc(&L->plan->arena, rd.n, sizeof(int32_t)) : NULL;
+            in.writes = wr.n ? base_arena_calloc(&L->plan->arena, wr.n, sizeof(int32_t)) : NULL;
+            if (rd.n) memcpy(in.reads, rd.v, rd.n * sizeof(int32_t));
+            if (wr.n) memcpy(in.writes, wr.v, wr.n * sizeof(int32_t));
+            free(rd.v);
+            free(wr.v);
             BASE_VEC_PUSH(B.ins, in);
         }
         /* 4. record for consumers on other streams */

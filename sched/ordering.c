@@ -2,7 +2,8 @@
  * class and share one order. Within a class, a list scheduler emits nodes in topological order
  * (data and temporal edges; the cross-device SEND -> RECV edge is the peer's business) and, among
  * ready nodes, prefers (DESIGN.md's default policy) sends, then critical-path collectives (TP,
- * EP, world), then data-parallel reductions, then compute, then receives; within a category the
+ * EP, world), then data-parallel reductions, then compute, then receives, then per-step compute
+ * (optimizer steps); within a category the
  * earlier micro-batch, then the node with the most downstream work (bottom level by the static
  * cost model), then the lower id. The micro-batch comes before the downstream work on purpose:
  * ranked by downstream work alone, every micro-batch's forward runs before any backward (GPipe's
@@ -23,7 +24,11 @@ static int category(const ir_node *n)
     case IR_KIND_P2P: return n->op == IR_OP_SEND ? 0 : 4;
     case IR_KIND_COLL: return (n->flags & IR_NODE_DP_SYNC) ? 2 : 1;
     case IR_KIND_DUMMY: return 0;
-    default: return 3;
+    default:
+        /* Per-step compute (optimizer, gradient norm) waits for cross-device reductions; issued
+         * before a pending receive it would hold the compute stream while the neighbour still
+         * needs this device's backward (tied embeddings in an interleaved pipeline). */
+        return n->mb < 0 ? 5 : 3;
     }
 }
 

@@ -15,6 +15,9 @@ typedef struct sched_options {
     bool allow_oom;            /* keep plans whose static peak exceeds usable memory (what-if) */
     bool no_sendrecv_groups;   /* lower without pairing opposite p2p (demonstrates deadlock) */
     bool no_check;             /* skip the static deadlock/memory check (benchmarks only) */
+    bool p2p_per_channel;      /* one stream per peer and direction for sends and receives; the
+                                  compiler falls back to it when the single p2p stream could
+                                  deadlock (multi-chunk schedules) */
 } sched_options;
 
 /* Everything one compilation makes; freed with sched_compilation_free. */
@@ -26,6 +29,7 @@ typedef struct sched_compilation {
     sched_plan_stats stats;    /* from the static check */
     int64_t dp_degree;         /* data-parallel degree the batch is split over */
     const char *default_schedule; /* set when the compiler chose the pipeline schedule */
+    bool p2p_per_channel;      /* the plan uses one p2p stream per peer and direction */
     /* The directives as run, with every `schedule` replaced by the orders it expanded into
      * (arena-owned; filled by sched_build_dag). */
     int nexpanded;
