@@ -7,8 +7,12 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config libyaml-dev libcunit1-dev libopenblas-dev)
 # The simulator (sim/, piper-sim) replays plans on SimGrid 3.32.
 PACKAGES+=(libsimgrid-dev)
+# The CPU executor (piper-exec) runs one MPI rank per device on OpenMPI.
+PACKAGES+=(openmpi-bin libopenmpi-dev)
 # Fuzzing and the sanitizer build use clang's runtimes.
 PACKAGES+=(clang libclang-rt-14-dev)
+# The figures (viz/, piper-viz) render through Graphviz's gvc in the one font they name.
+PACKAGES+=(libgraphviz-dev fonts-dejavu-core)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

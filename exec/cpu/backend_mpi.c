@@ -1,0 +1,544 @@
+/* backend_mpi.c — the MPI side of the CPU executor: one communicator per (group, stream) and one
+ * for point-to-point traffic, created in the same order on every rank; sends and receives with
+ * the plan's tags (MPI_Isend / MPI_Irecv); collectives with MPI's non-blocking calls on the
+ * communicator of their group and stream; MPI_Test progress; and the exec_backend that the
+ * interpreter drives.
+ *
+ * Why one communicator per (group, stream): MPI matches collectives per communicator in issue
+ * order, as NCCL does. Members issue a group's collectives in the same order on each stream (the
+ * compiler's check proves it), but two streams' collectives on one group may interleave
+ * differently on different members; on separate communicators they cannot be mismatched.
+ * Point-to-point traffic needs no such care: every transfer has its own tag, so one communicator
+ * serves all streams (a sender's and a receiver's streams may even have different names).
+ *
+ * Bucketed gradient collectives copy the tensors they move into one staging buffer, reduce it
+ * in place, and copy back when MPI_Test reports completion. */
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_exec.h"
+
+#define REDUCE_STREAM "#reduce"
+
+/* ---------------------------------------------------------------- communicators */
+
+typedef struct comm_key {
+    int group;
+    const char *stream;
+    bool *users;        /* [device] */
+} comm_key;
+
+static int key_cmp(const void *a, const void *b)
+{
+    const comm_key *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    return strcmp(x->stream, y->stream);
+}
+
+static int key_find(const comm_key *k, int n, int group, const char *stream)
+{
+    for (int i = 0; i < n; i++)
+        if (k[i].group == group && strcmp(k[i].stream, stream) == 0) return i;
+    return -1;
+}
+
+static int comm_find(const exec_cpu *c, int group, const char *stream)
+{
+    for (int i = 0; i < c->ncomm; i++)
+        if (c->comm[i].group == group && strcmp(c->comm[i].stream, stream) == 0) return i;
+    return -1;
+}
+
+/* Every (group, stream) any device uses, with its users; each must be used by exactly the
+ * group's members, else some member would wait on a communicator others never use. */
+static int collect_keys(const exec_cpu *c, comm_key **out, int *nout, base_error *e)
+{
+    const sched_plan *p = c->p;
+    BASE_VEC(comm_key) k = {0};
+    for (int d = 0; d < p->ndevices; d++) {
+        const plan_list *L = sched_plan_list(p, d);
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            int g = -1;
+            const char *s = NULL;
+            if (in->op == PLAN_COLL) {
+                g = sched_plan_group(p, d, in);
+                s = L->streams[in->stream] ? L->streams[in->stream] : "";
+            } else if (in->op == PLAN_COMPUTE && in->tp_group >= 0 && in->region >= 0 &&
+                       in->region == c->head_region && in->pass == PLAN_PASS_F) {
+                g = p->devices[d].group_slots[in->tp_group];
+                s = REDUCE_STREAM;
+            } else {
+                continue;
+            }
+            int at = key_find(k.v, (int)k.n, g, s);
+            if (at < 0) {
+                comm_key nk = {g, s, base_xcalloc((size_t)p->ndevices, sizeof(bool))};
+                BASE_VEC_PUSH(k, nk);
+                at = (int)k.n - 1;
+            }
+            k.v[at].users[d] = true;
+        }
+    }
+    if (k.n) qsort(k.v, k.n, sizeof *k.v, key_cmp);
+    for (size_t i = 0; i < k.n; i++) {
+        const plan_group *G = &p->groups[k.v[i].group];
+        int members = 0;
+        for (int m = 0; m < G->n; m++) {
+            members += k.v[i].users[G->devices[m]];
+            if (!k.v[i].users[G->devices[m]]) {
+                base_errorf(e, "group %d (%s) has collectives on stream %s, but its member device %d "
+                               "issues none there; the plan is inconsistent, compile it again",
+                            k.v[i].group, G->name ? G->name : "?", k.v[i].stream, G->devices[m]);
+                goto fail;
+            }
+        }
+        int users = 0;
+        for (int d = 0; d < p->ndevices; d++) users += k.v[i].users[d];
+        if (users != members) {
+            base_errorf(e, "group %d (%s) is used on stream %s by a device outside it", k.v[i].group,
+                        G->name ? G->name : "?", k.v[i].stream);
+            goto fail;
+        }
+    }
+    *out = k.v;
+    *nout = (int)k.n;
+    return 0;
+fail:
+    for (size_t i = 0; i < k.n; i++) free(k.v[i].users);
+    free(k.v);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static int req_new(exec_cpu *c, int instr)
+{
+    for (int i = 0; i < c->nreq; i++)
+        if (!c->req[i].used) {
+            memset(&c->req[i], 0, sizeof c->req[i]);
+            c->req[i].used = true;
+            c->req[i].instr = instr;
+            return i;
+        }
+    if (c->nreq == c->capreq) {
+        c->capreq = c->capreq ? 2 * c->capreq : 16;
+        c->req = base_xrealloc(c->req, (size_t)c->capreq * sizeof *c->req);
+    }
+    memset(&c->req[c->nreq], 0, sizeof c->req[c->nreq]);
+    c->req[c->nreq].used = true;
+    c->req[c->nreq].instr = instr;
+    return c->nreq++;
+}
+
+static void req_done(exec_cpu *c, int r)
+{
+    cpu_req *R = &c->req[r];
+    if (R->staging) exec_cpu_scratch_free(c, R->staging, (size_t)R->staging_bytes);
+    R->staging = NULL;
+    R->used = false;
+}
+
+static int int_count(int64_t n, const char *what, base_error *e)
+{
+    if (n < 0 || n > INT_MAX)
+        return base_errorf(e, "%s of %lld elements is larger than one MPI call moves (INT_MAX); "
+                              "use smaller micro-batches or buckets",
+                           what, (long long)n);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+static int be_alloc(void *ctx, int instr, int buf, int64_t plan_bytes, base_error *e)
+{
+    (void)instr;
+    return exec_cpu_alloc(ctx, buf, plan_bytes, e);
+}
+
+static int be_release(void *ctx, int instr, int buf, base_error *e)
+{
+    (void)instr;
+    return exec_cpu_release(ctx, buf, e);
+}
+
+static int be_compute(void *ctx, int instr, const plan_instr *in, base_error *e)
+{
+    return exec_cpu_compute(ctx, instr, in, e);
+}
+
+static int be_p2p(void *ctx, int instr, const plan_instr *in, int peer, int *req, base_error *e)
+{
+    exec_cpu *c = ctx;
+    char *p = exec_cpu_buf(c, in->buf, in->op == PLAN_SEND ? "the data sent" : "the receive buffer", e);
+    if (!p) return -1;
+    int64_t bytes = c->buf[in->buf].bytes;
+    if (int_count(bytes, "a transfer", e)) return -1;
+    if (peer < 0 || peer >= c->world)
+        return base_errorf(e, "peer device %d has no rank: %d ranks run; start one rank per device",
+                           peer, c->world);
+    int r = req_new(c, instr);
+    cpu_req *R = &c->req[r];
+    if (in->op == PLAN_SEND) {
+        EXEC_MPI(MPI_Isend(p, (int)bytes, MPI_BYTE, peer, in->tag, c->p2p, &R->r), e);
+    } else {
+        R->expect = bytes;
+        EXEC_MPI(MPI_Irecv(p, (int)bytes, MPI_BYTE, peer, in->tag, c->p2p, &R->r), e);
+    }
+    *req = r;
+    return 0;
+}
+
+static char *seg_base(exec_cpu *c, const cpu_seg *s, bool grads, base_error *e)
+{
+    /* ZeRO-3 gathers read the device's piece of the parameters; coll_finish writes the gathered
+     * buffer itself */
+    const cpu_region *R = &c->reg[s->region];
+    return exec_cpu_buf(c, grads ? R->grad_buf : R->param_buf, grads ? "the gradients" : "the parameters", e);
+}
+
+static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
+{
+    exec_cpu *c = ctx;
+    cpu_coll *C = &c->coll[instr];
+    (void)group;
+    if (C->comm < 0) return base_errorf(e, "collective without a communicator");
+    MPI_Comm comm = c->comm[C->comm].comm;
+    const size_t es = c->es;
+    int r = req_new(c, instr);
+    cpu_req *R = &c->req[r];
+    *req = r;
+    switch (C->kind) {
+    case CC_SCALAR:
+        EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, &c->norm_sq, 1, MPI_DOUBLE, MPI_SUM, comm, &R->r), e);
+        return 0;
+    case CC_ACT: {
+        char *ip = exec_cpu_buf(c, C->in, "the collective's input", e);
+        char *op = ip ? exec_cpu_buf(c, C->out, "the collective's output", e) : NULL;
+        if (!op) return -1;
+        int64_t n = c->buf[C->in].bytes / (int64_t)es, no = c->buf[C->out].bytes / (int64_t)es;
+        if (int_count(n, "a collective", e)) return -1;
+        int g = C->gsize;
+        switch ((plan_coll)in->coll) {
+        case PLAN_ALL_REDUCE:
+            if (no != n) return base_errorf(e, "all-reduce of %lld elements into %lld", (long long)n, (long long)no);
+            EXEC_MPI(MPI_Iallreduce(ip == op ? MPI_IN_PLACE : ip, op, (int)n, c->mdt, MPI_SUM, comm, &R->r), e);
+            return 0;
+        case PLAN_REDUCE_SCATTER:
+            if (n % g || no != n / g)
+                return base_errorf(e, "reduce-scatter of %lld elements over %d ranks into %lld",
+                                   (long long)n, g, (long long)no);
+            EXEC_MPI(MPI_Ireduce_scatter_block(ip, op, (int)(n / g), c->mdt, MPI_SUM, comm, &R->r), e);
+            return 0;
+        case PLAN_ALL_GATHER:
+            if (no != n * g)
+                return base_errorf(e, "all-gather of %lld elements over %d ranks into %lld",
+                                   (long long)n, g, (long long)no);
+            EXEC_MPI(MPI_Iallgather(ip, (int)n, c->mdt, op, (int)n, c->mdt, comm, &R->r), e);
+            return 0;
+        case PLAN_ALL_TO_ALL:
+            if (n % g || no != n)
+                return base_errorf(e, "all-to-all of %lld elements over %d ranks into %lld",
+                                   (long long)n, g, (long long)no);
+            if (ip == op) return base_errorf(e, "an all-to-all in place; the plan must give it an output buffer");
+            EXEC_MPI(MPI_Ialltoall(ip, (int)(n / g), c->mdt, op, (int)(n / g), c->mdt, comm, &R->r), e);
+            return 0;
+        default:
+            return base_errorf(e, "%s of activations is not supported by the CPU executor",
+                               sched_plan_coll_name((plan_coll)in->coll));
+        }
+    }
+    case CC_GRAD_SUM: {
+        int64_t n = 0;
+        for (int s = 0; s < C->nseg; s++) n += C->seg[s].n;
+        if (int_count(n, "a gradient bucket", e)) return -1;
+        R->staging_bytes = n * (int64_t)es;
+        R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
+        int64_t off = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            char *b = seg_base(c, &C->seg[s], true, e);
+            if (!b) return -1;
+            memcpy(R->staging + off * es, b + C->seg[s].off * es, (size_t)C->seg[s].n * es);
+            off += C->seg[s].n;
+        }
+        EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, R->staging, (int)n, c->mdt, MPI_SUM, comm, &R->r), e);
+        return 0;
+    }
+    case CC_GRAD_SCATTER:
+    case CC_PARAM_GATHER: {
+        /* one piece of ceil(n / size) per region and rank; the send (scatter) or receive
+         * (gather) side is laid out rank by rank, each rank's pieces region by region */
+        const int g = C->gsize;
+        const bool grads = C->kind == CC_GRAD_SCATTER;
+        int64_t per = 0;
+        for (int s = 0; s < C->nseg; s++) per += (c->reg[C->seg[s].region].nstore + g - 1) / g;
+        if (int_count(per * g, "a ZeRO bucket", e)) return -1;
+        R->staging_bytes = (int64_t)(g + 1) * per * (int64_t)es;
+        R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
+        char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
+        int64_t off = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            const cpu_region *G = &c->reg[C->seg[s].region];
+            char *b = seg_base(c, &C->seg[s], grads, e);
+            if (!b) return -1;
+            int64_t cr = (G->nstore + g - 1) / g;
+            for (int k = 0; k < g; k++) {
+                if (!grads && k != C->grank) continue;
+                int64_t lo, hi;
+                exec_cpu_piece(G->nstore, k, g, &lo, &hi);
+                char *dst = grads ? all + (size_t)(k * per + off) * es : mine + (size_t)off * es;
+                memcpy(dst, b + lo * es, (size_t)(hi - lo) * es);
+            }
+            off += cr;
+        }
+        if (grads)
+            EXEC_MPI(MPI_Ireduce_scatter_block(all, mine, (int)per, c->mdt, MPI_SUM, comm, &R->r), e);
+        else
+            EXEC_MPI(MPI_Iallgather(mine, (int)per, c->mdt, all, (int)per, c->mdt, comm, &R->r), e);
+        return 0;
+    }
+    default: return base_errorf(e, "collective the executor did not resolve");
+    }
+}
+
+/* Finishes a completed collective: bucket contents go back where they came from. */
+static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
+{
+    const cpu_coll *C = &c->coll[R->instr];
+    const size_t es = c->es;
+    if (C->kind == CC_GRAD_SUM) {
+        int64_t off = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            char *b = seg_base(c, &C->seg[s], true, e);
+            if (!b) return -1;
+            memcpy(b + C->seg[s].off * es, R->staging + off * es, (size_t)C->seg[s].n * es);
+            off += C->seg[s].n;
+        }
+    } else if (C->kind == CC_GRAD_SCATTER || C->kind == CC_PARAM_GATHER) {
+        const int g = C->gsize;
+        const bool grads = C->kind == CC_GRAD_SCATTER;
+        int64_t per = 0;
+        for (int s = 0; s < C->nseg; s++) per += (c->reg[C->seg[s].region].nstore + g - 1) / g;
+        char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
+        int64_t off = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            const cpu_region *G = &c->reg[C->seg[s].region];
+            char *b = !grads && C->out >= 0 ? exec_cpu_buf(c, C->out, "the gathered parameters", e)
+                                            : seg_base(c, &C->seg[s], grads, e);
+            if (!b) return -1;
+            for (int k = 0; k < g; k++) {
+                if (grads && k != C->grank) continue;
+                int64_t lo, hi;
+                exec_cpu_piece(G->nstore, k, g, &lo, &hi);
+                const char *src = grads ? mine + (size_t)off * es : all + (size_t)(k * per + off) * es;
+                memcpy(b + lo * es, src, (size_t)(hi - lo) * es);
+            }
+            off += (G->nstore + g - 1) / g;
+        }
+    }
+    return 0;
+}
+
+static int be_test(void *ctx, int req, bool *done, base_error *e)
+{
+    exec_cpu *c = ctx;
+    cpu_req *R = &c->req[req];
+    int flag = 0;
+    MPI_Status st;
+    EXEC_MPI(MPI_Test(&R->r, &flag, &st), e);
+    *done = flag != 0;
+    if (!flag) return 0;
+    int rc = 0;
+    const plan_instr *in = &c->L->ins[R->instr];
+    if (in->op == PLAN_RECV) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (got != R->expect)
+            rc = base_errorf(e, "received %d bytes where %lld were expected: the sender's buffer "
+                                "differs from this one; the two devices read the plan differently",
+                             got, (long long)R->expect);
+    } else if (in->op == PLAN_COLL) {
+        rc = coll_finish(c, R, e);
+    }
+    req_done(c, req);
+    return rc;
+}
+
+int exec_cpu_check_peers(exec_cpu *c, base_error *e)
+{
+    if (c->fail == MPI_COMM_NULL || c->fail_req == MPI_REQUEST_NULL) return 0;
+    int flag = 0;
+    MPI_Status st;
+    EXEC_MPI(MPI_Test(&c->fail_req, &flag, &st), e);
+    if (!flag) return 0;
+    c->fail_msg[sizeof c->fail_msg - 1] = 0;
+    return base_errorf(e, "stopping because %s", c->fail_msg);
+}
+
+void exec_cpu_notify_failure(exec_cpu *c, const char *msg)
+{
+    if (c->fail == MPI_COMM_NULL) return;
+    static char out[BASE_ERROR_MAX];
+    snprintf(out, sizeof out, "%s", msg);
+    int n = (int)strlen(out) + 1;
+    MPI_Request *r = base_xcalloc((size_t)c->world, sizeof *r);
+    for (int d = 0; d < c->world; d++) {
+        r[d] = MPI_REQUEST_NULL;
+        if (d != c->dev) MPI_Isend(out, n, MPI_CHAR, d, 0, c->fail, &r[d]);
+    }
+    /* the receivers keep a receive posted, so this finishes at once unless one has died */
+    double t0 = exec_now();
+    int all = 0;
+    while (!all && exec_now() - t0 < 2.0) {
+        MPI_Testall(c->world, r, &all, MPI_STATUSES_IGNORE);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    free(r);
+}
+
+/* Ranks may share cores (mpirun --oversubscribe): spin briefly, then yield, then sleep; and
+ * look out for other ranks' failures. */
+static int be_idle(void *ctx, int rounds, base_error *e)
+{
+    exec_cpu *c = ctx;
+    if ((rounds & 15) == 0 && exec_cpu_check_peers(c, e)) return -1;
+    if (rounds < 32) return 0;
+    if (rounds < 512) {
+        sched_yield();
+        return 0;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+int exec_cpu_wait(exec_cpu *c, MPI_Request *r, const char *what, base_error *e)
+{
+    double t0 = exec_now();
+    for (int rounds = 1;; rounds++) {
+        int flag = 0;
+        EXEC_MPI(MPI_Test(r, &flag, MPI_STATUS_IGNORE), e);
+        if (flag) return 0;
+        if (c->o.timeout_s > 0 && (rounds & 63) == 0 && exec_now() - t0 > c->o.timeout_s)
+            return base_errorf(e, "device %d: %s did not finish within %.0f s (the watchdog's "
+                                  "timeout); a peer has stopped, check the other ranks' messages",
+                               c->dev, what, c->o.timeout_s);
+        if (be_idle(c, rounds, e)) return -1;
+    }
+}
+
+int exec_cpu_head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_reduce_op op,
+                         base_error *e)
+{
+    exec_cpu *c = ctx;
+    if (c->head_comm < 0) return base_errorf(e, "the head's TP group has no communicator");
+    if (int_count(n, "the head's reduction", e)) return -1;
+    MPI_Request r;
+    EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, dt == PLAN_FP32 ? MPI_FLOAT : MPI_DOUBLE,
+                            op == EXEC_REDUCE_MAX ? MPI_MAX : MPI_SUM, c->comm[c->head_comm].comm, &r),
+             e);
+    return exec_cpu_wait(c, &r, "the head's vocab-parallel reduction", e);
+}
+
+int exec_cpu_connect(exec_cpu *c, base_error *e)
+{
+    const sched_plan *p = c->p;
+    comm_key *keys = NULL;
+    int nkeys = 0;
+    if (collect_keys(c, &keys, &nkeys, e)) return -1;
+    int rc = 0;
+    MPI_Group world_group = MPI_GROUP_NULL;
+    if (!rc && MPI_Comm_dup(MPI_COMM_WORLD, &c->p2p) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Comm_dup of MPI_COMM_WORLD failed", __FILE__, __LINE__);
+    if (!rc && MPI_Comm_dup(MPI_COMM_WORLD, &c->fail) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Comm_dup of MPI_COMM_WORLD failed", __FILE__, __LINE__);
+    if (!rc && MPI_Irecv(c->fail_msg, (int)sizeof c->fail_msg, MPI_CHAR, MPI_ANY_SOURCE, 0, c->fail,
+                         &c->fail_req) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Irecv of failure notices failed", __FILE__, __LINE__);
+    if (!rc && MPI_Comm_group(MPI_COMM_WORLD, &world_group) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Comm_group failed", __FILE__, __LINE__);
+    c->comm = base_xcalloc((size_t)(nkeys + 1), sizeof *c->comm);
+    /* in the same sorted order on every rank, each rank taking part in its groups' creations:
+     * MPI_Comm_create_group is collective over the group only */
+    for (int k = 0; k < nkeys && !rc; k++) {
+        const plan_group *G = &p->groups[keys[k].group];
+        cpu_comm *cc = &c->comm[c->ncomm++];
+        cc->group = keys[k].group;
+        cc->stream = keys[k].stream;
+        cc->comm = MPI_COMM_NULL;
+        for (int m = 0; m < G->n; m++) cc->member |= G->devices[m] == c->dev;
+        if (!cc->member) continue;
+        for (int m = 0; m < G->n && !rc; m++)
+            if (G->devices[m] >= c->world)
+                rc = base_errorf(e, "group %s has device %d, but only %d ranks run; start one rank "
+                                    "per device",
+                                 G->name ? G->name : "?", G->devices[m], c->world);
+        if (rc) break;
+        MPI_Group g;
+        if (MPI_Group_incl(world_group, G->n, G->devices, &g) != MPI_SUCCESS ||
+            MPI_Comm_create_group(MPI_COMM_WORLD, g, k, &cc->comm) != MPI_SUCCESS)
+            rc = base_errorf(e, "%s:%d: MPI_Comm_create_group for group %s, stream %s failed",
+                             __FILE__, __LINE__, G->name ? G->name : "?", cc->stream);
+        MPI_Group_free(&g);
+    }
+    if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
+    for (int k = 0; k < nkeys; k++) free(keys[k].users);
+    free(keys);
+    if (rc) return -1;
+    for (int i = 0; i < c->L->n; i++) {
+        const plan_instr *in = &c->L->ins[i];
+        if (in->op == PLAN_COLL) {
+            const char *s = c->L->streams[in->stream] ? c->L->streams[in->stream] : "";
+            c->coll[i].comm = comm_find(c, c->coll[i].group, s);
+        }
+    }
+    if (c->head_region >= 0 && c->reg[c->head_region].tp_group >= 0)
+        c->head_comm = comm_find(c, c->reg[c->head_region].tp_group, REDUCE_STREAM);
+    exec_backend *b = &c->be;
+    b->ctx = c;
+    b->name = "cpu-mpi";
+    b->alloc = be_alloc;
+    b->release = be_release;
+    b->compute = be_compute;
+    b->p2p_start = be_p2p;
+    b->coll_start = be_coll;
+    b->test = be_test;
+    b->record = NULL;
+    b->wait = NULL;
+    b->idle = be_idle;
+    return 0;
+}
+
+void exec_cpu_disconnect(exec_cpu *c)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    for (int i = 0; i < c->nreq; i++)
+        if (c->req[i].used) {
+            if (!fin && c->req[i].r != MPI_REQUEST_NULL) {
+                MPI_Cancel(&c->req[i].r);
+                MPI_Request_free(&c->req[i].r);
+            }
+            req_done(c, i);
+        }
+    free(c->req);
+    c->req = NULL;
+    c->nreq = c->capreq = 0;
+    for (int i = 0; i < c->ncomm; i++)
+        if (!fin && c->comm[i].comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm[i].comm);
+    free(c->comm);
+    c->comm = NULL;
+    c->ncomm = 0;
+    if (!fin && c->p2p != MPI_COMM_NULL) MPI_Comm_free(&c->p2p);
+    c->p2p = MPI_COMM_NULL;
+    if (!fin && c->fail_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&c->fail_req);
+        MPI_Wait(&c->fail_req, MPI_STATUS_IGNORE);
+    }
+    if (!fin && c->fail != MPI_COMM_NULL) MPI_Comm_free(&c->fail);
+    c->fail = MPI_COMM_NULL;
+}

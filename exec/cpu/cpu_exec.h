@@ -1,0 +1,240 @@
+/* cpu_exec.h — the CPU executor: one MPI rank runs one device of a plan with the CPU kernels
+ * (kernels.h). Internal to exec/: runtime.c reads what each plan buffer holds for the kernels and
+ * runs computes, data, initialisation and the optimizer; backend_mpi.c owns the communicators,
+ * p2p, collectives and the exec_backend the interpreter drives; piper_exec.c uses the API at the
+ * end of this file.
+ *
+ * How the plan is read (docs/exec.md has the whole story):
+ * - Regions are the plan's region names ("embed", "L3.attn", "L1.moe_gate", "head"), in model
+ *   order; a compute's kernel identity must be of its region's kind.
+ * - Buffers get their role from the instructions that use them: a compute's params/grads/
+ *   optimizer buffers are its region's; the activation buffer a forward writes is the region's
+ *   `act` for that micro-batch; a comm buffer a forward writes is its output, one it reads its
+ *   input (likewise dx/dy for a backward); a collective's output takes its size from its input.
+ *   Sizes are the kernels' (exec_region_sizes_get), not the plan's.
+ * - Tensors that cross between regions on one device have no plan buffer (the plan counts them
+ *   in the next region's activations); the executor holds them in slots keyed by (region,
+ *   micro-batch), freed after their last reader.
+ * - Parameters, gradients and optimizer state keep their storage across steps; parameters are
+ *   initialised once, gradients zeroed when the plan allocates them.
+ * - A collective that reads gradient (parameter) buffers works on regions: over the region's TP
+ *   group it sums the tensors every TP rank holds whole (exec_param.replicated); over a group
+ *   some member of which does not run the region (the tied-embedding pair) the token table; else
+ *   the whole block. A reduce-scatter of gradient buffers is a ZeRO shard: each region's block
+ *   is cut in group-size pieces of ceil(n / size), the device's piece being what its optimizer
+ *   step updates and its parameter all-gather sends.
+ * - The data-parallel rank (which global samples a device's micro-batches hold) is the device's
+ *   position in the group of a gradient reduction of its first region, over a group whose every
+ *   member runs that region and that is neither its TP nor its EP group; the data-parallel size
+ *   is global_batch / (micro_batch x num_microbatches). */
+#ifndef PIPER_EXEC_CPU_EXEC_H
+#define PIPER_EXEC_CPU_EXEC_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "../exec.h"
+#include "kernels.h"
+
+/* Calls MPI and turns a failure into a base_error naming the call, file and line. */
+#define EXEC_MPI(call, e)                                                                     \
+    do {                                                                                      \
+        int rc_ = (call);                                                                     \
+        if (rc_ != MPI_SUCCESS) {                                                             \
+            char s_[MPI_MAX_ERROR_STRING];                                                    \
+            int l_ = 0;                                                                       \
+            MPI_Error_string(rc_, s_, &l_);                                                   \
+            return base_errorf((e), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, s_);  \
+        }                                                                                     \
+    } while (0)
+
+/* CB_GATHERED: a comm buffer a ZeRO-3 all-gather fills with a region's whole parameters */
+typedef enum { CB_NONE, CB_PARAM, CB_GRAD, CB_OPT, CB_ACT, CB_COMM, CB_GATHERED } cpu_buf_role;
+
+typedef struct cpu_buf {
+    cpu_buf_role role;
+    int region;         /* PARAM/GRAD/OPT/ACT: the region; COMM: the region that uses it */
+    int64_t bytes;      /* the executor's size */
+    char *p;            /* storage (kept across steps for params, grads, optimizer state) */
+    bool live;
+    bool init;          /* parameters: initialised */
+} cpu_buf;
+
+typedef struct cpu_region {
+    const char *name;
+    exec_region_kind kind;
+    int layer;
+    bool here;          /* a compute of the region runs on this device */
+    bool upd;           /* its optimizer step runs here */
+    int tp_group, ep_group; /* global group ids, -1 */
+    exec_shard sh;
+    exec_region_sizes sz;
+    exec_param par[EXEC_MAX_REGION_PARAMS];
+    int npar;
+    int64_t nkern;      /* elements of the kernels' parameter block */
+    int64_t ncopy;      /* head without the embedding on this device, tied: the token table's copy,
+                           appended after the kernels' block */
+    exec_param copy;    /* the block of embed.tok it holds (offset = nkern) */
+    int64_t nstore;     /* nkern + ncopy */
+    int param_buf, grad_buf, opt_buf;
+    int64_t upd_lo, upd_hi; /* the elements the optimizer step here updates: a ZeRO shard */
+    int scatter_group;  /* the group whose reduce-scatter makes the shard, -1 */
+    bool norm_skip;     /* a data-parallel replica other than the first: not in the grad norm */
+    bool tp_copy;       /* a region every member of the device's TP group runs whole on the same
+                           data (the MoE router): only the first counts its loss and norm */
+} cpu_region;
+
+/* Boundary tensors between regions on one device: the input of region r, the MoE route into
+ * combine r, the output gradient of region r, the route gradient into gate r. */
+enum { SLOT_X, SLOT_ROUTE, SLOT_DY, SLOT_DROUTE, NSLOT };
+
+typedef struct cpu_bind {   /* a compute instruction, resolved */
+    int region, mb;
+    const exec_kernel *k;   /* NULL for the aux identities */
+    int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
+    int act;                /* plan buffers, -1 */
+    int pb;                 /* ZeRO-3: the gathered parameters the kernel reads */
+    int xb, yb, dyb, dxb;
+    int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s; /* slots, -1 */
+} cpu_bind;
+
+typedef struct cpu_seg {
+    int region;
+    int64_t off, n;         /* elements of the region's parameter storage */
+} cpu_seg;
+
+typedef enum { CC_NONE, CC_ACT, CC_GRAD_SUM, CC_GRAD_SCATTER, CC_PARAM_GATHER, CC_SCALAR } cpu_coll_kind;
+
+typedef struct cpu_coll {   /* a collective instruction, resolved */
+    cpu_coll_kind kind;
+    int group, gsize, grank;
+    int comm;               /* index into the communicator table */
+    int in, out;            /* CC_ACT: plan buffers; CC_PARAM_GATHER: out = the gathered
+                               buffer (ZeRO-3), -1 when it gathers into the parameters */
+    int nseg;
+    cpu_seg *seg;           /* CC_GRAD_SUM: what is summed; scatter/gather: one per region */
+} cpu_coll;
+
+typedef struct cpu_comm {
+    int group;
+    const char *stream;     /* "#reduce": the head's vocab-parallel reductions */
+    MPI_Comm comm;
+    bool member;
+} cpu_comm;
+
+typedef struct cpu_req {
+    bool used;
+    MPI_Request r;
+    int instr;
+    int64_t expect;         /* RECV: bytes */
+    char *staging;          /* bucket collectives */
+    int64_t staging_bytes;
+} cpu_req;
+
+typedef struct exec_cpu_options {
+    uint64_t seed;
+    int dtype;              /* PLAN_FP32 / PLAN_FP64; -1: the plan's activation dtype */
+    exec_optim optim;       /* kind, lr, beta1, beta2, eps, weight_decay */
+    double grad_clip;       /* max global norm when the plan has aux.grad_norm; <= 0: off */
+    double timeout_s;
+    const char *dump_grads; /* directory: after step 1, the gradients each optimizer step sees */
+} exec_cpu_options;
+
+typedef struct exec_cpu {
+    const sched_plan *p;
+    int dev, world;
+    const plan_list *L;
+    exec_cpu_options o;
+    exec_cfg cfg;
+    plan_dtype dt;
+    size_t es;
+    MPI_Datatype mdt;
+    int64_t nmb, dp_size, dp_rank, T;
+    int nreg;
+    cpu_region *reg;
+    int embed_region, head_region;
+    cpu_buf *buf;
+    cpu_bind *bind;         /* per instruction (computes) */
+    cpu_coll *coll;         /* per instruction (collectives) */
+    bool **holds;           /* holds[device][region]: the device runs the region */
+    /* slots: [(region * nmb + mb) * NSLOT + kind] */
+    char **slot;
+    int64_t *slot_bytes;
+    int *slot_last;         /* instruction after which the slot is freed */
+    int32_t **tokens, **targets; /* per micro-batch */
+    /* the step */
+    int64_t step;
+    double loss, aux_loss, norm_sq;
+    bool have_norm;
+    double *gate_out;       /* per micro-batch: the gates' aux losses here */
+    FILE *dump;
+    /* memory: the executor's bytes and the plan's, live and peak */
+    double live, peak, plan_live, plan_peak;
+    /* communication */
+    int ncomm;
+    cpu_comm *comm;
+    MPI_Comm p2p;
+    /* failure notices: a failing rank sends its message to every other; each keeps a receive
+     * posted and stops when one arrives */
+    MPI_Comm fail;
+    MPI_Request fail_req;
+    char fail_msg[BASE_ERROR_MAX];
+    int head_comm;          /* the communicator of the head's vocab-parallel reductions */
+    int nreq, capreq;
+    cpu_req *req;
+    exec_backend be;
+} exec_cpu;
+
+/* ---------------------------------------------------------------- runtime.c */
+
+/* Reads the plan for `device`: regions, shards, buffer roles and sizes, compute bindings,
+ * collectives, data-parallel rank. Local: no communication, so that every rank can report a bad
+ * plan before the collective setup. */
+int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
+                  const exec_cpu_options *o, base_error *e);
+void exec_cpu_close(exec_cpu *c);
+int exec_cpu_compute(exec_cpu *c, int instr, const plan_instr *in, base_error *e);
+int exec_cpu_alloc(exec_cpu *c, int buf, int64_t plan_bytes, base_error *e);
+int exec_cpu_release(exec_cpu *c, int buf, base_error *e);
+/* Storage of a live plan buffer, or NULL with an error naming the instruction's need. */
+char *exec_cpu_buf(exec_cpu *c, int buf, const char *what, base_error *e);
+/* Memory the executor allocates outside plan buffers (slots, staging). */
+void *exec_cpu_scratch(exec_cpu *c, size_t bytes);
+void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes);
+/* The element range [lo, hi) of a region's storage in group position k of n (ZeRO pieces). */
+void exec_cpu_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi);
+
+typedef struct exec_cpu_step_stats {
+    double loss, aux_loss;  /* this device's share of the step's loss */
+    double grad_norm;       /* when the plan computes it; else -1 */
+    double seconds;
+    double peak, plan_peak; /* bytes */
+} exec_cpu_step_stats;
+
+/* One training step: data, the interpreter over the list, the figures. */
+int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stats *st,
+                  base_error *e);
+/* Prints, per memory category, the bytes of this device's buffers as the plan sizes them and as
+ * the executor holds them (the kernels' fp32/fp64 layouts, full gradients under ZeRO-2). */
+void exec_cpu_print_memory(const exec_cpu *c, FILE *f);
+/* Writes every parameter tensor this device updates (its ZeRO shard) to dir/params.dev<d>.txt. */
+int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e);
+
+/* ---------------------------------------------------------------- backend_mpi.c */
+
+/* Creates the communicators (collective over MPI_COMM_WORLD: every rank calls it, in step) and
+ * fills c->be, the backend the interpreter drives. */
+int exec_cpu_connect(exec_cpu *c, base_error *e);
+void exec_cpu_disconnect(exec_cpu *c);
+/* The reduce callback of the head's vocab-parallel cross-entropy (ctx: the exec_cpu; the
+ * group is the head's TP group). */
+int exec_cpu_head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_reduce_op op,
+                         base_error *e);
+/* Fails when another rank has reported a failure (its message becomes the error). */
+int exec_cpu_check_peers(exec_cpu *c, base_error *e);
+/* Tells every other rank that this one failed with `msg` (best effort, bounded wait). */
+void exec_cpu_notify_failure(exec_cpu *c, const char *msg);
+/* Waits for a request with the watchdog's timeout, naming `what` when it expires. */
+int exec_cpu_wait(exec_cpu *c, MPI_Request *r, const char *what, base_error *e);
+
+#endif

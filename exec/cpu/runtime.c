@@ -1,0 +1,1198 @@
+/* runtime.c — the CPU executor's reading of a plan for one device and its side of the backend:
+ * which plan buffer holds what for the kernels (and how big it is in the kernels' layouts), the
+ * boundary slots between regions, synthetic data, deterministic parameters, the kernel calls of
+ * every compute (forward, backward, recompute, optimizer step, the aux identities), gradient
+ * dumps and the memory figures. Communication is backend_mpi.c's. cpu_exec.h says how the plan is
+ * read. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cpu_exec.h"
+
+/* ---------------------------------------------------------------- small helpers */
+
+void exec_cpu_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi)
+{
+    int64_t c = size > 0 ? (n + size - 1) / size : n;
+    *lo = (int64_t)k * c;
+    if (*lo > n) *lo = n;
+    *hi = *lo + c > n ? n : *lo + c;
+}
+
+void *exec_cpu_scratch(exec_cpu *c, size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p) {
+        fprintf(stderr, "piper-exec: out of memory allocating %zu bytes\n", bytes);
+        abort();
+    }
+    c->live += (double)bytes;
+    if (c->live > c->peak) c->peak = c->live;
+    return p;
+}
+
+void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes)
+{
+    if (!p) return;
+    free(p);
+    c->live -= (double)bytes;
+}
+
+static int group_pos(const sched_plan *p, int g, int dev)
+{
+    for (int i = 0; i < p->groups[g].n; i++)
+        if (p->groups[g].devices[i] == dev) return i;
+    return -1;
+}
+
+static const char *buf_name(const exec_cpu *c, int b)
+{
+    return b >= 0 && b < c->L->nbufs && c->L->bufs[b].name ? c->L->bufs[b].name : "?";
+}
+
+static int instr_err(exec_cpu *c, int i, base_error *e)
+{
+    char d[256];
+    exec_instr_describe(c->p, c->dev, i, d, sizeof d);
+    base_error_prefix(e, "device %d, %s: ", c->dev, d);
+    return -1;
+}
+
+/* "L3.attn" -> layer 3, attn; "embed" / "head" -> layer -1. */
+static int parse_region(const char *name, int *layer, exec_region_kind *kind)
+{
+    const char *k = name;
+    *layer = -1;
+    if (name[0] == 'L' && name[1] >= '0' && name[1] <= '9') {
+        char *end;
+        long l = strtol(name + 1, &end, 10);
+        if (*end != '.') return -1;
+        *layer = (int)l;
+        k = end + 1;
+    }
+    for (int i = 0; i < EXEC_NREGION_KINDS; i++)
+        if (strcmp(k, exec_region_kind_name((exec_region_kind)i)) == 0) {
+            *kind = (exec_region_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int64_t slot_index(const exec_cpu *c, int r, int mb, int kind)
+{
+    return ((int64_t)r * c->nmb + mb) * NSLOT + kind;
+}
+
+/* ---------------------------------------------------------------- open: reading the plan */
+
+/* Regions: names, kinds, which run here, their TP/EP groups and shards, parameter layouts. */
+static int read_regions(exec_cpu *c, base_error *e)
+{
+    const sched_plan *p = c->p;
+    c->nreg = p->nregions;
+    c->reg = base_xcalloc((size_t)(c->nreg > 0 ? c->nreg : 1), sizeof *c->reg);
+    c->embed_region = c->head_region = -1;
+    for (int r = 0; r < c->nreg; r++) {
+        cpu_region *R = &c->reg[r];
+        R->name = p->regions[r];
+        R->tp_group = R->ep_group = -1;
+        R->param_buf = R->grad_buf = R->opt_buf = -1;
+        R->scatter_group = -1;
+        if (!R->name || parse_region(R->name, &R->layer, &R->kind))
+            return base_errorf(e, "plan region %d is named '%s', which the CPU executor cannot "
+                                  "read; it expects embed, head or L<layer>.<kind> with a kind of "
+                                  "the kernels (attn, mlp, moe_gate, moe_experts, moe_combine)",
+                               r, R->name ? R->name : "(null)");
+        if (R->kind == EXEC_EMBED) c->embed_region = r;
+        if (R->kind == EXEC_HEAD) c->head_region = r;
+    }
+    const plan_list *L = c->L;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE || in->region < 0) continue;
+        cpu_region *R = &c->reg[in->region];
+        R->here = true;
+        if (in->pass == PLAN_PASS_UPD) R->upd = true;
+        int tg = in->tp_group >= 0 ? p->devices[c->dev].group_slots[in->tp_group] : -1;
+        int eg = in->ep_group >= 0 ? p->devices[c->dev].group_slots[in->ep_group] : -1;
+        if (tg >= 0) {
+            if (R->tp_group >= 0 && R->tp_group != tg)
+                return base_errorf(e, "region %s runs on TP groups %d and %d on device %d; a "
+                                      "region has one shard per device",
+                                   R->name, R->tp_group, tg, c->dev);
+            R->tp_group = tg;
+        }
+        if (eg >= 0) R->ep_group = eg;
+    }
+    for (int r = 0; r < c->nreg; r++) {
+        cpu_region *R = &c->reg[r];
+        int tp = 1, tpr = 0, ep = 1, epr = 0;
+        if (R->tp_group >= 0) {
+            tp = p->groups[R->tp_group].n;
+            tpr = group_pos(p, R->tp_group, c->dev);
+        }
+        if (R->ep_group >= 0) {
+            ep = p->groups[R->ep_group].n;
+            epr = group_pos(p, R->ep_group, c->dev);
+        }
+        if (tpr < 0 || epr < 0)
+            return base_errorf(e, "device %d runs region %s on a TP/EP group it is not a member "
+                                  "of; the plan is inconsistent",
+                               c->dev, R->name);
+        if (!R->here) continue;
+        if (exec_shard_init(&c->cfg, tp, tpr, ep, epr, &R->sh, e) ||
+            exec_region_sizes_get(&c->cfg, &R->sh, R->kind, c->dt, &R->sz, e) ||
+            (R->npar = exec_region_params(&c->cfg, &R->sh, R->kind, R->par, e)) < 0) {
+            base_error_prefix(e, "region %s on device %d: ", R->name, c->dev);
+            return -1;
+        }
+        R->nkern = R->sz.params;
+        R->nstore = R->nkern;
+    }
+    /* the head's copy of a tied token table lives with the head when the embedding is elsewhere */
+    if (c->cfg.tied && c->head_region >= 0 && c->reg[c->head_region].here &&
+        (c->embed_region < 0 || !c->reg[c->embed_region].here)) {
+        cpu_region *H = &c->reg[c->head_region];
+        exec_param ep[EXEC_MAX_REGION_PARAMS];
+        if (exec_region_params(&c->cfg, &H->sh, EXEC_EMBED, ep, e) < 0) return -1;
+        H->copy = ep[0]; /* "tok", vocab-sharded as the head is */
+        H->copy.offset = H->nkern;
+        H->ncopy = H->copy.count;
+        H->nstore = H->nkern + H->ncopy;
+    }
+    for (int r = 0; r < c->nreg; r++) {
+        c->reg[r].upd_lo = 0;
+        c->reg[r].upd_hi = c->reg[r].nstore;
+    }
+    /* the device's TP group, from any tensor-parallel region */
+    int tpg = -1;
+    for (int r = 0; r < c->nreg && tpg < 0; r++)
+        if (c->reg[r].here) tpg = c->reg[r].tp_group;
+    /* which device runs which region: for the collectives' reading */
+    c->holds = base_xcalloc((size_t)p->ndevices, sizeof *c->holds);
+    for (int d = 0; d < p->ndevices; d++) {
+        c->holds[d] = base_xcalloc((size_t)(c->nreg > 0 ? c->nreg : 1), sizeof **c->holds);
+        const plan_list *Ld = sched_plan_list(p, d);
+        for (int i = 0; i < Ld->n; i++)
+            if (Ld->ins[i].op == PLAN_COMPUTE && Ld->ins[i].region >= 0 && Ld->ins[i].region < c->nreg)
+                c->holds[d][Ld->ins[i].region] = true;
+    }
+    for (int r = 0; r < c->nreg && tpg >= 0; r++) {
+        cpu_region *R = &c->reg[r];
+        if (!R->here || R->tp_group >= 0 || group_pos(p, tpg, c->dev) == 0) continue;
+        bool all = true;
+        for (int k = 0; k < p->groups[tpg].n; k++) all &= c->holds[p->groups[tpg].devices[k]][r];
+        R->tp_copy = all;
+    }
+    return 0;
+}
+
+static int set_role(exec_cpu *c, int i, int b, cpu_buf_role role, int region, int64_t bytes,
+                    base_error *e)
+{
+    cpu_buf *B = &c->buf[b];
+    if (B->role != CB_NONE && (B->role != role || (role != CB_COMM && B->region != region))) {
+        base_errorf(e, "buffer %d (%s) is used as two different things (regions %s and %s); the "
+                       "CPU executor gives a buffer one role",
+                    b, buf_name(c, b), B->region >= 0 ? c->reg[B->region].name : "-",
+                    region >= 0 ? c->reg[region].name : "-");
+        return instr_err(c, i, e);
+    }
+    B->role = role;
+    B->region = region;
+    if (bytes > B->bytes) B->bytes = bytes;
+    return 0;
+}
+
+/* Buffer roles and the bindings of every compute. */
+static int read_computes(exec_cpu *c, base_error *e)
+{
+    const sched_plan *p = c->p;
+    const plan_list *L = c->L;
+    const size_t es = c->es;
+    /* ZeRO-3: comm buffers that an all-gather of a region's parameter buffer fills hold the
+     * region's whole parameters, which the kernels read instead of the device's piece */
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads != 1 || in->nwrites != 1 ||
+            L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM || L->bufs[in->writes[0]].mem != PLAN_MEM_COMM ||
+            in->region < 0 || in->region >= c->nreg)
+            continue;
+        cpu_buf *B = &c->buf[in->writes[0]];
+        B->role = CB_GATHERED;
+        B->region = in->region;
+        B->bytes = c->reg[in->region].nstore * (int64_t)es;
+    }
+    int *act_cur = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_cur);
+    for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = -1;
+    int rc = 0;
+    for (int i = 0; i < L->n && !rc; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE) continue;
+        cpu_bind *b = &c->bind[i];
+        b->act = b->pb = b->xb = b->yb = b->dyb = b->dxb = -1;
+        b->xs = b->x2s = b->ys = b->y2s = b->dys = b->dy2s = b->dxs = b->dx2s = -1;
+        b->region = in->region;
+        b->mb = in->mb;
+        const char *kid = in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : NULL;
+        if (kid && strcmp(kid, "aux.grad_norm") == 0) {
+            b->aux = 1;
+            continue;
+        }
+        if (kid && strcmp(kid, "aux.aux_loss") == 0) {
+            b->aux = 2;
+            if (in->mb < 0 || in->mb >= c->nmb) {
+                base_errorf(e, "aux.aux_loss without a micro-batch in [0, %lld)", (long long)c->nmb);
+                rc = instr_err(c, i, e);
+            }
+            continue;
+        }
+        b->k = exec_kernel_find(kid);
+        if (!b->k) {
+            base_errorf(e, "kernel identity '%s' is unknown to the CPU backend; the plan was "
+                           "written by a newer compiler, or the table lacks it",
+                        kid ? kid : "(none)");
+            rc = instr_err(c, i, e);
+            break;
+        }
+        int r = in->region;
+        if (r < 0 || r >= c->nreg || b->k->kind != (int)c->reg[r].kind ||
+            b->k->family != (c->cfg.gpt ? 0 : 1)) {
+            base_errorf(e, "kernel %s does not fit region %s of the %s model", kid,
+                        r >= 0 && r < c->nreg ? c->reg[r].name : "(none)",
+                        c->cfg.gpt ? "gpt" : "llama");
+            rc = instr_err(c, i, e);
+            break;
+        }
+        cpu_region *R = &c->reg[r];
+        plan_pass pass = (plan_pass)in->pass;
+        bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
+        bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
+        if ((fwd || bwd) && (in->mb < 0 || in->mb >= c->nmb)) {
+            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", sched_plan_pass_name(pass),
+                        (long long)c->nmb);
+            rc = instr_err(c, i, e);
+            break;
+        }
+        int mb = in->mb;
+        int64_t xbytes = (R->kind == EXEC_EMBED ? 4 : (int64_t)es) * R->sz.x;
+        int64_t ybytes = (int64_t)es * R->sz.y;
+        for (int side = 0; side < 2 && !rc; side++) {
+            int n = side == 0 ? in->nreads : in->nwrites;
+            const int32_t *v = side == 0 ? in->reads : in->writes;
+            for (int q = 0; q < n && !rc; q++) {
+                int bb = v[q];
+                plan_mem m = (plan_mem)L->bufs[bb].mem;
+                if (m == PLAN_MEM_PARAM) {
+                    rc = set_role(c, i, bb, CB_PARAM, r, 0, e);
+                    if (!rc && R->param_buf >= 0 && R->param_buf != bb) {
+                        base_errorf(e, "region %s has two parameter buffers (%s and %s)", R->name,
+                                    buf_name(c, R->param_buf), buf_name(c, bb));
+                        rc = instr_err(c, i, e);
+                    }
+                    R->param_buf = bb;
+                } else if (m == PLAN_MEM_GRAD) {
+                    rc = set_role(c, i, bb, CB_GRAD, r, 0, e);
+                    R->grad_buf = bb;
+                } else if (m == PLAN_MEM_OPT) {
+                    rc = set_role(c, i, bb, CB_OPT, r, 0, e);
+                    R->opt_buf = bb;
+                } else if (m == PLAN_MEM_ACT) {
+                    if (pass == PLAN_PASS_UPD) continue;
+                    if (fwd && side == 1) {
+                        rc = set_role(c, i, bb, CB_ACT, r, R->sz.act_bytes, e);
+                        act_cur[r * c->nmb + mb] = bb;
+                        b->act = bb;
+                    } else if (bwd && side == 0) {
+                        /* the latest act a forward or recompute of (r, mb) wrote */
+                        int cur = act_cur[r * c->nmb + mb];
+                        if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
+                    }
+                } else if (c->buf[bb].role == CB_GATHERED) {
+                    if (c->buf[bb].region != r || side != 0) {
+                        base_errorf(e, "%s uses the gathered parameters of region %s", kid,
+                                    c->reg[c->buf[bb].region].name);
+                        rc = instr_err(c, i, e);
+                    }
+                    b->pb = bb;
+                } else { /* comm: a boundary tensor */
+                    int64_t sz = fwd ? (side == 0 ? xbytes : ybytes) : (side == 0 ? ybytes : xbytes);
+                    rc = set_role(c, i, bb, CB_COMM, r, sz, e);
+                    int *dst = fwd ? (side == 0 ? &b->xb : &b->yb) : (side == 0 ? &b->dyb : &b->dxb);
+                    if (*dst >= 0) {
+                        base_errorf(e, "%s reads or writes more than one communication buffer on "
+                                       "one side (%s and %s); the CPU executor knows one input and "
+                                       "one output per pass",
+                                    kid, buf_name(c, *dst), buf_name(c, bb));
+                        rc = instr_err(c, i, e);
+                    }
+                    *dst = bb;
+                }
+            }
+        }
+        if (rc) break;
+        if (pass == PLAN_PASS_UPD) {
+            if (R->param_buf < 0 || R->grad_buf < 0 || R->opt_buf < 0) {
+                base_errorf(e, "the optimizer step of %s does not name its parameter, gradient and "
+                               "optimizer buffers",
+                            R->name);
+                rc = instr_err(c, i, e);
+            }
+            continue;
+        }
+        if (fwd && b->act < 0) {
+            base_errorf(e, "the %s pass of %s writes no activation buffer; the kernels keep their "
+                           "saved tensors there",
+                        sched_plan_pass_name(pass), R->name);
+            rc = instr_err(c, i, e);
+            break;
+        }
+        if (R->kind == EXEC_HEAD && c->cfg.tied && !R->ncopy && c->embed_region >= 0 && (fwd || bwd)) {
+            /* the head reads the embedding's token table; under ZeRO-3 only a gathered copy of it
+             * is whole, and the plan must gather it for the head */
+            bool gathered = false;
+            for (int q = 0; q < c->L->nbufs; q++)
+                gathered |= c->buf[q].role == CB_GATHERED && c->buf[q].region == c->embed_region;
+            if (gathered) {
+                base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
+                               "shards gathered for the embedding only; the plan does not gather "
+                               "them for the head (a compiler gap), so the head would read stale "
+                               "weights");
+                rc = instr_err(c, i, e);
+                break;
+            }
+        }
+        if (bwd && b->act < 0) b->act = act_cur[r * c->nmb + mb];
+        if (bwd && b->act < 0) {
+            base_errorf(e, "the backward of %s (micro-batch %d) runs before any forward of it on "
+                           "this device",
+                        R->name, mb);
+            rc = instr_err(c, i, e);
+            break;
+        }
+        /* boundary slots where no comm buffer carries the tensor */
+        if (fwd) {
+            if (b->xb < 0 && R->kind != EXEC_EMBED) b->xs = (int)slot_index(c, r, mb, SLOT_X);
+            if (R->kind == EXEC_MOE_COMBINE) b->x2s = (int)slot_index(c, r, mb, SLOT_ROUTE);
+            if (pass == PLAN_PASS_F) {
+                if (b->yb < 0 && R->kind != EXEC_HEAD) {
+                    if (r + 1 >= c->nreg) {
+                        base_errorf(e, "region %s has no next region for its output", R->name);
+                        rc = instr_err(c, i, e);
+                        break;
+                    }
+                    b->ys = (int)slot_index(c, r + 1, mb, SLOT_X);
+                }
+                if (R->kind == EXEC_MOE_GATE) {
+                    if (r + 2 >= c->nreg || c->reg[r + 2].kind != EXEC_MOE_COMBINE) {
+                        base_errorf(e, "gate %s is not followed by experts and combine", R->name);
+                        rc = instr_err(c, i, e);
+                        break;
+                    }
+                    b->y2s = (int)slot_index(c, r + 2, mb, SLOT_ROUTE);
+                }
+            }
+        } else if (pass == PLAN_PASS_BW) {
+            /* the embedding's input gradient is nothing (its BI is empty), so its BW takes the
+             * output gradient itself rather than from the act buffer */
+            if (R->kind == EXEC_EMBED && b->dyb < 0) b->dys = (int)slot_index(c, r, mb, SLOT_DY);
+        } else {
+            if (b->dyb < 0 && R->kind != EXEC_HEAD) b->dys = (int)slot_index(c, r, mb, SLOT_DY);
+            if (R->kind == EXEC_MOE_GATE) b->dy2s = (int)slot_index(c, r, mb, SLOT_DROUTE);
+            if (b->dxb < 0 && R->kind != EXEC_EMBED) {
+                if (r < 1) {
+                    base_errorf(e, "region %s has no previous region for its input gradient", R->name);
+                    rc = instr_err(c, i, e);
+                    break;
+                }
+                b->dxs = (int)slot_index(c, r - 1, mb, SLOT_DY);
+            }
+            if (R->kind == EXEC_MOE_COMBINE) {
+                if (r < 2 || c->reg[r - 2].kind != EXEC_MOE_GATE) {
+                    base_errorf(e, "combine %s does not follow a gate and experts", R->name);
+                    rc = instr_err(c, i, e);
+                    break;
+                }
+                b->dx2s = (int)slot_index(c, r - 2, mb, SLOT_DROUTE);
+            }
+        }
+        /* slot sizes and last readers */
+        const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+        for (size_t q = 0; q < BASE_COUNT(reads); q++)
+            if (reads[q] >= 0) c->slot_last[reads[q]] = i;
+        if (b->xs >= 0) c->slot_bytes[b->xs] = xbytes;
+        if (b->dys >= 0) c->slot_bytes[b->dys] = ybytes;
+        if (b->x2s >= 0) c->slot_bytes[b->x2s] = R->sz.route_bytes;
+        if (b->dy2s >= 0) c->slot_bytes[b->dy2s] = R->sz.route_bytes;
+    }
+    free(act_cur);
+    if (rc) return -1;
+    /* outputs into slots: the size is what the next region reads; a slot written and never read
+     * on this device means the tensor had nowhere to go */
+    for (int i = 0; i < L->n; i++) {
+        const cpu_bind *b = &c->bind[i];
+        if (L->ins[i].op != PLAN_COMPUTE || b->aux || !b->k) continue;
+        const cpu_region *R = &c->reg[b->region];
+        const int w[] = {b->ys, b->y2s, b->dxs, b->dx2s};
+        const int64_t sz[] = {(int64_t)c->es * R->sz.y, R->sz.route_bytes,
+                              (int64_t)c->es * R->sz.x, R->sz.route_bytes};
+        for (size_t q = 0; q < BASE_COUNT(w); q++) {
+            if (w[q] < 0) continue;
+            if (c->slot_last[w[q]] < 0) {
+                int tr = (int)(w[q] / NSLOT / c->nmb);
+                base_errorf(e, "%s of %s has no reader on this device (region %s runs elsewhere and "
+                               "no send carries it); the plan lacks a transfer",
+                            q % 2 == 0 ? "the output" : "the route", R->name, c->reg[tr].name);
+                return instr_err(c, i, e);
+            }
+            if (c->slot_bytes[w[q]] != sz[q]) {
+                base_errorf(e, "%s writes %lld bytes into a boundary tensor its reader takes as %lld",
+                            R->name, (long long)sz[q], (long long)c->slot_bytes[w[q]]);
+                return instr_err(c, i, e);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Collectives: what each one reduces or gathers, ZeRO shards, and the sizes of comm buffers that
+ * only collectives touch. */
+static int read_collectives(exec_cpu *c, base_error *e)
+{
+    const sched_plan *p = c->p;
+    const plan_list *L = c->L;
+    /* sizes through activation collectives, until nothing changes */
+    for (int pass = 0; pass < 8; pass++) {
+        bool changed = false;
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COLL) continue;
+            int g = sched_plan_group(p, c->dev, in), n = p->groups[g].n;
+            int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+            int ob = in->nwrites > 0 ? in->writes[0] : ib;
+            if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
+            cpu_buf *I = &c->buf[ib], *O = &c->buf[ob];
+            int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1, div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
+            if (I->bytes && !O->bytes) {
+                O->bytes = I->bytes * mul / div;
+                O->role = CB_COMM;
+                O->region = I->region;
+                changed = true;
+            } else if (O->bytes && !I->bytes) {
+                I->bytes = O->bytes * div / mul;
+                I->role = CB_COMM;
+                I->region = O->region;
+                changed = true;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL) continue;
+        cpu_coll *C = &c->coll[i];
+        C->in = C->out = C->comm = -1;
+        C->group = sched_plan_group(p, c->dev, in);
+        C->gsize = p->groups[C->group].n;
+        C->grank = group_pos(p, C->group, c->dev);
+        if (C->grank < 0) {
+            base_errorf(e, "device %d is not a member of group %d (%s)", c->dev, C->group,
+                        p->groups[C->group].name ? p->groups[C->group].name : "?");
+            return instr_err(c, i, e);
+        }
+        if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0) {
+            if (in->coll != PLAN_ALL_REDUCE) {
+                base_errorf(e, "a %s without buffers; the CPU executor reads a bufferless "
+                               "collective as the sum of a scalar (the gradient norm)",
+                            sched_plan_coll_name((plan_coll)in->coll));
+                return instr_err(c, i, e);
+            }
+            C->kind = CC_SCALAR;
+            continue;
+        }
+        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+        plan_mem m = (plan_mem)L->bufs[ib].mem;
+        if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) {
+            C->kind = CC_ACT;
+            C->in = ib;
+            C->out = in->nwrites > 0 ? in->writes[0] : ib;
+            if (in->nreads > 1 || in->nwrites > 1) {
+                base_errorf(e, "an activation collective over several buffers; the CPU executor "
+                               "moves one");
+                return instr_err(c, i, e);
+            }
+            if (!c->buf[C->in].bytes || !c->buf[C->out].bytes) {
+                base_errorf(e, "no compute on this device tells the size of buffer %s",
+                            buf_name(c, c->buf[C->in].bytes ? C->out : C->in));
+                return instr_err(c, i, e);
+            }
+            continue;
+        }
+        if (m != PLAN_MEM_GRAD && m != PLAN_MEM_PARAM) {
+            base_errorf(e, "a collective over %s buffers; the CPU executor knows activations, "
+                           "gradients and parameters",
+                        sched_plan_mem_name(m));
+            return instr_err(c, i, e);
+        }
+        bool grads = m == PLAN_MEM_GRAD;
+        C->seg = base_xcalloc((size_t)in->nreads * EXEC_MAX_REGION_PARAMS + 1, sizeof *C->seg);
+        int64_t total = 0;
+        for (int q = 0; q < in->nreads; q++) {
+            int bb = in->reads[q];
+            const cpu_buf *B = &c->buf[bb];
+            if (B->role != (grads ? CB_GRAD : CB_PARAM) || B->region < 0) {
+                base_errorf(e, "buffer %s of a %s collective is not a region's %s buffer",
+                            buf_name(c, bb), grads ? "gradient" : "parameter",
+                            grads ? "gradient" : "parameter");
+                return instr_err(c, i, e);
+            }
+            int r = B->region;
+            cpu_region *R = &c->reg[r];
+            bool whole_group = true;
+            for (int k = 0; k < C->gsize; k++) whole_group &= c->holds[p->groups[C->group].devices[k]][r];
+            if (in->coll == PLAN_ALL_REDUCE && grads && C->group == R->tp_group) {
+                /* TP sync: the tensors every TP rank holds whole */
+                for (int t = 0; t < R->npar; t++)
+                    if (R->par[t].replicated)
+                        C->seg[C->nseg++] = (cpu_seg){r, R->par[t].offset, R->par[t].count};
+            } else if (in->coll == PLAN_ALL_REDUCE && grads && !whole_group) {
+                /* the tied-embedding pair: the token table on both sides */
+                if (R->kind == EXEC_EMBED && c->cfg.tied)
+                    C->seg[C->nseg++] = (cpu_seg){r, R->par[0].offset, R->par[0].count};
+                else if (R->kind == EXEC_HEAD && R->ncopy)
+                    C->seg[C->nseg++] = (cpu_seg){r, R->copy.offset, R->ncopy};
+                else {
+                    base_errorf(e, "region %s's gradient is summed over group %s, which has members "
+                                   "without the region, and it is not a tied embedding",
+                                R->name, p->groups[C->group].name ? p->groups[C->group].name : "?");
+                    return instr_err(c, i, e);
+                }
+            } else if (in->coll == PLAN_ALL_REDUCE && grads && C->group == R->ep_group) {
+                base_errorf(e, "the plan sums region %s's gradients over its expert-parallel group "
+                               "%s, whose members hold different experts; expert gradients may be "
+                               "summed only over devices that hold the same experts (none when the "
+                               "expert- and data-parallel degrees are equal): the compiler should "
+                               "leave them out of this reduction",
+                            R->name, p->groups[C->group].name ? p->groups[C->group].name : "?");
+                return instr_err(c, i, e);
+            } else if (C->group == R->tp_group || C->group == R->ep_group) {
+                base_errorf(e, "%s of region %s's %s over its own TP/EP group; the CPU executor "
+                               "supports ZeRO over data-parallel groups only",
+                            sched_plan_coll_name((plan_coll)in->coll), R->name,
+                            grads ? "gradients" : "parameters");
+                return instr_err(c, i, e);
+            } else {
+                C->seg[C->nseg++] = (cpu_seg){r, 0, R->nstore};
+                if (in->coll == PLAN_ALL_REDUCE && grads && C->grank > 0) R->norm_skip = true;
+            }
+        }
+        for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
+        if (in->coll == PLAN_ALL_REDUCE && grads) {
+            C->kind = CC_GRAD_SUM;
+            /* the plan's bytes must be what we sum: a check of this reading of the plan */
+            int gb = sched_plan_dtype_bytes((plan_dtype)p->grad_dtype);
+            /* the plan counts a stage's tied token-table copy in its memory but not in its bucket's
+         * bytes (a compiler discrepancy, reported); the copy's gradient must be summed over the
+         * replicas all the same, or the copies would drift apart */
+        int64_t copies = 0;
+        for (int s = 0; s < C->nseg; s++)
+            if (C->seg[s].off == 0 && C->seg[s].n == c->reg[C->seg[s].region].nstore)
+                copies += c->reg[C->seg[s].region].ncopy;
+        if (in->bytes != total * gb && in->bytes != (total - copies) * gb) {
+                base_errorf(e, "the executor sums %lld gradient elements (%lld bytes at the plan's "
+                               "%s) but the plan moves %lld bytes; the executor's reading of this "
+                               "collective is wrong",
+                            (long long)total, (long long)(total * gb),
+                            sched_plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes);
+                return instr_err(c, i, e);
+            }
+        } else if (in->coll == PLAN_REDUCE_SCATTER && grads) {
+            C->kind = CC_GRAD_SCATTER;
+            for (int s = 0; s < C->nseg; s++) {
+                cpu_region *R = &c->reg[C->seg[s].region];
+                R->scatter_group = C->group;
+                exec_cpu_piece(R->nstore, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
+            }
+        } else if (in->coll == PLAN_ALL_GATHER && !grads) {
+            C->kind = CC_PARAM_GATHER;
+            if (in->nwrites == 1 && c->buf[in->writes[0]].role == CB_GATHERED) {
+                if (C->nseg != 1) {
+                    base_errorf(e, "a ZeRO-3 gather of %d regions; the CPU executor gathers one", C->nseg);
+                    return instr_err(c, i, e);
+                }
+                C->out = in->writes[0];
+            }
+        } else {
+            base_errorf(e, "a %s of %s; the CPU executor knows all-reduce and reduce-scatter of "
+                           "gradients and all-gather of parameters",
+                        sched_plan_coll_name((plan_coll)in->coll), grads ? "gradients" : "parameters");
+            return instr_err(c, i, e);
+        }
+    }
+    /* a parameter all-gather sends the pieces the reduce-scatter gave */
+    for (int i = 0; i < L->n; i++) {
+        cpu_coll *C = &c->coll[i];
+        if (L->ins[i].op != PLAN_COLL || C->kind != CC_PARAM_GATHER) continue;
+        for (int s = 0; s < C->nseg; s++) {
+            const cpu_region *R = &c->reg[C->seg[s].region];
+            if (R->scatter_group != C->group) {
+                base_errorf(e, "parameters of %s are gathered over a group their gradients were "
+                               "not reduce-scattered over (ZeRO-3 is not supported yet by the CPU "
+                               "executor)",
+                            R->name);
+                return instr_err(c, i, e);
+            }
+        }
+    }
+    /* a sharded region keeps the optimizer state of its piece only; a whole one of all */
+    for (int r = 0; r < c->nreg; r++) {
+        cpu_region *R = &c->reg[r];
+        if (R->opt_buf >= 0) c->buf[R->opt_buf].bytes = 2 * (R->upd_hi - R->upd_lo) * (int64_t)c->es;
+        if (R->param_buf >= 0) c->buf[R->param_buf].bytes = R->nstore * (int64_t)c->es;
+        if (R->grad_buf >= 0) c->buf[R->grad_buf].bytes = R->nstore * (int64_t)c->es;
+    }
+    return 0;
+}
+
+/* Which samples the device's micro-batches hold (cpu_exec.h). */
+static int read_dp_rank(exec_cpu *c, base_error *e)
+{
+    const sched_plan *p = c->p;
+    const plan_model *m = &p->model;
+    int64_t per = m->micro_batch * m->num_microbatches;
+    if (per <= 0 || m->global_batch % per)
+        return base_errorf(e, "the plan's global batch %lld is not a multiple of micro-batch %lld x "
+                              "%lld micro-batches",
+                           (long long)m->global_batch, (long long)m->micro_batch,
+                           (long long)m->num_microbatches);
+    c->dp_size = m->global_batch / per;
+    c->dp_rank = 0;
+    if (c->dp_size == 1) return 0;
+    int r0 = -1;
+    for (int i = 0; i < c->L->n && r0 < 0; i++)
+        if (c->L->ins[i].op == PLAN_COMPUTE && c->L->ins[i].pass == PLAN_PASS_F) r0 = c->L->ins[i].region;
+    if (r0 < 0) return 0; /* no forward: no data */
+    const cpu_region *R = &c->reg[r0];
+    for (int i = 0; i < c->L->n; i++) {
+        const plan_instr *in = &c->L->ins[i];
+        const cpu_coll *C = &c->coll[i];
+        if (in->op != PLAN_COLL || (C->kind != CC_GRAD_SUM && C->kind != CC_GRAD_SCATTER)) continue;
+        if (C->group == R->tp_group || C->group == R->ep_group || C->gsize != c->dp_size) continue;
+        bool reads = false, all = true;
+        for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == R->grad_buf;
+        for (int k = 0; k < C->gsize; k++) all &= c->holds[p->groups[C->group].devices[k]][r0];
+        if (reads && all) {
+            c->dp_rank = C->grank;
+            return 0;
+        }
+    }
+    return base_errorf(e, "device %d: the plan has %lld data-parallel replicas but no gradient "
+                          "reduction of region %s over a group of %lld devices that all run it, so "
+                          "the executor cannot tell which samples this device holds",
+                       c->dev, (long long)c->dp_size, R->name, (long long)c->dp_size);
+}
+
+int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
+                  const exec_cpu_options *o, base_error *e)
+{
+    *out = NULL;
+    if (device < 0 || device >= p->ndevices)
+        return base_errorf(e, "rank %d has no device: the plan has %d devices; start at most that "
+                              "many ranks",
+                           device, p->ndevices);
+    exec_cpu *c = base_xcalloc(1, sizeof *c);
+    c->p = p;
+    c->dev = device;
+    c->world = world;
+    c->L = sched_plan_list(p, device);
+    c->o = *o;
+    c->head_comm = -1;
+    c->p2p = c->fail = MPI_COMM_NULL;
+    c->fail_req = MPI_REQUEST_NULL;
+    c->dt = o->dtype >= 0 ? (plan_dtype)o->dtype : (plan_dtype)p->act_dtype;
+    int rc = 0;
+    if (c->dt != PLAN_FP32 && c->dt != PLAN_FP64) {
+        rc = base_errorf(e, "the plan's activations are %s; the CPU executor runs fp32 or fp64: "
+                            "compile the program with `dtype: fp32`, or pass --dtype fp32",
+                         sched_plan_dtype_name(c->dt));
+        goto done;
+    }
+    c->es = c->dt == PLAN_FP32 ? 4 : 8;
+    c->mdt = c->dt == PLAN_FP32 ? MPI_FLOAT : MPI_DOUBLE;
+    if ((rc = exec_cfg_from_plan(&p->model, o->seed, &c->cfg, e))) goto done;
+    c->nmb = p->model.num_microbatches > 0 ? p->model.num_microbatches : 1;
+    c->T = c->cfg.b * c->cfg.s;
+    if ((rc = read_regions(c, e))) goto done;
+    c->buf = base_xcalloc((size_t)(c->L->nbufs + 1), sizeof *c->buf);
+    for (int b = 0; b < c->L->nbufs; b++) c->buf[b].region = -1;
+    c->bind = base_xcalloc((size_t)(c->L->n + 1), sizeof *c->bind);
+    c->coll = base_xcalloc((size_t)(c->L->n + 1), sizeof *c->coll);
+    int64_t nslots = (int64_t)c->nreg * c->nmb * NSLOT;
+    c->slot = base_xcalloc((size_t)nslots + 1, sizeof *c->slot);
+    c->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_bytes);
+    c->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_last);
+    for (int64_t s = 0; s < nslots; s++) c->slot_last[s] = -1;
+    if ((rc = read_computes(c, e)) || (rc = read_collectives(c, e)) || (rc = read_dp_rank(c, e)))
+        goto done;
+    /* the loss is the mean over every token of the step; each micro-batch's MoE aux loss counts
+     * 1 / (micro-batches in the step) */
+    c->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * c->cfg.s);
+    c->cfg.aux_weight = 1.0 / (double)(c->nmb * c->dp_size);
+    for (int b = 0; b < c->L->nbufs; b++)
+        if (c->buf[b].role == CB_NONE) {
+            /* only allocated and freed (or moved by p2p with nothing to read it): keep the plan's
+             * size so memory figures stay comparable */
+            c->buf[b].bytes = c->L->bufs[b].bytes;
+        }
+    /* MPI tags are bounded (at least 32767); checked here, before any rank starts the collective
+     * set-up, so that a refusal stops every rank cleanly */
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    int tag_ub = flag && ub ? *ub : 32767;
+    for (int i = 0; i < c->L->n; i++) {
+        const plan_instr *in = &c->L->ins[i];
+        if ((in->op == PLAN_SEND || in->op == PLAN_RECV) && (in->tag < 0 || in->tag > tag_ub)) {
+            base_errorf(e, "tag %d is beyond this MPI's limit %d", in->tag, tag_ub);
+            rc = instr_err(c, i, e);
+            goto done;
+        }
+        if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
+            (in->buf < 0 || c->buf[in->buf].role != CB_COMM)) {
+            base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
+                        sched_plan_op_name((plan_op)in->op));
+            rc = instr_err(c, i, e);
+            goto done;
+        }
+    }
+    c->tokens = base_xcalloc((size_t)c->nmb, sizeof *c->tokens);
+    c->targets = base_xcalloc((size_t)c->nmb, sizeof *c->targets);
+    for (int64_t k = 0; k < c->nmb; k++) {
+        c->tokens[k] = base_xcalloc((size_t)c->T, sizeof(int32_t));
+        c->targets[k] = base_xcalloc((size_t)c->T, sizeof(int32_t));
+    }
+    c->gate_out = base_xcalloc((size_t)c->nmb, sizeof *c->gate_out);
+done:
+    if (rc) {
+        exec_cpu_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void exec_cpu_close(exec_cpu *c)
+{
+    if (!c) return;
+    exec_cpu_disconnect(c);
+    if (c->buf)
+        for (int b = 0; b < c->L->nbufs; b++) free(c->buf[b].p);
+    free(c->buf);
+    if (c->coll)
+        for (int i = 0; i < c->L->n; i++) free(c->coll[i].seg);
+    free(c->coll);
+    free(c->bind);
+    if (c->slot)
+        for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * NSLOT; s++) free(c->slot[s]);
+    free(c->slot);
+    free(c->slot_bytes);
+    free(c->slot_last);
+    if (c->holds)
+        for (int d = 0; d < c->p->ndevices; d++) free(c->holds[d]);
+    free(c->holds);
+    if (c->tokens)
+        for (int64_t k = 0; k < c->nmb; k++) {
+            free(c->tokens[k]);
+            free(c->targets[k]);
+        }
+    free(c->tokens);
+    free(c->targets);
+    free(c->gate_out);
+    free(c->reg);
+    if (c->dump) fclose(c->dump);
+    free(c);
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static int init_params(exec_cpu *c, cpu_region *R, char *dst, base_error *e)
+{
+    char name[160];
+    for (int t = 0; t < R->npar; t++) {
+        snprintf(name, sizeof name, "%s.%s", R->name, R->par[t].name);
+        if (exec_param_init(c->cfg.seed, name, &R->par[t], c->dt, dst + R->par[t].offset * c->es, e))
+            return -1;
+    }
+    if (R->ncopy) {
+        /* the same name as the embedding's own table, so both copies start equal */
+        const char *en = c->embed_region >= 0 ? c->reg[c->embed_region].name : "embed";
+        snprintf(name, sizeof name, "%s.%s", en, R->copy.name);
+        if (exec_param_init(c->cfg.seed, name, &R->copy, c->dt, dst + R->copy.offset * c->es, e))
+            return -1;
+    }
+    return 0;
+}
+
+int exec_cpu_alloc(exec_cpu *c, int b, int64_t plan_bytes, base_error *e)
+{
+    cpu_buf *B = &c->buf[b];
+    if (B->live) return base_errorf(e, "buffer %s is already live", buf_name(c, b));
+    if (!B->p) B->p = calloc((size_t)(B->bytes ? B->bytes : 1), 1);
+    if (!B->p) return base_errorf(e, "out of memory allocating %lld bytes for %s", (long long)B->bytes, buf_name(c, b));
+    if (B->role == CB_GRAD) memset(B->p, 0, (size_t)B->bytes);
+    if (B->role == CB_PARAM && !B->init) {
+        if (init_params(c, &c->reg[B->region], B->p, e)) return -1;
+        B->init = true;
+    }
+    B->live = true;
+    c->live += (double)B->bytes;
+    if (c->live > c->peak) c->peak = c->live;
+    c->plan_live += (double)plan_bytes;
+    if (c->plan_live > c->plan_peak) c->plan_peak = c->plan_live;
+    return 0;
+}
+
+int exec_cpu_release(exec_cpu *c, int b, base_error *e)
+{
+    cpu_buf *B = &c->buf[b];
+    if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(c, b));
+    B->live = false;
+    c->live -= (double)B->bytes;
+    c->plan_live -= (double)c->L->bufs[b].bytes;
+    if (B->role != CB_PARAM && B->role != CB_GRAD && B->role != CB_OPT) {
+        free(B->p);
+        B->p = NULL;
+    }
+    return 0;
+}
+
+char *exec_cpu_buf(exec_cpu *c, int b, const char *what, base_error *e)
+{
+    if (b < 0 || b >= c->L->nbufs) {
+        base_errorf(e, "%s: no buffer", what);
+        return NULL;
+    }
+    if (!c->buf[b].live || !c->buf[b].p) {
+        base_errorf(e, "%s: buffer %d (%s) is not live; the plan uses it outside its "
+                       "alloc/free",
+                    what, b, buf_name(c, b));
+        return NULL;
+    }
+    return c->buf[b].p;
+}
+
+static char *slot_get(exec_cpu *c, int s, bool create, const char *what, base_error *e)
+{
+    if (!c->slot[s] && create) c->slot[s] = exec_cpu_scratch(c, (size_t)c->slot_bytes[s]);
+    if (!c->slot[s]) {
+        int r = (int)(s / NSLOT / c->nmb), mb = (int)(s / NSLOT % c->nmb);
+        base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device: "
+                       "its producer has not run (or runs elsewhere with no transfer)",
+                    what, c->reg[r].name, mb);
+    }
+    return c->slot[s];
+}
+
+static void slot_drop(exec_cpu *c, int s)
+{
+    exec_cpu_scratch_free(c, c->slot[s], (size_t)c->slot_bytes[s]);
+    c->slot[s] = NULL;
+}
+
+void exec_cpu_print_memory(const exec_cpu *c, FILE *f)
+{
+    double plan[PLAN_NMEM] = {0}, mine[PLAN_NMEM] = {0};
+    for (int b = 0; b < c->L->nbufs; b++) {
+        int m = c->L->bufs[b].mem < PLAN_NMEM ? c->L->bufs[b].mem : PLAN_MEM_COMM;
+        plan[m] += (double)c->L->bufs[b].bytes;
+        mine[m] += (double)c->buf[b].bytes;
+    }
+    fprintf(f, "device %d buffers, plan / executor:", c->dev);
+    for (int m = 0; m < PLAN_NMEM; m++) {
+        char a[32], b[32];
+        fprintf(f, " %s %s / %s;", sched_plan_mem_name((plan_mem)m), base_fmt_bytes(plan[m], a, sizeof a),
+                base_fmt_bytes(mine[m], b, sizeof b));
+    }
+    fprintf(f, " plus boundary tensors between regions (%lld bytes per region and micro-batch)\n",
+            (long long)(c->T * c->cfg.h * (int64_t)c->es));
+}
+
+/* ---------------------------------------------------------------- dumps */
+
+/* Writes the elements [lo, hi) of a region's storage, tensor by tensor, with their indices in the
+ * global tensors: "T name ndims d0 d1 d2 n" then n lines "index value". */
+static void dump_region(exec_cpu *c, FILE *f, const cpu_region *R, const char *data, int64_t lo,
+                        int64_t hi)
+{
+    for (int t = 0; t <= R->npar; t++) {
+        const exec_param *P = t < R->npar ? &R->par[t] : (R->ncopy ? &R->copy : NULL);
+        if (!P) break;
+        int64_t a = P->offset > lo ? P->offset : lo, b = P->offset + P->count < hi ? P->offset + P->count : hi;
+        if (a >= b) continue;
+        const char *rn = t < R->npar ? R->name : (c->embed_region >= 0 ? c->reg[c->embed_region].name : "embed");
+        fprintf(f, "T %s.%s %lld %lld %lld %lld\n", rn, P->name, (long long)P->dim[0],
+                (long long)P->dim[1], (long long)P->dim[2], (long long)(b - a));
+        for (int64_t k = a; k < b; k++) {
+            int64_t i = k - P->offset;
+            int64_t i2 = i % P->len[2], i1 = i / P->len[2] % P->len[1], i0 = i / P->len[2] / P->len[1];
+            int64_t g = ((P->off[0] + i0) * P->dim[1] + P->off[1] + i1) * P->dim[2] + P->off[2] + i2;
+            double v = c->dt == PLAN_FP32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
+            fprintf(f, "%lld %.17g\n", (long long)g, v);
+        }
+    }
+}
+
+static int open_dump(exec_cpu *c, const char *dir, const char *what, FILE **f, base_error *e)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return base_errorf(e, "cannot create directory %s: %s", dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.dev%d.txt", dir, what, c->dev);
+    *f = fopen(path, "w");
+    if (!*f) return base_errorf(e, "cannot write %s: %s", path, strerror(errno));
+    fprintf(*f, "# piper-exec %s of device %d (%s), step %lld\n", what, c->dev,
+            sched_plan_dtype_name(c->dt), (long long)c->step);
+    return 0;
+}
+
+int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e)
+{
+    FILE *f;
+    if (open_dump(c, dir, "params", &f, e)) return -1;
+    for (int r = 0; r < c->nreg; r++) {
+        const cpu_region *R = &c->reg[r];
+        if (!R->upd || R->param_buf < 0 || !c->buf[R->param_buf].p) continue;
+        dump_region(c, f, R, c->buf[R->param_buf].p, R->upd_lo, R->upd_hi);
+    }
+    if (fclose(f)) return base_errorf(e, "writing the parameter dump of device %d failed", c->dev);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- computes */
+
+static int run_upd(exec_cpu *c, int i, const plan_instr *in, cpu_region *R, base_error *e)
+{
+    char *param = exec_cpu_buf(c, R->param_buf, "the parameters", e);
+    char *grad = param ? exec_cpu_buf(c, R->grad_buf, "the gradients", e) : NULL;
+    char *opt = grad ? exec_cpu_buf(c, R->opt_buf, "the optimizer state", e) : NULL;
+    if (!opt) return -1;
+    const int64_t lo = R->upd_lo, hi = R->upd_hi, n = hi - lo;
+    const size_t es = c->es;
+    if (c->dump && c->step == 1) dump_region(c, c->dump, R, grad, lo, hi);
+    exec_optim o = c->o.optim;
+    o.t = c->step;
+    o.grad_scale = 1.0;
+    if (c->have_norm && c->o.grad_clip > 0) o.grad_scale = exec_clip_coef(sqrt(c->norm_sq), c->o.grad_clip);
+    char *m = opt, *v = opt + (size_t)n * es;
+    int64_t a = lo, b = hi < R->nkern ? hi : R->nkern;
+    if (a < b) {
+        exec_call call;
+        memset(&call, 0, sizeof call);
+        call.cfg = &c->cfg;
+        call.shard = &R->sh;
+        call.dtype = c->dt;
+        call.layer = R->layer;
+        call.step = c->step;
+        call.opt = &o;
+        call.param = param + (size_t)a * es;
+        call.grad = grad + (size_t)a * es;
+        call.opt_m = m;
+        call.opt_v = v;
+        call.upd_off = a;
+        call.upd_n = b - a;
+        if (exec_kernel_run(c->bind[i].k, &call, e)) return -1;
+    }
+    /* the tied token table's copy: a matrix, so it decays like the embedding's own */
+    a = lo > R->nkern ? lo : R->nkern;
+    if (a < hi) {
+        size_t k = (size_t)(a - lo);
+        if (c->dt == PLAN_FP32) {
+            if (o.kind == EXEC_ADAMW)
+                exec_adamw_f32((float *)param + a, (float *)grad + a, (float *)m + k, (float *)v + k, hi - a, &o, true);
+            else
+                exec_sgd_f32((float *)param + a, (float *)grad + a, hi - a, &o, true);
+        } else {
+            if (o.kind == EXEC_ADAMW)
+                exec_adamw_f64((double *)param + a, (double *)grad + a, (double *)m + k, (double *)v + k, hi - a, &o, true);
+            else
+                exec_sgd_f64((double *)param + a, (double *)grad + a, hi - a, &o, true);
+        }
+    }
+    (void)in;
+    return 0;
+}
+
+/* The local part of the squared global norm: each gradient element counted once in the world
+ * (ZeRO: the device's piece; replicas: the first; TP-replicated tensors: the first TP rank; the
+ * tied copy: on the embedding's side). */
+static int run_grad_norm(exec_cpu *c, base_error *e)
+{
+    double s = 0;
+    for (int r = 0; r < c->nreg; r++) {
+        const cpu_region *R = &c->reg[r];
+        if (!R->upd || R->norm_skip || R->tp_copy) continue;
+        const char *g = exec_cpu_buf(c, R->grad_buf, "the gradients", e);
+        if (!g) return -1;
+        for (int t = 0; t < R->npar; t++) {
+            const exec_param *P = &R->par[t];
+            if (P->replicated && !R->sh.first) continue;
+            int64_t a = P->offset > R->upd_lo ? P->offset : R->upd_lo;
+            int64_t b = P->offset + P->count < R->upd_hi ? P->offset + P->count : R->upd_hi;
+            if (a >= b) continue;
+            s += c->dt == PLAN_FP32 ? exec_sumsq_f32((const float *)g + a, b - a)
+                                    : exec_sumsq_f64((const double *)g + a, b - a);
+        }
+    }
+    c->norm_sq = s;
+    c->have_norm = true;
+    return 0;
+}
+
+int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
+{
+    const cpu_bind *b = &c->bind[i];
+    if (b->aux == 1) return run_grad_norm(c, e);
+    if (b->aux == 2) {
+        /* the step's aux loss is summed from the gates' outputs; the identity checks the sum */
+        exec_call call;
+        memset(&call, 0, sizeof call);
+        double out = 0;
+        call.out = &out;
+        call.nin = 1;
+        call.scalars_in = &c->gate_out[b->mb];
+        call.cfg = &c->cfg;
+        exec_shard sh;
+        memset(&sh, 0, sizeof sh);
+        call.shard = &sh;
+        call.dtype = c->dt;
+        return exec_kernel_run_id("aux.aux_loss", &call, e);
+    }
+    cpu_region *R = &c->reg[b->region];
+    if (in->pass == PLAN_PASS_UPD) return run_upd(c, i, in, R, e);
+    const size_t es = c->es;
+    exec_call call;
+    memset(&call, 0, sizeof call);
+    call.cfg = &c->cfg;
+    call.shard = &R->sh;
+    call.dtype = c->dt;
+    call.layer = R->layer;
+    call.step = c->step;
+    call.sample0 = (c->dp_rank * c->nmb + b->mb) * c->cfg.b;
+    double out = 0;
+    call.out = &out;
+    if (b->pb >= 0) {
+        if (!(call.param = exec_cpu_buf(c, b->pb, "the gathered parameters", e))) return -1;
+    } else if (R->param_buf >= 0 && !(call.param = exec_cpu_buf(c, R->param_buf, "the parameters", e))) {
+        return -1;
+    }
+    bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
+    if (bwd && R->grad_buf >= 0 && !(call.grad = exec_cpu_buf(c, R->grad_buf, "the gradients", e))) return -1;
+    if (!(call.act = exec_cpu_buf(c, b->act, "the saved activations", e))) return -1;
+    if (R->kind == EXEC_HEAD && c->cfg.tied) {
+        if (R->ncopy) {
+            call.lm_w = (char *)call.param + (size_t)R->nkern * es;
+            if (call.grad) call.lm_grad = (char *)call.grad + (size_t)R->nkern * es;
+        } else {
+            const cpu_region *E = &c->reg[c->embed_region];
+            char *ep = exec_cpu_buf(c, E->param_buf, "the embedding's token table", e);
+            if (!ep) return -1;
+            call.lm_w = ep + (size_t)E->par[0].offset * es;
+            if (bwd) {
+                char *eg = exec_cpu_buf(c, E->grad_buf, "the embedding's gradients", e);
+                if (!eg) return -1;
+                call.lm_grad = eg + (size_t)E->par[0].offset * es;
+            }
+        }
+    }
+    if (R->kind == EXEC_HEAD && R->sh.tp > 1) {
+        call.reduce = exec_cpu_head_reduce;
+        call.reduce_ctx = c;
+    }
+    if (R->kind == EXEC_EMBED) call.tokens = c->tokens[b->mb];
+    if (R->kind == EXEC_HEAD) call.targets = c->targets[b->mb];
+    /* inputs and outputs: comm buffers, else slots */
+    char *scratch_y = NULL, *scratch_y2 = NULL;
+    if (b->xb >= 0 && !(call.x = exec_cpu_buf(c, b->xb, "the input", e))) return -1;
+    if (b->xs >= 0 && !(call.x = slot_get(c, b->xs, false, "the input", e))) return -1;
+    if (b->x2s >= 0 && !(call.x2 = slot_get(c, b->x2s, false, "the route", e))) return -1;
+    if (b->yb >= 0 && !(call.y = exec_cpu_buf(c, b->yb, "the output", e))) return -1;
+    if (b->ys >= 0 && !(call.y = slot_get(c, b->ys, true, "the output", e))) return -1;
+    if (b->y2s >= 0 && !(call.y2 = slot_get(c, b->y2s, true, "the route", e))) return -1;
+    if (in->pass == PLAN_PASS_R) {
+        /* a recomputation rebuilds the saved tensors; its outputs were consumed already */
+        if (R->kind != EXEC_HEAD && !call.y) call.y = scratch_y = exec_cpu_scratch(c, (size_t)R->sz.y * es);
+        if (R->kind == EXEC_MOE_GATE && !call.y2)
+            call.y2 = scratch_y2 = exec_cpu_scratch(c, (size_t)R->sz.route_bytes);
+    }
+    if (b->dyb >= 0 && !(call.dy = exec_cpu_buf(c, b->dyb, "the output gradient", e))) return -1;
+    if (b->dys >= 0 && !(call.dy = slot_get(c, b->dys, false, "the output gradient", e))) return -1;
+    if (b->dy2s >= 0 && !(call.dy2 = slot_get(c, b->dy2s, false, "the route gradient", e))) return -1;
+    if (b->dxb >= 0 && !(call.dx = exec_cpu_buf(c, b->dxb, "the input gradient", e))) return -1;
+    if (b->dxs >= 0 && !(call.dx = slot_get(c, b->dxs, true, "the input gradient", e))) return -1;
+    if (b->dx2s >= 0 && !(call.dx2 = slot_get(c, b->dx2s, true, "the route gradient", e))) return -1;
+    int rc = exec_kernel_run(b->k, &call, e);
+    if (scratch_y) exec_cpu_scratch_free(c, scratch_y, (size_t)R->sz.y * es);
+    if (scratch_y2) exec_cpu_scratch_free(c, scratch_y2, (size_t)R->sz.route_bytes);
+    if (rc) return -1;
+    if (in->pass == PLAN_PASS_F) {
+        if (R->kind == EXEC_HEAD && !R->tp_copy) c->loss += out;
+        if (R->kind == EXEC_MOE_GATE && !R->tp_copy) {
+            c->gate_out[b->mb] += out;
+            c->aux_loss += c->cfg.aux_weight * out;
+        }
+    }
+    const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+    for (size_t q = 0; q < BASE_COUNT(reads); q++)
+        if (reads[q] >= 0 && c->slot_last[reads[q]] == i) slot_drop(c, reads[q]);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stats *st,
+                  base_error *e)
+{
+    memset(st, 0, sizeof *st);
+    c->step = step;
+    c->loss = c->aux_loss = c->norm_sq = 0;
+    c->have_norm = false;
+    c->live = c->peak = c->plan_live = c->plan_peak = 0;
+    for (int64_t k = 0; k < c->nmb; k++) c->gate_out[k] = 0;
+    /* every device of a replica draws the same samples: sample = (dp rank x m + mb) x b + row */
+    for (int64_t k = 0; k < c->nmb; k++)
+        for (int64_t t = 0; t < c->T; t++) {
+            int64_t sample = (c->dp_rank * c->nmb + k) * c->cfg.b + t / c->cfg.s, pos = t % c->cfg.s;
+            c->tokens[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos, c->cfg.vocab);
+            c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);
+        }
+    if (c->o.dump_grads && step == 1 && open_dump(c, c->o.dump_grads, "grads", &c->dump, e)) return -1;
+    double t0 = exec_now();
+    int rc = exec_interp_run(it, c->o.timeout_s, e);
+    st->seconds = exec_now() - t0;
+    if (c->dump) {
+        if (fclose(c->dump) && !rc) rc = base_errorf(e, "writing the gradient dump of device %d failed", c->dev);
+        c->dump = NULL;
+    }
+    if (rc) return -1;
+    /* what the plan left live (parameters, gradients, optimizer state) is live again next step;
+     * transient buffers it did not free are dropped */
+    for (int b = 0; b < c->L->nbufs; b++) {
+        cpu_buf *B = &c->buf[b];
+        if (!B->live) continue;
+        B->live = false;
+        if (B->role != CB_PARAM && B->role != CB_GRAD && B->role != CB_OPT) {
+            free(B->p);
+            B->p = NULL;
+        }
+    }
+    for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * NSLOT; s++)
+        if (c->slot[s]) slot_drop(c, (int)s);
+    st->loss = c->loss;
+    st->aux_loss = c->aux_loss;
+    st->grad_norm = c->have_norm ? c->norm_sq : -1;
+    st->peak = c->peak;
+    st->plan_peak = c->plan_peak;
+    return 0;
+}

@@ -1,0 +1,348 @@
+/* interp.c — the plan interpreter of exec.h: one device's instruction list, one queue per stream,
+ * progressed from a single thread with non-blocking communication. Streams are visited round
+ * robin; a stream runs its instantaneous instructions (alloc, free, record, satisfied waits) in
+ * one go, at most one compute per visit (so that the transfers another stream can post are posted
+ * between kernels, not after a run of them), and posts or polls its communication. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec.h"
+
+double exec_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A sendrecv group in flight holds up to this many requests; the lowering pairs one send with
+ * one receive, a wider group is still accepted. */
+#define MAX_GROUP 64
+
+typedef struct stream_q {
+    int n;            /* instructions on the stream */
+    int *idx;         /* their indices in launch order */
+    int cur;          /* position of the head */
+    /* the head's communication in flight: requests and how many instructions they cover */
+    int nreq, npending, span;
+    int req[MAX_GROUP];
+    bool done_req[MAX_GROUP];
+    double started;
+    exec_stream_stats st;
+} stream_q;
+
+struct exec_interp {
+    const sched_plan *p;
+    int dev;
+    const plan_list *L;
+    const exec_backend *b;
+    int nstreams;
+    stream_q *sq;
+    int *wait_target;   /* WAIT i: index of the RECORD it waits for */
+    bool *ran;          /* instruction i has finished in this run */
+};
+
+void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size_t n)
+{
+    const plan_list *L = sched_plan_list(p, device);
+    if (i < 0 || i >= L->n) {
+        snprintf(buf, n, "#%d (no such instruction)", i);
+        return;
+    }
+    const plan_instr *in = &L->ins[i];
+    int k = snprintf(buf, n, "#%d %s s=%s", i, sched_plan_op_name((plan_op)in->op),
+                     in->stream >= 0 && in->stream < L->nstreams && L->streams[in->stream]
+                         ? L->streams[in->stream]
+                         : "?");
+    if (k < 0 || (size_t)k >= n) return;
+    size_t off = (size_t)k;
+#define ADD(...)                                                                              \
+    do {                                                                                      \
+        if (off < n) {                                                                        \
+            int w_ = snprintf(buf + off, n - off, __VA_ARGS__);                               \
+            if (w_ > 0) off += (size_t)w_;                                                    \
+        }                                                                                     \
+    } while (0)
+    switch (in->op) {
+    case PLAN_COMPUTE:
+        ADD(" %s pass=%s", in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : "?",
+            sched_plan_pass_name((plan_pass)in->pass));
+        break;
+    case PLAN_SEND:
+    case PLAN_RECV:
+        ADD(" peer=%d tag=%d bytes=%lld", sched_plan_peer(p, device, in), in->tag,
+            (long long)in->bytes);
+        if (in->sendrecv) ADD(" sendrecv=%d", in->sendrecv);
+        break;
+    case PLAN_COLL:
+        ADD(" %s group=%d (%s) bytes=%lld", sched_plan_coll_name((plan_coll)in->coll),
+            sched_plan_group(p, device, in),
+            p->groups[sched_plan_group(p, device, in)].name ? p->groups[sched_plan_group(p, device, in)].name : "?",
+            (long long)in->bytes);
+        break;
+    case PLAN_RECORD:
+    case PLAN_WAIT: ADD(" event=%d", in->event); break;
+    case PLAN_ALLOC:
+    case PLAN_FREE: ADD(" buf=%d", in->buf); break;
+    default: break;
+    }
+    if (in->region >= 0 && in->region < p->nregions) ADD(" region=%s", p->regions[in->region]);
+    if (in->mb >= 0) ADD(" mb=%d", in->mb);
+#undef ADD
+}
+
+int exec_interp_new(exec_interp **out, const sched_plan *p, int device, const exec_backend *b,
+                    base_error *e)
+{
+    *out = NULL;
+    if (device < 0 || device >= p->ndevices)
+        return base_errorf(e, "device %d is not in the plan's %d devices", device, p->ndevices);
+    exec_interp *it = base_xcalloc(1, sizeof *it);
+    it->p = p;
+    it->dev = device;
+    it->L = sched_plan_list(p, device);
+    it->b = b;
+    const plan_list *L = it->L;
+    it->nstreams = L->nstreams > 0 ? L->nstreams : 1;
+    it->sq = base_xcalloc((size_t)it->nstreams, sizeof *it->sq);
+    it->wait_target = base_xcalloc((size_t)(L->n > 0 ? L->n : 1), sizeof *it->wait_target);
+    it->ran = base_xcalloc((size_t)(L->n > 0 ? L->n : 1), sizeof *it->ran);
+    for (int s = 0; s < it->nstreams; s++)
+        it->sq[s].st.name = s < L->nstreams && L->streams[s] ? L->streams[s] : "?";
+    for (int i = 0; i < L->n; i++) {
+        int s = L->ins[i].stream;
+        if (s < 0 || s >= it->nstreams) {
+            exec_interp_free(it);
+            return base_errorf(e, "device %d: instruction #%d names stream %d of %d; the plan is "
+                                  "corrupt, compile it again",
+                               device, i, s, it->nstreams);
+        }
+        it->sq[s].n++;
+    }
+    for (int s = 0; s < it->nstreams; s++) {
+        it->sq[s].idx = base_xcalloc((size_t)(it->sq[s].n ? it->sq[s].n : 1), sizeof(int));
+        it->sq[s].n = 0;
+    }
+    for (int i = 0; i < L->n; i++) {
+        stream_q *q = &it->sq[L->ins[i].stream];
+        q->idx[q->n++] = i;
+    }
+    /* each wait's record: the latest before it, else the first after it */
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        it->wait_target[i] = -1;
+        if (in->op != PLAN_WAIT) continue;
+        for (int j = i - 1; j >= 0 && it->wait_target[i] < 0; j--)
+            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) it->wait_target[i] = j;
+        for (int j = i + 1; j < L->n && it->wait_target[i] < 0; j++)
+            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) it->wait_target[i] = j;
+        if (it->wait_target[i] < 0) {
+            char d[256];
+            exec_instr_describe(p, device, i, d, sizeof d);
+            exec_interp_free(it);
+            return base_errorf(e, "device %d: %s waits for event %d, which no instruction "
+                                  "records; the plan is inconsistent, compile it again",
+                               device, d, in->event);
+        }
+    }
+    /* sendrecv groups: consecutive on their stream, at most MAX_GROUP */
+    for (int s = 0; s < it->nstreams; s++) {
+        const stream_q *q = &it->sq[s];
+        for (int k = 0; k < q->n; k++) {
+            const plan_instr *in = &L->ins[q->idx[k]];
+            if ((in->op != PLAN_SEND && in->op != PLAN_RECV) || !in->sendrecv) continue;
+            int m = 1;
+            while (k + m < q->n && L->ins[q->idx[k + m]].sendrecv == in->sendrecv &&
+                   (L->ins[q->idx[k + m]].op == PLAN_SEND || L->ins[q->idx[k + m]].op == PLAN_RECV))
+                m++;
+            for (int j = k + m; j < q->n; j++)
+                if ((L->ins[q->idx[j]].op == PLAN_SEND || L->ins[q->idx[j]].op == PLAN_RECV) &&
+                    L->ins[q->idx[j]].sendrecv == in->sendrecv) {
+                    char d[256];
+                    exec_instr_describe(p, device, q->idx[j], d, sizeof d);
+                    exec_interp_free(it);
+                    return base_errorf(e, "device %d: %s belongs to sendrecv group %d but is not "
+                                          "next to its other members on stream %s; the plan is "
+                                          "inconsistent, compile it again",
+                                       device, d, in->sendrecv, q->st.name);
+                }
+            if (m > MAX_GROUP) {
+                exec_interp_free(it);
+                return base_errorf(e, "device %d: sendrecv group %d has %d members; the "
+                                      "interpreter posts at most %d together",
+                                   device, in->sendrecv, m, MAX_GROUP);
+            }
+            k += m - 1;
+        }
+    }
+    *out = it;
+    return 0;
+}
+
+void exec_interp_free(exec_interp *it)
+{
+    if (!it) return;
+    for (int s = 0; s < it->nstreams; s++) free(it->sq[s].idx);
+    free(it->sq);
+    free(it->wait_target);
+    free(it->ran);
+    free(it);
+}
+
+int exec_interp_nstreams(const exec_interp *it) { return it->nstreams; }
+
+const exec_stream_stats *exec_interp_stream_stats(const exec_interp *it, int stream)
+{
+    return stream >= 0 && stream < it->nstreams ? &it->sq[stream].st : NULL;
+}
+
+static int fail_at(exec_interp *it, int i, base_error *e)
+{
+    char d[256];
+    exec_instr_describe(it->p, it->dev, i, d, sizeof d);
+    base_error_prefix(e, "device %d, %s: ", it->dev, d);
+    return -1;
+}
+
+/* Runs what stream q can run now; *progress is set when anything happened. */
+static int advance(exec_interp *it, int s, bool *progress, base_error *e)
+{
+    stream_q *q = &it->sq[s];
+    const plan_list *L = it->L;
+    const exec_backend *b = it->b;
+    while (q->cur < q->n) {
+        int i = q->idx[q->cur];
+        const plan_instr *in = &L->ins[i];
+        if (q->nreq > 0) {
+            /* communication in flight: poll what has not finished */
+            for (int k = 0; k < q->nreq; k++) {
+                if (q->done_req[k]) continue;
+                bool done = false;
+                if (b->test(b->ctx, q->req[k], &done, e)) return fail_at(it, q->idx[q->cur + k], e);
+                if (done) {
+                    q->done_req[k] = true;
+                    q->npending--;
+                    *progress = true;
+                }
+            }
+            if (q->npending > 0) return 0;
+            for (int k = 0; k < q->span; k++) it->ran[q->idx[q->cur + k]] = true;
+            q->st.busy_s += exec_now() - q->started;
+            q->st.instrs += q->span;
+            q->cur += q->span;
+            q->nreq = q->span = 0;
+            continue;
+        }
+        switch (in->op) {
+        case PLAN_ALLOC:
+            if (b->alloc(b->ctx, i, in->buf, in->bytes, e)) return fail_at(it, i, e);
+            break;
+        case PLAN_FREE:
+            if (b->release(b->ctx, i, in->buf, e)) return fail_at(it, i, e);
+            break;
+        case PLAN_RECORD:
+            if (b->record && b->record(b->ctx, in->stream, in->event, e)) return fail_at(it, i, e);
+            break;
+        case PLAN_WAIT:
+            if (!it->ran[it->wait_target[i]]) return 0;
+            if (b->wait && b->wait(b->ctx, in->stream, in->event, e)) return fail_at(it, i, e);
+            break;
+        case PLAN_NOP: break;
+        case PLAN_COMPUTE: {
+            double t0 = exec_now();
+            if (b->compute(b->ctx, i, in, e)) return fail_at(it, i, e);
+            q->st.busy_s += exec_now() - t0;
+            q->st.instrs++;
+            it->ran[i] = true;
+            q->cur++;
+            *progress = true;
+            return 0; /* let the other streams post what this kernel made ready */
+        }
+        case PLAN_SEND:
+        case PLAN_RECV:
+        case PLAN_COLL: {
+            int span = 1;
+            if (in->op != PLAN_COLL && in->sendrecv)
+                while (q->cur + span < q->n && L->ins[q->idx[q->cur + span]].sendrecv == in->sendrecv &&
+                       (L->ins[q->idx[q->cur + span]].op == PLAN_SEND ||
+                        L->ins[q->idx[q->cur + span]].op == PLAN_RECV))
+                    span++;
+            q->started = exec_now();
+            q->span = span;
+            q->nreq = q->npending = 0;
+            for (int k = 0; k < span; k++) {
+                int j = q->idx[q->cur + k];
+                const plan_instr *m = &L->ins[j];
+                int req = -1;
+                int rc = m->op == PLAN_COLL
+                             ? b->coll_start(b->ctx, j, m, sched_plan_group(it->p, it->dev, m), &req, e)
+                             : b->p2p_start(b->ctx, j, m, sched_plan_peer(it->p, it->dev, m), &req, e);
+                if (rc) return fail_at(it, j, e);
+                q->req[q->nreq] = req;
+                q->done_req[q->nreq++] = false;
+                q->npending++;
+            }
+            *progress = true;
+            continue; /* poll at once: small transfers may be done already */
+        }
+        default:
+            base_errorf(e, "unknown instruction op %d; the plan was written by a newer piper",
+                        (int)in->op);
+            return fail_at(it, i, e);
+        }
+        it->ran[i] = true;
+        q->st.instrs++;
+        q->cur++;
+        *progress = true;
+    }
+    return 0;
+}
+
+int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
+{
+    memset(it->ran, 0, (size_t)(it->L->n > 0 ? it->L->n : 1) * sizeof *it->ran);
+    for (int s = 0; s < it->nstreams; s++) {
+        stream_q *q = &it->sq[s];
+        q->cur = q->nreq = q->npending = q->span = 0;
+        q->st.busy_s = 0;
+        q->st.instrs = 0;
+    }
+    double last = exec_now();
+    int idle_rounds = 0;
+    for (;;) {
+        bool progress = false, left = false;
+        for (int s = 0; s < it->nstreams; s++) {
+            if (advance(it, s, &progress, e)) return -1;
+            left |= it->sq[s].cur < it->sq[s].n;
+        }
+        if (!left) return 0;
+        if (progress) {
+            last = exec_now();
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds++;
+        if (timeout_s > 0 && (idle_rounds & 63) == 0 && exec_now() - last > timeout_s) {
+            base_buf msg = {0};
+            base_buf_printf(&msg, "device %d: nothing progressed for %.0f s (the watchdog's "
+                                  "timeout); stuck:",
+                            it->dev, timeout_s);
+            for (int s = 0; s < it->nstreams; s++) {
+                const stream_q *q = &it->sq[s];
+                if (q->cur >= q->n) continue;
+                char d[256];
+                exec_instr_describe(it->p, it->dev, q->idx[q->cur], d, sizeof d);
+                base_buf_printf(&msg, " [stream %s: %s%s]", q->st.name, d,
+                                q->nreq ? " (posted, not finished)" : "");
+            }
+            base_buf_puts(&msg, "; a peer has stopped or the plans do not match; check the other "
+                                "ranks' messages, or raise --timeout for slow steps");
+            base_errorf(e, "%s", msg.s);
+            base_buf_free(&msg);
+            return -1;
+        }
+        if (it->b->idle && it->b->idle(it->b->ctx, idle_rounds, e)) return -1;
+    }
+}

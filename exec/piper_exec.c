@@ -1,0 +1,332 @@
+/* piper_exec.c — piper-exec: runs a compiled plan for real on CPUs, one MPI rank per device,
+ *   mpirun -np N piper-exec PLAN [--steps K] [--seed S] ...   (or without mpirun: one device)
+ * and prints per step the loss, step time, tokens/s and each rank's peak memory (rank 0 gathers
+ * them). Failures: a rank that cannot start (bad plan file, unsupported plan) makes every rank
+ * stop with a message naming it and its cause; a rank that fails during a step tells every other
+ * rank (which print it) and aborts the job; a watchdog (--timeout) stops ranks whose
+ * communication makes no progress. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/cpu_exec.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: [mpirun -np N] piper-exec PLAN [options]\n"
+            "Runs a plan written by piper-compile -o, one MPI rank per device (rank r runs device\n"
+            "r; a plan whose only device is 0 also runs without mpirun).\n"
+            "  --steps K          training steps (default 5)\n"
+            "  --seed S           initialisation, data and dropout seed (default 1)\n"
+            "  --dtype fp32|fp64  element type of the kernels (default: the plan's activations)\n"
+            "  --optimizer adamw|sgd   (default adamw)\n"
+            "  --lr X             learning rate (default 1e-3 for AdamW, 0.1 for SGD)\n"
+            "  --weight-decay X   decoupled weight decay of matrices (default 0.1)\n"
+            "  --beta1 X --beta2 X --eps X   AdamW (defaults 0.9, 0.95, 1e-8)\n"
+            "  --grad-clip X      clip to this global norm when the plan computes it (default 1)\n"
+            "  --timeout SEC      watchdog: fail when communication makes no progress for SEC\n"
+            "                     seconds (default 300; 0 disables)\n"
+            "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
+            "                     seconds tokens_per_s gflops_per_s\n"
+            "  --dump-grads DIR   each rank writes the gradients its optimizer steps see in step 1\n"
+            "                     (DIR/grads.devD.txt)\n"
+            "  --dump-params DIR  each rank writes its parameters after the last step\n"
+            "  --memory           each rank prints its buffers' bytes by category, as the plan\n"
+            "                     sizes them and as the executor holds them\n"
+            "  -q                 print only the per-step lines\n");
+}
+
+typedef struct args {
+    const char *plan, *log, *dump_params;
+    int64_t steps;
+    bool quiet, memory;
+    exec_cpu_options o;
+} args;
+
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return errno || end == s || *end ? -1 : 0;
+}
+
+static int parse_args(int argc, char **argv, args *a, base_error *e)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 5;
+    a->o.seed = 1;
+    a->o.dtype = -1;
+    a->o.timeout_s = 300;
+    a->o.grad_clip = 1.0;
+    a->o.optim.kind = EXEC_ADAMW;
+    a->o.optim.lr = -1;
+    a->o.optim.beta1 = 0.9;
+    a->o.optim.beta2 = 0.95;
+    a->o.optim.eps = 1e-8;
+    a->o.optim.weight_decay = 0.1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+#define NEED_VALUE                                                                            \
+    do {                                                                                      \
+        if (!v) return base_errorf(e, "%s needs a value", s);                                 \
+        i++;                                                                                  \
+    } while (0)
+#define NUMBER(dst, lo)                                                                       \
+    do {                                                                                      \
+        NEED_VALUE;                                                                           \
+        if (parse_double(v, &d) || !(d >= (lo)))                                              \
+            return base_errorf(e, "%s takes a number >= %g, not '%s'", s, (double)(lo), v);   \
+        dst = d;                                                                              \
+    } while (0)
+        if (strcmp(s, "--steps") == 0) {
+            NUMBER(a->steps, 1);
+        } else if (strcmp(s, "--seed") == 0) {
+            NUMBER(a->o.seed, 0);
+        } else if (strcmp(s, "--timeout") == 0) {
+            NUMBER(a->o.timeout_s, 0);
+        } else if (strcmp(s, "--lr") == 0) {
+            NUMBER(a->o.optim.lr, 0);
+        } else if (strcmp(s, "--weight-decay") == 0) {
+            NUMBER(a->o.optim.weight_decay, 0);
+        } else if (strcmp(s, "--beta1") == 0) {
+            NUMBER(a->o.optim.beta1, 0);
+        } else if (strcmp(s, "--beta2") == 0) {
+            NUMBER(a->o.optim.beta2, 0);
+        } else if (strcmp(s, "--eps") == 0) {
+            NUMBER(a->o.optim.eps, 0);
+        } else if (strcmp(s, "--grad-clip") == 0) {
+            NUMBER(a->o.grad_clip, 0);
+        } else if (strcmp(s, "--dtype") == 0) {
+            NEED_VALUE;
+            if (strcmp(v, "fp32") == 0)
+                a->o.dtype = PLAN_FP32;
+            else if (strcmp(v, "fp64") == 0)
+                a->o.dtype = PLAN_FP64;
+            else
+                return base_errorf(e, "--dtype takes fp32 or fp64, not '%s'", v);
+        } else if (strcmp(s, "--optimizer") == 0) {
+            NEED_VALUE;
+            if (strcmp(v, "adamw") == 0)
+                a->o.optim.kind = EXEC_ADAMW;
+            else if (strcmp(v, "sgd") == 0)
+                a->o.optim.kind = EXEC_SGD;
+            else
+                return base_errorf(e, "--optimizer takes adamw or sgd, not '%s'", v);
+        } else if (strcmp(s, "--log") == 0) {
+            NEED_VALUE;
+            a->log = v;
+        } else if (strcmp(s, "--dump-grads") == 0) {
+            NEED_VALUE;
+            a->o.dump_grads = v;
+        } else if (strcmp(s, "--dump-params") == 0) {
+            NEED_VALUE;
+            a->dump_params = v;
+        } else if (strcmp(s, "--memory") == 0) {
+            a->memory = true;
+        } else if (strcmp(s, "-q") == 0) {
+            a->quiet = true;
+        } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            return 1;
+        } else if (s[0] == '-') {
+            return base_errorf(e, "unknown option %s; see piper-exec --help", s);
+        } else if (a->plan) {
+            return base_errorf(e, "two plans given (%s and %s); piper-exec runs one", a->plan, s);
+        } else {
+            a->plan = s;
+        }
+#undef NUMBER
+#undef NEED_VALUE
+    }
+    if (!a->plan) return base_errorf(e, "no plan given; see piper-exec --help");
+    if (a->o.optim.lr < 0) a->o.optim.lr = a->o.optim.kind == EXEC_SGD ? 0.1 : 1e-3;
+    return 0;
+}
+
+/* Every rank says whether it could start; when one could not, all learn which and why. Returns
+ * the failing rank, or -1. */
+static int agree(int rank, int size, const base_error *e, char *msg, size_t n)
+{
+    int mine = e->set ? rank : size, first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) return -1;
+    if (rank == first) snprintf(msg, n, "%s", e->msg);
+    MPI_Bcast(msg, (int)n, MPI_CHAR, first, MPI_COMM_WORLD);
+    return first;
+}
+
+static double fmt_mib(double b) { return b / (1024.0 * 1024.0); }
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    base_error e;
+    base_error_clear(&e);
+    args a;
+    int prc = parse_args(argc, argv, &a, &e);
+    if (prc) {
+        if (rank == 0) {
+            if (prc > 0)
+                usage(stdout);
+            else
+                fprintf(stderr, "piper-exec: %s\n", e.msg);
+        }
+        MPI_Finalize();
+        return prc > 0 ? 0 : 2;
+    }
+
+    /* start: every rank reads the plan and its device; any failure stops all, named */
+    sched_plan plan;
+    sched_plan_init(&plan);
+    exec_cpu *c = NULL;
+    exec_interp *it = NULL;
+    if (sched_plan_read_file(&plan, a.plan, &e) == 0) {
+        if (size > plan.ndevices)
+            base_errorf(&e, "%d ranks run but the plan has %d devices; start at most %d ranks", size,
+                        plan.ndevices, plan.ndevices);
+        for (int d = size; d < plan.ndevices && !e.set; d++)
+            if (sched_plan_list(&plan, d)->n > 0)
+                base_errorf(&e, "device %d of the plan has work but only %d ranks run; start one "
+                                "rank per device (mpirun -np %d)",
+                            d, size, d + 1);
+        if (!e.set) exec_cpu_open(&c, &plan, rank, size, &a.o, &e);
+    }
+    char msg[BASE_ERROR_MAX];
+    int bad = agree(rank, size, &e, msg, sizeof msg);
+    if (bad < 0) {
+        if (exec_cpu_connect(c, &e) == 0) exec_interp_new(&it, &plan, rank, &c->be, &e);
+        bad = agree(rank, size, &e, msg, sizeof msg);
+    }
+    if (bad >= 0) {
+        if (rank == bad)
+            fprintf(stderr, "piper-exec: rank %d (device %d) failed: %s\n", rank, rank, msg);
+        else
+            fprintf(stderr, "piper-exec: rank %d: stopping because rank %d (device %d) failed: %s\n",
+                    rank, bad, bad, msg);
+        exec_interp_free(it);
+        exec_cpu_close(c);
+        sched_plan_free(&plan);
+        MPI_Finalize();
+        return 1;
+    }
+
+    const plan_model *m = &plan.model;
+    const int64_t tokens = m->global_batch * m->seq;
+    /* the arithmetic of a step, by the plan's kernel lists (GEMMs exact), for GFLOP/s */
+    double flops = 0;
+    for (int d = 0; d < size; d++) {
+        const plan_list *L = sched_plan_list(&plan, d);
+        for (int i = 0; i < L->n; i++)
+            if (L->ins[i].op == PLAN_COMPUTE && L->ins[i].kernels >= 0) {
+                const plan_kernel_list *kl = &plan.kernel_lists[L->ins[i].kernels];
+                for (int k = 0; k < kl->n; k++) flops += kl->k[k].flops;
+            }
+    }
+    FILE *log = NULL;
+    if (rank == 0 && a.log && !(log = fopen(a.log, "w"))) {
+        base_errorf(&e, "cannot write %s: %s", a.log, strerror(errno));
+        goto fail;
+    }
+    if (rank == 0 && !a.quiet) {
+        int used = 0;
+        for (int d = 0; d < plan.ndevices; d++) used += sched_plan_list(&plan, d)->n > 0;
+        printf("piper-exec: %s (%s), %d rank%s for %d device%s with work, %s, %s lr %g, %lld "
+               "steps of %lld sequences (micro-batch %lld x %lld x data-parallel %lld) = %lld "
+               "tokens\n",
+               m->name ? m->name : "?", a.plan, size, size == 1 ? "" : "s", used, used == 1 ? "" : "s",
+               sched_plan_dtype_name(c->dt), a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
+               a.o.optim.lr, (long long)a.steps, (long long)m->global_batch,
+               (long long)m->micro_batch, (long long)m->num_microbatches, (long long)c->dp_size,
+               (long long)tokens);
+        printf("%-5s %-11s %-10s %-10s %-10s %-8s %s\n", "step", "loss", "grad norm", "time",
+               "tokens/s", "GFLOP/s", "peak memory per rank, executor / plan (MiB)");
+    }
+    if (log) fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s gflops_per_s\n");
+    if (a.memory) {
+        /* one rank after the other, so that lines do not interleave */
+        for (int k = 0; k < size; k++) {
+            if (k == rank) {
+                exec_cpu_print_memory(c, stdout);
+                fflush(stdout);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    enum { NV = 6 };
+    double *all = rank == 0 ? base_xcalloc((size_t)size * NV, sizeof(double)) : NULL;
+    for (int64_t step = 1; step <= a.steps; step++) {
+        exec_cpu_step_stats st;
+        if (exec_cpu_step(c, it, step, &st, &e)) {
+            base_error_prefix(&e, "step %lld: ", (long long)step);
+            goto fail;
+        }
+        double v[NV] = {st.loss, st.aux_loss, st.grad_norm, st.seconds, st.peak, st.plan_peak};
+        MPI_Request r;
+        MPI_Igather(v, NV, MPI_DOUBLE, all, NV, MPI_DOUBLE, 0, MPI_COMM_WORLD, &r);
+        if (exec_cpu_wait(c, &r, "gathering the step's figures", &e)) goto fail;
+        if (rank != 0) continue;
+        double ce = 0, aux = 0, norm = -1, t = 0;
+        for (int k = 0; k < size; k++) {
+            ce += all[k * NV + 0];
+            aux += all[k * NV + 1];
+            if (all[k * NV + 2] > norm) norm = all[k * NV + 2];
+            if (all[k * NV + 3] > t) t = all[k * NV + 3];
+        }
+        double loss = ce + aux;
+        char nbuf[32] = "-";
+        if (norm >= 0) snprintf(nbuf, sizeof nbuf, "%.6f", sqrt(norm));
+        printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
+               (double)tokens / t, flops / t * 1e-9);
+        for (int k = 0; k < size; k++)
+            printf(" r%d %.2f/%.2f", k, fmt_mib(all[k * NV + 4]), fmt_mib(all[k * NV + 5]));
+        printf("\n");
+        fflush(stdout);
+        if (log) {
+            fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g\n", (long long)step, loss, ce,
+                    aux, norm >= 0 ? sqrt(norm) : -1.0, t, (double)tokens / t, flops / t * 1e-9);
+            fflush(log);
+        }
+    }
+    if (a.dump_params && exec_cpu_dump_params(c, a.dump_params, &e)) goto fail;
+    {
+        MPI_Request r;
+        MPI_Ibarrier(MPI_COMM_WORLD, &r);
+        if (exec_cpu_wait(c, &r, "the final barrier", &e)) goto fail;
+    }
+    free(all);
+    if (log) fclose(log);
+    exec_interp_free(it);
+    exec_cpu_close(c);
+    sched_plan_free(&plan);
+    MPI_Finalize();
+    return 0;
+
+fail:
+    /* a peer's notice is already a "stopping because ..." message; our own failure is told to
+     * every other rank before the job is aborted */
+    const char *peer = strstr(e.msg, "stopping because rank ");
+    if (peer) {
+        fprintf(stderr, "piper-exec: rank %d: %s\n", rank, peer);
+    } else {
+        char note[BASE_ERROR_MAX + 64];
+        snprintf(note, sizeof note, "rank %d (device %d) failed: %s", rank, rank, e.msg);
+        fprintf(stderr, "piper-exec: %s\n", note);
+        fflush(stderr);
+        exec_cpu_notify_failure(c, note);
+        /* give the others a moment to print before the job goes down */
+        struct timespec ts = {0, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+}
