@@ -63,8 +63,10 @@ typedef enum {
     IR_CG_DP,      /* the data-parallel group (devices with the same TP rank) */
     IR_CG_EP,      /* the expert-parallel group (inside DP) */
     IR_CG_WORLD,   /* every device of the program (global gradient norm) */
-    IR_CG_PAIR     /* devices of this placement with those of `peer_place`, rank by rank
+    IR_CG_PAIR,    /* devices of this placement with those of `peer_place`, rank by rank
                       (tied-embedding and mirrored-stage gradient sums) */
+    IR_CG_EDP      /* expert data parallelism: the data-parallel ranks that hold the same
+                      experts (one per expert-parallel group), for expert gradients */
 } ir_coll_group;
 
 /* Where a node runs: a device list (SPMD: every device runs the node). The parallel structure

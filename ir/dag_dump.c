@@ -18,7 +18,7 @@ static void place_str(const ir_dag *g, int place, char *buf, size_t n)
     if (off < n) snprintf(buf + off, n - off, "]");
 }
 
-static const char *CG_NAMES[] = {"-", "tp", "dp", "ep", "world", "pair"};
+static const char *CG_NAMES[] = {"-", "tp", "dp", "ep", "world", "pair", "edp"};
 
 void ir_dag_dump_text(const ir_dag *g, FILE *f)
 {

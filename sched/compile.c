@@ -144,7 +144,8 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
         const ir_directive *d = &p->directives[i];
         /* Placements are final once ordering starts: materialise the sends and receives. */
         if ((d->op == IR_DIR_ORDER || d->op == IR_DIR_SCHEDULE) && !g->p2p_done) {
-            if (sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) || sched_tp_grad_sync(x, e))
+            if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
+                sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
             sched_update_sizes(x);
             if (ir_dag_verify(g, "after the placement directives", e)) return -1;
@@ -156,7 +157,8 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
         if (ir_dag_verify(g, sched_dir_where(d, where, sizeof where), e)) return -1;
     }
     if (!g->p2p_done) {
-        if (sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) || sched_tp_grad_sync(x, e))
+        if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
+                sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
         sched_update_sizes(x);
         if (ir_dag_verify(g, "after the placement directives", e)) return -1;

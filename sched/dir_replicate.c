@@ -153,9 +153,15 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
     for (int pl = 0; pl < g->nplaces; pl++) {
         int32_t sync = -1, sync_out = -1, gather = -1;
         double fill = 0;
+        bool bucket_experts = false;
         for (int r = g->nregions - 1; r >= 0; r--) {
             if (!region_upd[r] || g->nodes[upd_of[r]].place != pl) continue;
             const ir_node *un = &g->nodes[upd_of[r]];
+            /* Expert gradients get buckets of their own: under expert parallelism they are
+             * reduced only over the ranks holding the same experts (sched_expert_grad_groups). */
+            bool experts = g->regions[r].kind == IR_REGION_MOE_EXPERTS;
+            if (sync >= 0 && experts != bucket_experts) sync = gather = -1;
+            bucket_experts = experts;
             if (sync < 0) {
                 sync = new_sync_node(g, d->zero == 0 ? IR_OP_ALL_REDUCE : IR_OP_REDUCE_SCATTER, pl,
                                      un->stage, reduce_stream, nbuckets, un->tp);

@@ -175,12 +175,19 @@ int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_grou
         for (int j = 0; j < ep; j++) out[n++] = p->devs[(first + j) * tp + tp_rank];
         break;
     }
+    case IR_CG_EDP: /* the same position in every expert-parallel group */
+        if (ep < 1 || dp % ep) {
+            out[n++] = dev;
+            break;
+        }
+        for (int j = dp_rank % ep; j < dp; j += ep) out[n++] = p->devs[j * tp + tp_rank];
+        break;
     default: out[n++] = dev;
     }
     return n;
 }
 
-static const char *CG_WORDS[] = {"", "tensor-parallel", "data-parallel", "expert-parallel", "", ""};
+static const char *CG_WORDS[] = {"", "tensor-parallel", "data-parallel", "expert-parallel", "", "", "expert-data-parallel"};
 
 int sched_check_subgroup(const sched_ctx *x, const ir_directive *d, int32_t v, ir_coll_group cg,
                          int tp, int ep, base_error *e)
@@ -212,4 +219,75 @@ int sched_placement_tp(const ir_dag *g, int place)
     for (size_t v = 0; v < g->nnodes; v++)
         if (!g->nodes[v].dead && g->nodes[v].place == place && g->nodes[v].tp > tp) tp = g->nodes[v].tp;
     return tp;
+}
+
+int sched_settle_aux_nodes(sched_ctx *x)
+{
+    /* The gradient-norm partial, its world all-reduce and the load-balancing loss start on
+     * device 0 and move with `place`/`replicate` filters that name their stage; a program that
+     * only uses shard_tensor leaves them behind. Once placements are final they join the
+     * placement every input comes from. */
+    ir_dag *g = x->g;
+    ir_dag_build_adjacency(g);
+    for (size_t v = 0; v < g->nnodes; v++) {
+        ir_node *n = &g->nodes[v];
+        if (n->dead || (n->op != IR_OP_GRAD_NORM && n->op != IR_OP_AUX_LOSS)) continue;
+        int place = -1;
+        bool one = true;
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && one; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            int p = g->nodes[ed->src].place;
+            if (place < 0) place = p;
+            one = p == place;
+        }
+        if (!one || place < 0 || place == n->place) continue;
+        int old = n->place;
+        n->place = place;
+        for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            ir_node *w = &g->nodes[g->edges[g->out_edge[k]].dst];
+            if (IR_OP_INFO[w->op].kind == IR_KIND_COLL && w->place == old) w->place = place;
+        }
+    }
+    return 0;
+}
+
+int sched_expert_grad_groups(sched_ctx *x)
+{
+    /* Each expert-parallel rank holds different experts, so a data-parallel reduction (or
+     * gather) of expert parameters spans only the ranks at the same position of every EP group.
+     * Replicate keeps expert regions in buckets of their own; here, once EP is known, those
+     * buckets switch to that group. */
+    ir_dag *g = x->g;
+    int *ep_of = base_xcalloc((size_t)g->nregions, sizeof *ep_of);
+    for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (!n->dead && n->op == IR_OP_UPD && n->region >= 0) ep_of[n->region] = n->ep;
+    }
+    ir_dag_build_adjacency(g);
+    for (size_t v = 0; v < g->nnodes; v++) {
+        ir_node *n = &g->nodes[v];
+        if (n->dead || !(n->flags & IR_NODE_DP_SYNC) || n->coll_group != IR_CG_DP) continue;
+        int ep = 0;
+        bool experts = true, any = false;
+        if (n->region >= 0) {
+            any = true;
+            experts = g->regions[n->region].kind == IR_REGION_MOE_EXPERTS;
+            ep = ep_of[n->region];
+        }
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && experts; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            int r = ed->kind == IR_EDGE_DATA ? g->nodes[ed->src].region : -1;
+            if (r < 0) continue;
+            any = true;
+            experts = g->regions[r].kind == IR_REGION_MOE_EXPERTS;
+            if (ep_of[r] > ep) ep = ep_of[r];
+        }
+        if (!any || !experts || ep < 2) continue;
+        n->coll_group = IR_CG_EDP;
+        n->ep = (int16_t)ep;
+        n->tp = (int16_t)sched_placement_tp(g, n->place);
+    }
+    free(ep_of);
+    return 0;
 }

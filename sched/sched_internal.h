@@ -54,6 +54,10 @@ int sched_tie_embeddings(sched_ctx *x, base_error *e);
 /* Tensor-parallel regions: an all-reduce over the TP group completes the gradients of the
  * parameters every TP rank holds whole (tp_sync.c), and how many such parameters a region has. */
 int sched_tp_grad_sync(sched_ctx *x, base_error *e);
+/* Gradient-norm and load-balancing-loss nodes join the placement of their inputs. */
+int sched_settle_aux_nodes(sched_ctx *x);
+/* Data-parallel reductions of expert gradients span only the ranks holding the same experts. */
+int sched_expert_grad_groups(sched_ctx *x);
 int64_t sched_tp_replicated_params(const ir_model *m, const ir_region *r, const ir_shape *s);
 /* The tensor-parallel degree of a placement: the largest of its nodes'. Groups that cut across
  * TP (data and expert parallelism) are formed with it, also for nodes that are not themselves

@@ -39,6 +39,7 @@ static int group_size(const ir_dag *g, const ir_node *n)
     case IR_CG_EP: return n->ep;
     case IR_CG_WORLD: return g->world;
     case IR_CG_PAIR: return 2;
+    case IR_CG_EDP: return ndev / n->tp / (n->ep > 0 ? n->ep : 1);
     default: return 1;
     }
 }
@@ -83,6 +84,20 @@ void sched_update_sizes(sched_ctx *x)
             attn_full[n->layer] = true;
     }
 
+    /* Tied embeddings on two placements: the head's weight gradient and parameters include its
+     * copy of the embedding (sched/tied.c), so buckets and ZeRO-3 gathers carry it too. */
+    bool tied_split = false;
+    if (m->tied_embeddings) {
+        int pe = -1, ph = -1;
+        for (size_t v = 0; v < g->nnodes; v++) {
+            const ir_node *n = &g->nodes[v];
+            if (n->dead || n->op != IR_OP_UPD || n->region < 0) continue;
+            if (g->regions[n->region].kind == IR_REGION_EMBED) pe = n->place;
+            if (g->regions[n->region].kind == IR_REGION_HEAD) ph = n->place;
+        }
+        tied_split = pe >= 0 && ph >= 0 && pe != ph;
+    }
+
     int32_t *order = topo_order(g);
     for (size_t i = 0; i < g->nnodes && order[i] >= 0; i++) {
         int32_t v = order[i];
@@ -117,8 +132,11 @@ void sched_update_sizes(sched_ctx *x)
                 /* tied embeddings: the embedding weight's gradient (this device's shard) */
                 n->bytes = (double)ir_model_tied_copy_params_per_device(m, &s) * gb;
             } else if (n->flags & IR_NODE_DP_SYNC) {
-                if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg)
-                    n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb; /* ZeRO-3 */
+                if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg) { /* ZeRO-3 */
+                    n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb;
+                    if (tied_split && reg->kind == IR_REGION_HEAD)
+                        n->bytes += (double)ir_model_tied_copy_params_per_device(m, &s) * pb;
+                }
                 else if (n->op == IR_OP_ALL_GATHER)
                     n->bytes = param_sum; /* whole parameters out (NCCL counts the output) */
                 else
@@ -158,7 +176,11 @@ void sched_update_sizes(sched_ctx *x)
                     if (b < 0) b = 0;
                     break;
                 }
-                case IR_T_GRAD: b = (double)ir_region_params_per_device(m, reg, &s) * gb; break;
+                case IR_T_GRAD:
+                    b = (double)ir_region_params_per_device(m, reg, &s) * gb;
+                    if (tied_split && reg->kind == IR_REGION_HEAD)
+                        b += (double)ir_model_tied_copy_params_per_device(m, &s) * gb;
+                    break;
                 case IR_T_PARAM: b = (double)ir_region_params_per_device(m, reg, &s) * pb; break;
                 case IR_T_SCALAR: b = 4; break;
                 default: b = t->bytes; break;

@@ -42,6 +42,26 @@ static void insert_pair_sum(ir_dag *g, int32_t upd, int peer_place)
             ir_dag_add_edge(g, src, ar, t, IR_EDGE_DATA);
         }
     }
+    /* the gradient norm reads the summed gradient too, or it would miss the other side's half */
+    size_t ne = g->nedges;
+    BASE_VEC(int32_t) norms = {0};
+    for (size_t i = 0; i < ne; i++) {
+        ir_edge *ed = &g->edges[i];
+        if (ed->dead || ed->kind != IR_EDGE_DATA || g->nodes[ed->dst].op != IR_OP_GRAD_NORM) continue;
+        bool mine = false;
+        for (size_t k = 0; k < seen.n; k++) mine |= seen.v[k] == ed->tensor;
+        if (!mine) continue;
+        bool dup = false;
+        for (size_t k = 0; k < norms.n; k++) dup |= norms.v[k] == ed->dst;
+        if (dup) {
+            ed->dead = 1;
+            continue;
+        }
+        BASE_VEC_PUSH(norms, ed->dst);
+        ed->src = ar;
+        ed->tensor = out;
+    }
+    free(norms.v);
     free(seen.v);
     /* several in-edges now come from `ar` with the same tensor: keep one */
     ir_dag_build_adjacency(g);
