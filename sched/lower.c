@@ -54,7 +54,7 @@ static int group_members(const lowerer *L, const group_tpl *t, int dev, int32_t 
                                dev, out);
 }
 
-static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair"};
+static const char *CG_NAME[] = {"-", "tp", "dp", "ep", "world", "pair", "edp"};
 
 static int intern_group(lowerer *L, const int32_t *m, int n, int cg)
 {
