@@ -8,6 +8,8 @@ PIPER_CMAKE_ARGS="-DPIPER_WERROR=ON ${PIPER_CMAKE_ARGS:-}" scripts/setup.sh
 
 echo "== tests (release build)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+# Whether exec/cuda was built, and why not (written by exec/cuda/detect.cmake at configure time).
+echo "CUDA backend: $(cat build/cuda_backend.txt 2>/dev/null || echo 'unknown (build/cuda_backend.txt is missing)')"
 
 echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer build)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPIPER_WERROR=ON -DPIPER_SANITIZE=ON >/dev/null

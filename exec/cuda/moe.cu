@@ -1,0 +1,557 @@
+/* moe.cu — the three MoE regions on the GPU (Llama family), as exec/cpu/moe.c: the same routing
+ * rules, so that a CUDA run drops the same tokens as a CPU run.
+ *
+ * moe_gate: RMSNorm, router logits (bf16 GEMM, fp32 out), softmax and top-k per token (one
+ * thread per token; ties go to the lower expert index), static capacity with GShard's order
+ * (every token's first choice before any second choice, then token order): one block per expert
+ * scans the T*k choices in that order with a block-wide prefix count, so the slot of a choice is
+ * the number of earlier choices of its expert, dropped from C on. The dispatched buffer
+ * [E][C][h] holds the normalised token in each used slot and zeros elsewhere; the combine weight
+ * of a kept choice is its raw softmax probability. Load-balancing loss:
+ * aux = coef E sum_e f_e P_e (f_e: fraction of choices, P_e: mean probability).
+ * Backward: dp = the combine's weight gradients + the aux term, softmax backward, dxn = dz Wr^T +
+ * the dispatched-buffer gradient of each kept slot, the RMSNorm backward and the residual.
+ *
+ * moe_experts: per local expert a SwiGLU FFN over its C rows of the received buffer
+ * [sources][local experts][C][h]: strided-batched cuBLAS GEMMs, one batch per source.
+ *
+ * moe_combine: y[t] = residual[t] + sum over kept choices w[t][k] expert_out[slot]. */
+#include "common.cuh"
+
+/* ---------------------------------------------------------------- the route tensor */
+
+extern "C" int64_t exec_cuda_route_bytes(const exec_cfg *c)
+{
+    return (int64_t)route_layout(c, NULL, NULL);
+}
+
+extern "C" void exec_cuda_route_view(const exec_cfg *c, void *route, uint16_t **resid, float **w,
+                                     int32_t **slot)
+{
+    route_view v;
+    route_layout(c, route, &v);
+    if (resid) *resid = (uint16_t *)v.resid;
+    if (w) *w = v.w;
+    if (slot) *slot = v.slot;
+}
+
+/* ---------------------------------------------------------------- gate */
+
+typedef struct gate_act {
+    bf16 *x;
+    float *rstd;
+    bf16 *xn;
+    float *probs;            /* [T][E] */
+    int32_t *choice, *slot;  /* [T][k] */
+    float *frac;             /* [E] */
+    bf16 *dz;                /* left by BI for BW: router-logit gradient [T][E] */
+    float *dxn;
+} gate_act;
+
+static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    A->x = carve_b(&cv, T * h);
+    A->rstd = carve_f(&cv, T);
+    A->xn = carve_b(&cv, T * h);
+    A->probs = carve_f(&cv, T * E);
+    A->choice = carve_i(&cv, T * k);
+    A->slot = carve_i(&cv, T * k);
+    A->frac = carve_f(&cv, E);
+    A->dz = carve_b(&cv, T * E);
+    A->dxn = carve_f(&cv, T * h);
+    return cv.off;
+}
+
+int64_t moe_gate_act_bytes(const exec_cfg *c, const exec_shard *s)
+{
+    (void)s;
+    gate_act A;
+    return (int64_t)gate_layout(c, NULL, &A);
+}
+
+/* Softmax of each token's router logits in place; with route, its top-k (strict '>' keeps the
+ * lowest index on ties, as the CPU). */
+__global__ void k_gate_softmax_topk(float *probs, int32_t *choice, int64_t T, int64_t E, int64_t k,
+                                    bool route)
+{
+    GRID_STRIDE(t, T)
+    {
+        float *z = probs + t * E;
+        float mx = z[0];
+        for (int64_t ex = 1; ex < E; ex++) mx = fmaxf(mx, z[ex]);
+        double sum = 0;
+        for (int64_t ex = 0; ex < E; ex++) {
+            z[ex] = expf(z[ex] - mx);
+            sum += z[ex];
+        }
+        for (int64_t ex = 0; ex < E; ex++) z[ex] = (float)(z[ex] / sum);
+        if (!route) continue;
+        int32_t *ch = choice + t * k;
+        for (int64_t kk = 0; kk < k; kk++) {
+            int64_t best = -1;
+            for (int64_t ex = 0; ex < E; ex++) {
+                bool taken = false;
+                for (int64_t q = 0; q < kk; q++) taken |= ch[q] == ex;
+                if (!taken && (best < 0 || z[ex] > z[best])) best = ex;
+            }
+            ch[kk] = (int32_t)best;
+        }
+    }
+}
+
+/* One block per expert: slots in order (choice rank, then token), f_e = count / (T k). */
+__global__ void k_gate_capacity(const int32_t *choice, int32_t *slot, float *frac, int64_t T,
+                                int64_t k, int64_t C)
+{
+    __shared__ int warp_tot[32];
+    const int ex = blockIdx.x;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int64_t used = 0;
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t t0 = 0; t0 < T; t0 += blockDim.x) {
+            const int64_t t = t0 + threadIdx.x;
+            const bool mine = t < T && choice[t * k + kk] == ex;
+            const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+            if (lane == 0) warp_tot[w] = __popc(ballot);
+            __syncthreads();
+            int64_t before = __popc(ballot & ((1u << lane) - 1u)), total = 0;
+            for (int i = 0; i < nw; i++) {
+                if (i < w) before += warp_tot[i];
+                total += warp_tot[i];
+            }
+            __syncthreads(); /* warp_tot is rewritten by the next round */
+            if (mine) {
+                const int64_t pos = used + before;
+                slot[t * k + kk] = pos < C ? (int32_t)(ex * C + pos) : -1;
+            }
+            used += total;
+        }
+    if (threadIdx.x == 0) frac[ex] = (float)((double)used / (double)(T * k));
+}
+
+/* aux = coef E sum_e f_e mean_t p[t][e] (one block). */
+__global__ void k_gate_aux(const float *probs, const float *frac, int64_t T, int64_t E,
+                           double coef, double *out)
+{
+    __shared__ double sh[32];
+    double aux = 0;
+    for (int64_t ex = 0; ex < E; ex++) {
+        double a = 0;
+        for (int64_t t = threadIdx.x; t < T; t += blockDim.x) a += probs[t * E + ex];
+        a = warp_sum_d(a);
+        if ((threadIdx.x & 31) == 0) sh[threadIdx.x / 32] = a;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double pm = 0;
+            for (unsigned i = 0; i < blockDim.x / 32; i++) pm += sh[i];
+            aux += (double)frac[ex] * pm / (double)T;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = coef * (double)E * aux;
+}
+
+/* The dispatched buffer (zeroed before) and the route's weights and slots. */
+__global__ void k_gate_dispatch(const bf16 *xn, const int32_t *choice, const int32_t *slot,
+                                const float *probs, bf16 *buf, float *rw, int32_t *rslot,
+                                int64_t T, int64_t h, int64_t E, int64_t k)
+{
+    GRID_STRIDE(i, T * k * h)
+    {
+        const int64_t tk = i / h, j = i % h, t = tk / k;
+        const int32_t sl = slot[tk];
+        if (j == 0) {
+            rslot[tk] = sl;
+            /* a dropped choice weighs nothing, so nothing flows back through it */
+            rw[tk] = sl >= 0 ? probs[t * E + choice[tk]] : 0.f;
+        }
+        if (sl >= 0) buf[(int64_t)sl * h + j] = xn[t * h + j];
+    }
+}
+
+extern "C" int exec_cuda_moe_gate_f(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->x, "the input x");
+    NEED(c->y, "the dispatched buffer y");
+    NEED(c->y2, "the route tensor y2");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
+    const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
+                  C = cfg->capacity;
+    if (E > 2147483647) return base_errorf(e, "moe_gate: too many experts");
+
+    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
+    TRY(norm_f(x, false, A.x, ng, NULL, A.xn, NULL, A.rstd, T, h, cfg->norm_eps, e));
+    TRY(gemm(x, false, false, T, E, h, 1, A.xn, h, wr, E, 0, A.probs, NULL, E, e));
+    k_gate_softmax_topk<<<grid_for(T, 128), 128, 0, x->stream>>>(A.probs, A.choice, T, E, k,
+                                                                 !c->keep_routing);
+    LAUNCH_OK("k_gate_softmax_topk");
+    if (!c->keep_routing) {
+        k_gate_capacity<<<(unsigned)E, 256, 0, x->stream>>>(A.choice, A.slot, A.frac, T, k, C);
+        LAUNCH_OK("k_gate_capacity");
+    }
+    if (c->out) {
+        k_gate_aux<<<1, 256, 0, x->stream>>>(A.probs, A.frac, T, E, cfg->aux_coef, c->out);
+        LAUNCH_OK("k_gate_aux");
+    }
+    route_view rv;
+    route_layout(cfg, c->y2, &rv);
+    TRY(exec_cuda_memset0(x, c->y, (size_t)(E * C * h) * 2, e));
+    TRY(exec_cuda_d2d(x, rv.resid, A.x, (size_t)(T * h) * 2, e));
+    k_gate_dispatch<<<grid_for(T * k * h, 256), 256, 0, x->stream>>>(
+        A.xn, A.choice, A.slot, A.probs, (bf16 *)c->y, rv.w, rv.slot, T, h, E, k);
+    LAUNCH_OK("k_gate_dispatch");
+    return 0;
+}
+
+/* dp[e] = aux_g f_e + the route-weight gradients of the kept choices of e; dz = p (dp - p.dp),
+ * stored bf16 for the two GEMMs that use it. One thread per token. */
+__global__ void k_gate_dz(const float *probs, const int32_t *choice, const int32_t *slot,
+                          const float *frac, const float *dw, bf16 *dz, int64_t T, int64_t E,
+                          int64_t k, float aux_g)
+{
+    GRID_STRIDE(t, T)
+    {
+        const float *p = probs + t * E;
+        float dot = 0.f;
+        for (int64_t ex = 0; ex < E; ex++) {
+            float dp = aux_g * frac[ex];
+            for (int64_t kk = 0; kk < k; kk++)
+                if (slot[t * k + kk] >= 0 && choice[t * k + kk] == ex) dp += dw[t * k + kk];
+            dot += p[ex] * dp;
+        }
+        for (int64_t ex = 0; ex < E; ex++) {
+            float dp = aux_g * frac[ex];
+            for (int64_t kk = 0; kk < k; kk++)
+                if (slot[t * k + kk] >= 0 && choice[t * k + kk] == ex) dp += dw[t * k + kk];
+            dz[t * E + ex] = __float2bfloat16(p[ex] * (dp - dot));
+        }
+    }
+}
+
+/* dxn[t] += dbuf[slot] for each kept choice of t. */
+__global__ void k_gate_gather_grad(float *dxn, const bf16 *dbuf, const int32_t *slot, int64_t T,
+                                   int64_t h, int64_t k)
+{
+    GRID_STRIDE(i, T * h)
+    {
+        const int64_t t = i / h, j = i % h;
+        float a = dxn[i];
+        for (int64_t kk = 0; kk < k; kk++) {
+            int32_t sl = slot[t * k + kk];
+            if (sl >= 0) a += ldf(dbuf + (int64_t)sl * h + j);
+        }
+        dxn[i] = a;
+    }
+}
+
+extern "C" int exec_cuda_moe_gate_bi(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->dy, "the dispatched-buffer gradient dy");
+    NEED(c->dy2, "the route gradient dy2");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
+    const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
+    route_view dr;
+    route_layout(cfg, (void *)c->dy2, &dr);
+    const float aux_g = (float)(cfg->aux_weight * cfg->aux_coef * (double)E / (double)T);
+    k_gate_dz<<<grid_for(T, 128), 128, 0, x->stream>>>(A.probs, A.choice, A.slot, A.frac, dr.w,
+                                                       A.dz, T, E, k, aux_g);
+    LAUNCH_OK("k_gate_dz");
+    TRY(gemm(x, false, true, T, h, E, 1, A.dz, E, wr, E, 0, A.dxn, NULL, h, e));
+    k_gate_gather_grad<<<grid_for(T * h, 256), 256, 0, x->stream>>>(A.dxn, (const bf16 *)c->dy,
+                                                                    A.slot, T, h, k);
+    LAUNCH_OK("k_gate_gather_grad");
+    return norm_bi(x, false, A.dxn, NULL, A.x, ng, NULL, A.rstd, (bf16 *)c->dx, dr.resid, T, h, e);
+}
+
+extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
+    float *gng = gf(&rp, c->grad, "norm.g"), *gwr = gf(&rp, c->grad, "router");
+    gate_act A;
+    gate_layout(cfg, c->act, &A);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
+    TRY(gemm(x, true, false, h, E, T, 1, A.xn, h, A.dz, E, 1, gwr, NULL, E, e));
+    return norm_bw(x, false, A.dxn, NULL, A.x, NULL, A.rstd, gng, NULL, T, h, e);
+}
+
+/* ---------------------------------------------------------------- experts */
+
+typedef struct experts_act {
+    bf16 *x;                 /* the received buffer [rows][h] */
+    bf16 *g, *u, *a;         /* [rows][f] */
+    bf16 *dy;                /* left by BI for BW: a copy of the output gradient */
+    bf16 *dg, *du;
+} experts_act;
+
+static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
+{
+    return (int64_t)sh->ep * sh->nexperts * c->capacity;
+}
+
+static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, void *base, experts_act *A)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    A->x = carve_b(&cv, R * h);
+    A->g = carve_b(&cv, R * f);
+    A->u = carve_b(&cv, R * f);
+    A->a = carve_b(&cv, R * f);
+    A->dy = carve_b(&cv, R * h);
+    A->dg = carve_b(&cv, R * f);
+    A->du = carve_b(&cv, R * f);
+    return cv.off;
+}
+
+int64_t moe_experts_act_bytes(const exec_cfg *c, const exec_shard *s)
+{
+    experts_act A;
+    return (int64_t)experts_layout(c, s, NULL, &A);
+}
+
+extern "C" int exec_cuda_moe_experts_f(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->x, "the received buffer x");
+    NEED(c->y, "the output y");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_EXPERTS, &rp, e));
+    const bf16 *wg = pb(&rp, c->param, "wg"), *wu = pb(&rp, c->param, "wu"),
+               *wd = pb(&rp, c->param, "wd");
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity,
+                  ne = sh->nexperts;
+    bf16 *y = (bf16 *)c->y;
+
+    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(R * h) * 2, e));
+    for (int src = 0; src < sh->ep; src++) {
+        const int64_t r0 = (int64_t)src * ne * C;
+        TRY(gemm_batched(x, false, false, C, f, h, 1, A.x + r0 * h, h, C * h, wg, f, h * f, 0, NULL,
+                         A.g + r0 * f, f, C * f, ne, e));
+        TRY(gemm_batched(x, false, false, C, f, h, 1, A.x + r0 * h, h, C * h, wu, f, h * f, 0, NULL,
+                         A.u + r0 * f, f, C * f, ne, e));
+    }
+    TRY(swiglu_f(x, A.g, A.u, A.a, R * f, e));
+    for (int src = 0; src < sh->ep; src++) {
+        const int64_t r0 = (int64_t)src * ne * C;
+        TRY(gemm_batched(x, false, false, C, h, f, 1, A.a + r0 * f, f, C * f, wd, h, f * h, 0, NULL,
+                         y + r0 * h, h, C * h, ne, e));
+    }
+    return 0;
+}
+
+extern "C" int exec_cuda_moe_experts_bi(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the input gradient dx");
+    NEED(c->param, "the parameter block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_EXPERTS, &rp, e));
+    const bf16 *wg = pb(&rp, c->param, "wg"), *wu = pb(&rp, c->param, "wu"),
+               *wd = pb(&rp, c->param, "wd");
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity,
+                  ne = sh->nexperts;
+    bf16 *dx = (bf16 *)c->dx;
+
+    TRY(exec_cuda_d2d(x, A.dy, c->dy, (size_t)(R * h) * 2, e));
+    /* da into dg as a workspace, then SwiGLU's backward */
+    for (int src = 0; src < sh->ep; src++) {
+        const int64_t r0 = (int64_t)src * ne * C;
+        TRY(gemm_batched(x, false, true, C, f, h, 1, A.dy + r0 * h, h, C * h, wd, h, f * h, 0, NULL,
+                         A.dg + r0 * f, f, C * f, ne, e));
+    }
+    TRY(swiglu_bi(x, A.dg, A.g, A.u, A.dg, A.du, R * f, e));
+    for (int src = 0; src < sh->ep; src++) {
+        const int64_t r0 = (int64_t)src * ne * C;
+        TRY(gemm_batched(x, false, true, C, h, f, 1, A.dg + r0 * f, f, C * f, wg, f, h * f, 0, NULL,
+                         dx + r0 * h, h, C * h, ne, e));
+        TRY(gemm_batched(x, false, true, C, h, f, 1, A.du + r0 * f, f, C * f, wu, f, h * f, 1, NULL,
+                         dx + r0 * h, h, C * h, ne, e));
+    }
+    return 0;
+}
+
+extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->grad, "the gradient block");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    const exec_shard *sh = c->shard;
+    region_params rp;
+    TRY(region_params_get(c, EXEC_MOE_EXPERTS, &rp, e));
+    float *gwg = gf(&rp, c->grad, "wg"), *gwu = gf(&rp, c->grad, "wu"), *gwd = gf(&rp, c->grad, "wd");
+    experts_act A;
+    experts_layout(cfg, sh, c->act, &A);
+    const int64_t h = cfg->h, f = sh->neffn, C = cfg->capacity, ne = sh->nexperts;
+    for (int src = 0; src < sh->ep; src++) {
+        const int64_t r0 = (int64_t)src * ne * C;
+        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, A.dg + r0 * f, f,
+                         C * f, 1, gwg, NULL, f, h * f, ne, e));
+        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, A.du + r0 * f, f,
+                         C * f, 1, gwu, NULL, f, h * f, ne, e));
+        TRY(gemm_batched(x, true, false, f, h, C, 1, A.a + r0 * f, f, C * f, A.dy + r0 * h, h,
+                         C * h, 1, gwd, NULL, h, f * h, ne, e));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- combine */
+
+typedef struct combine_act {
+    bf16 *eo;                /* expert outputs [E*C][h] */
+    float *w;                /* routing weights [T][k] */
+    int32_t *slot;           /* [T][k] */
+} combine_act;
+
+static size_t combine_layout(const exec_cfg *c, void *base, combine_act *A)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, k = c->top_k;
+    A->eo = carve_b(&cv, c->experts * c->capacity * c->h);
+    A->w = carve_f(&cv, T * k);
+    A->slot = carve_i(&cv, T * k);
+    return cv.off;
+}
+
+int64_t moe_combine_act_bytes(const exec_cfg *c, const exec_shard *s)
+{
+    (void)s;
+    combine_act A;
+    return (int64_t)combine_layout(c, NULL, &A);
+}
+
+__global__ void k_combine_f(const bf16 *resid, const bf16 *eo, const float *w,
+                            const int32_t *slot, bf16 *y, int64_t T, int64_t h, int64_t k,
+                            int64_t nslots, int *flag)
+{
+    GRID_STRIDE(i, T * h)
+    {
+        const int64_t t = i / h, j = i % h;
+        float v = ldf(resid + i);
+        for (int64_t kk = 0; kk < k; kk++) {
+            const int32_t sl = slot[t * k + kk];
+            if (sl < 0) continue;
+            if (sl >= nslots) {
+                atomicOr(flag, EXEC_CUDA_BAD_SLOT);
+                continue;
+            }
+            v += w[t * k + kk] * ldf(eo + (int64_t)sl * h + j);
+        }
+        stf(y + i, v);
+    }
+}
+
+extern "C" int exec_cuda_moe_combine_f(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->x, "the expert outputs x");
+    NEED(c->x2, "the route tensor x2");
+    NEED(c->y, "the output y");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    combine_act A;
+    combine_layout(cfg, c->act, &A);
+    route_view rv;
+    route_layout(cfg, (void *)c->x2, &rv);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
+                  nslots = cfg->experts * cfg->capacity;
+    TRY(exec_cuda_d2d(x, A.eo, c->x, (size_t)(nslots * h) * 2, e));
+    TRY(exec_cuda_d2d(x, A.w, rv.w, (size_t)(T * k) * 4, e));
+    TRY(exec_cuda_d2d(x, A.slot, rv.slot, (size_t)(T * k) * 4, e));
+    k_combine_f<<<grid_for(T * h, 256), 256, 0, x->stream>>>(rv.resid, A.eo, A.w, A.slot,
+                                                            (bf16 *)c->y, T, h, k, nslots, x->flag);
+    LAUNCH_OK("k_combine_f");
+    return 0;
+}
+
+/* One warp per (token, choice): the expert-output gradient of its slot (each slot has one
+ * owner, so no atomics) and the gradient of its weight, dy . expert_out. */
+__global__ void k_combine_bi(const bf16 *dy, const bf16 *eo, const float *w, const int32_t *slot,
+                             bf16 *dx, float *dw, int32_t *dslot, int64_t T, int64_t h, int64_t k,
+                             int64_t nslots)
+{
+    const int64_t tk = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (tk >= T * k) return;
+    const int64_t t = tk / k;
+    const int32_t sl = slot[tk];
+    float acc = 0.f;
+    if (sl >= 0 && sl < nslots) {
+        const float wt = w[tk];
+        for (int64_t j = lane; j < h; j += 32) {
+            const float g = ldf(dy + t * h + j);
+            stf(dx + (int64_t)sl * h + j, wt * g);
+            acc += g * ldf(eo + (int64_t)sl * h + j);
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        dw[tk] = acc;
+        dslot[tk] = sl;
+    }
+}
+
+extern "C" int exec_cuda_moe_combine_bi(const exec_cuda_call *cc, base_error *e)
+{
+    const exec_call *c = &cc->c;
+    exec_cuda_ctx *x = cc->ctx;
+    NEED(c->dy, "the output gradient dy");
+    NEED(c->dx, "the expert-output gradient dx");
+    NEED(c->dx2, "the route gradient dx2");
+    NEED(c->act, "the act buffer");
+    const exec_cfg *cfg = c->cfg;
+    combine_act A;
+    combine_layout(cfg, c->act, &A);
+    route_view dr;
+    route_layout(cfg, c->dx2, &dr);
+    const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
+                  nslots = cfg->experts * cfg->capacity;
+    TRY(exec_cuda_memset0(x, c->dx, (size_t)(nslots * h) * 2, e));
+    TRY(exec_cuda_d2d(x, dr.resid, c->dy, (size_t)(T * h) * 2, e));
+    k_combine_bi<<<(unsigned)((T * k + 7) / 8), 256, 0, x->stream>>>(
+        (const bf16 *)c->dy, A.eo, A.w, A.slot, (bf16 *)c->dx, dr.w, dr.slot, T, h, k, nslots);
+    LAUNCH_OK("k_combine_bi");
+    return 0;
+}

@@ -1,0 +1,2 @@
+/* cuda_bf16.h — the emulator's stand-in for the CUDA toolkit header of this name (see emu.h). */
+#include "emu.h"

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# check.sh — the GPU check of piper's CUDA backend: the script to run whenever a GPU is lent.
+# It runs binaries built on the build machine (tests/gpu/bundle.sh), because the GPU machine is
+# bare, and finishes in under 5 minutes on one GPU. Every result is written as soon as it is
+# known, to $OUT when that variable is set, else to the folder named by --out, else to
+# ./gpu-check-<time>:
+#   env.txt      the GPU, driver and bundle
+#   kernels.txt  (a) each CUDA kernel against the fp32 CPU kernels, with tolerances
+#   train.txt    (b) 10 training steps on one GPU against the CPU
+#   bench.txt    (c) qwen3_1b's kernels timed: TFLOP/s against the GPU's peak, next to
+#                piper-sim's prediction made on the build machine
+#   summary.txt  one line per part
+#
+#   on the build machine:  tests/gpu/check.sh --dry-run [--build DIR] [--no-build]
+#       builds (cmake, in DIR, default build-cuda) unless --no-build, bundles into
+#       DIR/gpu-bundle, checks that the bundle starts (no GPU is touched) and lists what the GPU
+#       run would do. ctest runs it with --no-build.
+#   on the GPU machine:    tests/gpu/check.sh [--bundle DIR] [--out DIR]
+#       with the bundle carried (default build-cuda/gpu-bundle).
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+dry=0 build_it=1 build="" bundle="" outdir="${OUT:-}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --no-build) build_it=0 ;;
+    --build) build="$2"; shift ;;
+    --bundle) bundle="$2"; shift ;;
+    --out) [ -n "${OUT:-}" ] || outdir="$2"; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+build="${build:-$root/build-cuda}"
+bundle="${bundle:-$build/gpu-bundle}"
+if [ -z "$outdir" ]; then
+  if [ $dry = 1 ]; then outdir="$build/gpu-check-dry-run"; else outdir="$PWD/gpu-check-$(date +%Y%m%d-%H%M%S)"; fi
+fi
+mkdir -p "$outdir"
+summary="$outdir/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+# Time limits of the GPU run's parts (seconds): under 5 minutes together, with room for startup.
+T_KERNELS=100 T_TRAIN=40 T_BENCH=110
+
+if [ $dry = 1 ]; then
+  echo "== check.sh --dry-run: build, bundle, list (nothing runs on a GPU)"
+  if [ $build_it = 1 ]; then
+    [ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
+    targets="piper-compile"
+    grep -q "^built" "$build/cuda_backend.txt" 2>/dev/null && targets="$targets check_kernels"
+    cmake --build "$build" --target $targets gpu_predict piper-sim -j"$(nproc)" >/dev/null || exit 1
+  fi
+  status="$(cat "$build/cuda_backend.txt" 2>/dev/null || echo "unknown: $build is not configured")"
+  note "CUDA backend: $status"
+  case "$status" in
+    built*) ;;
+    *) note "dry run: nothing to bundle (the CUDA backend is not built in $build); the GPU run would need a build with it"
+       bash -n "$here/bundle.sh" && bash -n "$0" || exit 1
+       exit 0 ;;
+  esac
+  bash "$here/bundle.sh" "$build" "$bundle" > "$outdir/bundle.txt" 2>&1 || { cat "$outdir/bundle.txt"; note "bundle: FAILED"; exit 1; }
+  note "bundle: $bundle ($(du -sh "$bundle" | cut -f1))"
+  # the bundle starts here: its libraries resolve and the binary runs (--list touches no GPU)
+  if PIPER_BUNDLE_TMP="$outdir/lib" "$bundle/run" check_kernels --list > "$outdir/list.txt" 2>&1; then
+    note "bundle starts: check_kernels --list ran through the wrapper"
+  else
+    cat "$outdir/list.txt"; note "bundle: check_kernels does not start"; exit 1
+  fi
+  for f in "$bundle"/data/prediction_*.tsv; do
+    [ -e "$f" ] || { note "no piper-sim prediction in the bundle"; exit 1; }
+  done
+  echo "== on a GPU machine, with $bundle carried, check.sh would run (in order, each part with its time limit):"
+  echo "   env:      nvidia-smi, nvcc --version, the bundle's MANIFEST                    -> env.txt"
+  echo "   (a) ${T_KERNELS}s: run check_kernels --kernels                                      -> kernels.txt"
+  sed 's/^/        /' "$outdir/list.txt"
+  echo "   (b) plan runtime on one GPU vs the CPU backend: not available in this build (no CUDA runtime yet)"
+  echo "       ${T_TRAIN}s: run check_kernels --train (regions chained by the check, CPU vs GPU) -> train.txt"
+  for f in "$bundle"/data/prediction_*.tsv; do
+    g="$(basename "$f" .tsv)"; g="${g#prediction_}"
+    echo "   (c) ${T_BENCH}s on a $g: run check_kernels --bench data/qwen3_1b_$g.plan data/prediction_$g.tsv -> bench.txt"
+    grep -E "^(step_seconds|tokens_per_second|mfu|peak_bytes)" "$f" | sed 's/^/          predicted /'
+  done
+  note "dry run: passed (results in $outdir)"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- the GPU run
+start=$(date +%s)
+if [ ! -x "$bundle/run" ]; then
+  note "no bundle at $bundle: build one on the build machine (tests/gpu/check.sh --dry-run) and carry it"
+  exit 1
+fi
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not available"
+  nvcc --version 2>/dev/null | tail -2 || echo "nvcc: not on PATH"
+  cat "$bundle/MANIFEST"
+} > "$outdir/env.txt" 2>&1
+cat "$outdir/env.txt"
+gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+case "$gpu_name" in
+  *H200*) gpu=H200 ;;
+  *H100*|*H800*) gpu=H100 ;;
+  *A100*) gpu=A100-80GB ;;
+  *) gpu=H200 ;;
+esac
+fail=0
+
+part() { # name, seconds, file, command...
+  local name="$1" secs="$2" file="$3"; shift 3
+  echo "== $name (limit ${secs}s)" | tee -a "$outdir/$file"
+  timeout --kill-after=10 "$secs" "$@" 2>&1 | tee -a "$outdir/$file"
+  local rc=${PIPESTATUS[0]}
+  case $rc in
+    0) note "$name: passed ($(grep -c '^  ok' "$outdir/$file") checks)";;
+    124|137) note "$name: TIMED OUT after ${secs}s (results so far in $file)"; fail=1 ;;
+    *) note "$name: FAILED (exit $rc; $(grep -c '^  FAIL' "$outdir/$file") failed checks in $file)"; fail=1 ;;
+  esac
+}
+
+part "(a) kernels vs CPU" $T_KERNELS kernels.txt "$bundle/run" check_kernels --kernels
+if [ -x "$bundle/bin/piper-exec-cuda" ]; then
+  note "(b) plan runtime: present in the bundle but check.sh does not drive it yet"
+else
+  note "(b) 10 training steps through the plan runtime on one GPU vs the CPU backend: not available in this build (the CUDA runtime is not written yet)"
+fi
+part "(b) kernel-chain training vs CPU" $T_TRAIN train.txt "$bundle/run" check_kernels --train
+if [ -e "$bundle/data/prediction_$gpu.tsv" ]; then
+  part "(c) qwen3_1b kernels on $gpu_name vs piper-sim ($gpu)" $T_BENCH bench.txt \
+    "$bundle/run" check_kernels --bench "$bundle/data/qwen3_1b_$gpu.plan" "$bundle/data/prediction_$gpu.tsv"
+else
+  note "(c) no prediction for $gpu in the bundle"; fail=1
+fi
+note "total: $(( $(date +%s) - start ))s; results in $outdir"
+exit $fail
