@@ -597,6 +597,18 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
     plan->opt_dtype = (uint8_t)prog->opt_dtype;
     plan->gpu = prog->cluster.gpu;
     plan->gpu.name = base_arena_strdup(&plan->arena, prog->cluster.gpu.name ? prog->cluster.gpu.name : "?");
+    /* the network and calibration too, so that a plan is all a simulator needs */
+    const ir_cluster *cl = &prog->cluster;
+    plan->links = (plan_links){.nvlink_bw = cl->nvlink_bw, .nvlink_latency = cl->nvlink_latency,
+                               .nic_bw = cl->nic_bw, .nic_latency = cl->nic_latency,
+                               .gpus_per_nic = (int32_t)cl->gpus_per_nic, .gpus_per_node = (int32_t)cl->gpus_per_node,
+                               .topology = cl->topology == IR_NET_RAIL ? PLAN_TOPO_RAIL : PLAN_TOPO_FAT_TREE,
+                               .oversubscription = cl->oversubscription,
+                               .platform = cl->platform_xml ? base_arena_strdup(&plan->arena, cl->platform_xml) : NULL};
+    plan->ncalib = cl->ncalib;
+    plan->calib = base_arena_calloc(&plan->arena, (size_t)(cl->ncalib ? cl->ncalib : 1), sizeof *plan->calib);
+    for (int i = 0; i < cl->ncalib; i++)
+        plan->calib[i] = (plan_calib){base_arena_strdup(&plan->arena, cl->calib_names[i]), cl->calib_values[i]};
     const ir_model *m = g->model;
     plan_model *pm = &plan->model;
     pm->name = base_arena_strdup(&plan->arena, m->name ? m->name : "model");

@@ -11,6 +11,7 @@ static const char *const MEM_NAMES[] = {"params", "grads", "optimizer", "activat
 static const char *const PASS_NAMES[] = {"F", "B", "BI", "BW", "R", "UPD", "AUX"};
 static const char *const DTYPE_NAMES[] = {"fp32", "bf16", "fp16", "fp64", "fp8"};
 static const int DTYPE_BYTES[] = {4, 2, 2, 8, 1};
+static const char *const TOPOLOGY_NAMES[] = {"fat-tree", "rail"};
 
 const char *sched_plan_op_name(plan_op op) { return op <= PLAN_NOP ? OP_NAMES[op] : "?"; }
 const char *sched_plan_coll_name(plan_coll c) { return c < PLAN_NCOLL ? COLL_NAMES[c] : "?"; }
@@ -18,6 +19,7 @@ const char *sched_plan_mem_name(plan_mem m) { return m < PLAN_NMEM ? MEM_NAMES[m
 const char *sched_plan_pass_name(plan_pass p) { return p < PLAN_NPASS ? PASS_NAMES[p] : "?"; }
 const char *sched_plan_dtype_name(plan_dtype d) { return d < PLAN_NDTYPE ? DTYPE_NAMES[d] : "?"; }
 int sched_plan_dtype_bytes(plan_dtype d) { return d < PLAN_NDTYPE ? DTYPE_BYTES[d] : 0; }
+const char *sched_plan_topology_name(plan_topology t) { return t < PLAN_NTOPO ? TOPOLOGY_NAMES[t] : "?"; }
 
 void sched_plan_init(sched_plan *p)
 {

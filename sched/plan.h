@@ -158,10 +158,39 @@ typedef struct plan_gpu {
     double reserve_bytes;     /* kept free for context, workspaces, NCCL buffers */
 } plan_gpu;
 
+/* How the cluster's nodes are wired across (docs/plan-format.md, `links`). */
+typedef enum { PLAN_TOPO_FAT_TREE, PLAN_TOPO_RAIL, PLAN_NTOPO } plan_topology;
+
+/* The cluster's network as its file describes it, so that a plan is all a simulator needs. A plan
+ * without these figures (every field 0, platform NULL: built in memory, or written before they
+ * existed) leaves the choice to the consumer (sim/: defaults per GPU type). Bandwidths in bytes/s
+ * per direction, latencies in seconds end to end. */
+typedef struct plan_links {
+    double nvlink_bw;          /* each GPU's NVLink into its node's NVSwitch */
+    double nvlink_latency;     /* GPU to GPU inside a node */
+    double nic_bw;             /* each NIC into the fabric */
+    double nic_latency;        /* GPU to GPU across nodes */
+    int32_t gpus_per_nic;      /* 1 = a NIC per GPU */
+    int32_t gpus_per_node;
+    uint8_t topology;          /* plan_topology */
+    double oversubscription;   /* fat-tree: leaf downlink / uplink capacity (1 = non-blocking) */
+    const char *platform;      /* a user's SimGrid platform XML used instead of these figures, or NULL */
+} plan_links;
+
+/* A cost-model constant of the cluster file's `calibration` map (name -> value), carried for the
+ * simulator, which decides which names it knows. */
+typedef struct plan_calib {
+    const char *name;
+    double value;
+} plan_calib;
+
 typedef struct sched_plan {
     int version;
     uint8_t param_dtype, act_dtype, grad_dtype, opt_dtype; /* plan_dtype */
     plan_gpu gpu;
+    plan_links links;
+    int ncalib;
+    plan_calib *calib;
     plan_model model;
     int ndevices;
     plan_device *devices;
@@ -198,6 +227,7 @@ const char *sched_plan_coll_name(plan_coll c);
 const char *sched_plan_mem_name(plan_mem m);
 const char *sched_plan_pass_name(plan_pass p);
 const char *sched_plan_dtype_name(plan_dtype d);
+const char *sched_plan_topology_name(plan_topology t); /* "fat-tree", "rail" */
 int sched_plan_dtype_bytes(plan_dtype d);
 
 /* ---------------------------------------------------------------- file form */
@@ -247,5 +277,16 @@ typedef struct sched_plan_stats {
  * freed when not live. Fills per-device peak memory by category. */
 int sched_plan_check(const sched_plan *p, sched_plan_stats *st, base_error *e);
 void sched_plan_stats_free(sched_plan_stats *st);
+
+/* When the abstract run ran one instruction of one device: from the moment it reached the head of
+ * its stream (a p2p operation or collective: was posted; a wait: began waiting) to the moment it
+ * finished, in seconds since the step began; instantaneous instructions have start == end. A
+ * sendrecv group's members share their start and end. */
+typedef void (*sched_plan_timing_fn)(void *ctx, int dev, int instr, double start, double end);
+/* sched_plan_check that also tells `timing` (when not NULL) about every instruction as the run
+ * finishes it, so that figures (piper-viz schedule) draw the very timing the check computed.
+ * Same result, stats and errors as sched_plan_check; a failed run stops reporting where it stops. */
+int sched_plan_check_timed(const sched_plan *p, sched_plan_stats *st, sched_plan_timing_fn timing, void *ctx,
+                           base_error *e);
 
 #endif

@@ -59,6 +59,7 @@ typedef struct stream_state {
     int32_t next;         /* next stream waiting on the same collective instance */
     int state;
     double end;           /* when the head's transfers finish */
+    double start;         /* when the head reached the stream's head (for the timing callback) */
 } stream_state;
 
 typedef struct heap_item {
@@ -87,6 +88,8 @@ typedef struct checker {
     int nwork, capwork;
     double now;
     int failed;
+    sched_plan_timing_fn timing; /* optional: told when each instruction ran */
+    void *timing_ctx;
 } checker;
 
 /* ---------------------------------------------------------------- helpers */
@@ -614,6 +617,12 @@ static double coll_seconds(int kind, int n, int64_t bytes)
 
 static double p2p_seconds(int64_t bytes) { return SCHED_PLAN_CHECK_LATENCY + (double)bytes / SCHED_PLAN_CHECK_BW; }
 
+/* Reports one finished instruction to the caller of sched_plan_check_timed. */
+static void timed(const checker *c, int d, int i, double start)
+{
+    if (c->timing) c->timing(c->timing_ctx, d, i, start, c->now);
+}
+
 static void touch_end(checker *c, int d)
 {
     if (c->now > c->ds[d].end_seconds) c->ds[d].end_seconds = c->now;
@@ -799,8 +808,10 @@ static void wake_waits(checker *c, int d)
     for (int s = 0; s < L->nstreams && dv->nwaiting; s++) {
         stream_state *ss = &c->ss[dv->slot0 + s];
         if (ss->state != ST_WAIT) continue;
-        int r = li->aux[li->sidx[li->soff[s] + ss->cur]];
+        int w = li->sidx[li->soff[s] + ss->cur];
+        int r = li->aux[w];
         if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->spos[r]) {
+            timed(c, d, w, ss->start);
             ss->state = ST_IDLE;
             ss->cur++;
             dv->nwaiting--;
@@ -837,8 +848,10 @@ static int advance(checker *c, int32_t slot)
             if (t > 0) {
                 ss->state = ST_RUNNING;
                 ss->batch = 1;
+                ss->start = c->now;
                 heap_push(c, c->now + t, slot);
             } else {
+                timed(c, d, i, c->now);
                 release_bufs(c, d, in);
                 ss->cur++;
                 touch_end(c, d);
@@ -847,23 +860,28 @@ static int advance(checker *c, int32_t slot)
         }
         case PLAN_SEND:
         case PLAN_RECV:
+            ss->start = c->now;
             if (post_p2p(c, slot, order, len)) return -1;
             break;
         case PLAN_COLL:
+            ss->start = c->now;
             if (post_coll(c, slot, i)) return -1;
             break;
         case PLAN_WAIT: {
             int r = li->aux[i];
             if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->spos[r]) {
+                timed(c, d, i, c->now);
                 ss->cur++;
                 touch_end(c, d);
             } else {
                 ss->state = ST_WAIT;
+                ss->start = c->now;
                 dv->nwaiting++;
             }
             break;
         }
         case PLAN_RECORD:
+            timed(c, d, i, c->now);
             ss->cur++;
             touch_end(c, d);
             if (dv->nwaiting) wake_waits(c, d);
@@ -871,10 +889,12 @@ static int advance(checker *c, int32_t slot)
         case PLAN_ALLOC:
         case PLAN_FREE:
             if ((in->op == PLAN_ALLOC ? do_alloc : do_free)(c, d, i, in)) return -1;
+            timed(c, d, i, c->now);
             ss->cur++;
             touch_end(c, d);
             break;
         default:
+            timed(c, d, i, c->now);
             ss->cur++;
             touch_end(c, d);
             break;
@@ -898,7 +918,10 @@ static void complete(checker *c, int32_t slot)
     const plan_list *L = dev_list(c, d);
     const list_info *li = &c->li[c->p->devices[d].list];
     const int32_t *order = li->sidx + li->soff[ss->s];
-    for (int k = 0; k < ss->batch; k++) release_bufs(c, d, &L->ins[order[ss->cur + k]]);
+    for (int k = 0; k < ss->batch; k++) {
+        release_bufs(c, d, &L->ins[order[ss->cur + k]]);
+        timed(c, d, order[ss->cur + k], ss->start);
+    }
     ss->cur += ss->batch;
     ss->batch = 0;
     ss->state = ST_IDLE;
@@ -1060,7 +1083,13 @@ static int run(checker *c)
 
 int sched_plan_check(const sched_plan *p, sched_plan_stats *st, base_error *e)
 {
-    checker c = {.p = p, .e = e};
+    return sched_plan_check_timed(p, st, NULL, NULL, e);
+}
+
+int sched_plan_check_timed(const sched_plan *p, sched_plan_stats *st, sched_plan_timing_fn timing, void *ctx,
+                           base_error *e)
+{
+    checker c = {.p = p, .e = e, .timing = timing, .timing_ctx = ctx};
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
     c.li = base_xcalloc((size_t)p->nlists + 1, sizeof *c.li);
     c.dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.dv);

@@ -319,6 +319,57 @@ static int w_instr(writer *w, const sched_plan *p, int li, int i, const plan_ins
     return 0;
 }
 
+static int links_known(const plan_links *l)
+{
+    return l->nvlink_bw != 0 || l->nvlink_latency != 0 || l->nic_bw != 0 || l->nic_latency != 0 ||
+           l->gpus_per_nic != 0 || l->gpus_per_node != 0 || l->topology != 0 || l->oversubscription != 0 ||
+           l->platform != NULL;
+}
+
+static int key_is_valid(const char *k)
+{
+    if (!k || !is_key_start((unsigned char)k[0])) return 0;
+    for (const char *c = k + 1; *c; c++)
+        if (!is_key_char((unsigned char)*c)) return 0;
+    return 1;
+}
+
+/* The optional `links` and `calib` lines: written only when the plan has them, so that plans
+ * without network figures (built in memory, or older files) round-trip unchanged. */
+static int w_links(writer *w, const sched_plan *p)
+{
+    const plan_links *l = &p->links;
+    if (links_known(l)) {
+        if (l->topology >= PLAN_NTOPO) return w_bad(w, "links topology %u is not a plan_topology", l->topology);
+        w_puts(w, "links");
+        w_key_f64(w, "nvlink_bw", l->nvlink_bw);
+        w_key_f64(w, "nvlink_latency", l->nvlink_latency);
+        w_key_f64(w, "nic_bw", l->nic_bw);
+        w_key_f64(w, "nic_latency", l->nic_latency);
+        w_key_i64(w, "gpus_per_nic", l->gpus_per_nic);
+        w_key_i64(w, "gpus_per_node", l->gpus_per_node);
+        w_putn(w, " topology=", 10);
+        w_puts(w, sched_plan_topology_name((plan_topology)l->topology));
+        w_key_f64(w, "oversubscription", l->oversubscription);
+        w_key_str(w, "platform", l->platform);
+        w_nl(w);
+    }
+    if (p->ncalib > 0) {
+        w_puts(w, "calib");
+        for (int i = 0; i < p->ncalib; i++) {
+            if (!key_is_valid(p->calib[i].name))
+                return w_bad(w, "calibration name '%s' is not a key ([a-z_][a-z0-9_]*)",
+                             p->calib[i].name ? p->calib[i].name : "(null)");
+            for (int j = 0; j < i; j++)
+                if (!strcmp(p->calib[j].name, p->calib[i].name))
+                    return w_bad(w, "calibration name '%s' appears twice", p->calib[i].name);
+            w_key_f64(w, p->calib[i].name, p->calib[i].value);
+        }
+        w_nl(w);
+    }
+    return 0;
+}
+
 static int w_plan(writer *w, const sched_plan *p)
 {
     w_puts(w, "piper-plan ");
@@ -349,6 +400,7 @@ static int w_plan(writer *w, const sched_plan *p)
     w_key_f64(w, "mem_bytes", g->mem_bytes);
     w_key_f64(w, "reserve_bytes", g->reserve_bytes);
     w_nl(w);
+    if (w_links(w, p)) return -1;
 
     const plan_model *m = &p->model;
     w_puts(w, "model");
@@ -853,6 +905,7 @@ static const char *coll_of(int i) { return sched_plan_coll_name((plan_coll)i); }
 static const char *mem_of(int i) { return sched_plan_mem_name((plan_mem)i); }
 static const char *bool_of(int i) { return i ? "true" : "false"; }
 static const char *kind_of(int i) { return i ? "mem" : "gemm"; }
+static const char *topology_of(int i) { return sched_plan_topology_name((plan_topology)i); }
 
 static int rd_u8enum(reader *r, const tok *t, const char *what, const char *(*name_of)(int), int n, uint8_t *out)
 {
@@ -888,7 +941,7 @@ static int rd_ilist(reader *r, const tok *t, const char *what, int32_t lo, int32
 
 /* ---------------------------------------------------------------- reader: key=value lines */
 
-typedef enum { KV_I64, KV_I32, KV_F64, KV_STR, KV_BOOL, KV_DTYPE } kv_type;
+typedef enum { KV_I64, KV_I32, KV_F64, KV_STR, KV_BOOL, KV_DTYPE, KV_TOPO } kv_type;
 typedef struct kv_spec {
     const char *key;
     kv_type type;
@@ -927,6 +980,7 @@ static int rd_kvs(reader *r, int from, const char *line_what, const kv_spec *spe
             if (!rc) *(bool *)spec[j].dst = v != 0;
             break;
         case KV_DTYPE: rc = rd_u8enum(r, t, spec[j].key, dtype_of, PLAN_NDTYPE, spec[j].dst); break;
+        case KV_TOPO: rc = rd_u8enum(r, t, spec[j].key, topology_of, PLAN_NTOPO, spec[j].dst); break;
         }
         if (rc) return -1;
     }
@@ -936,7 +990,8 @@ static int rd_kvs(reader *r, int from, const char *line_what, const kv_spec *spe
 }
 
 static const char SECTION_ORDER[] =
-    "sections come in this order: piper-plan, dtypes, gpu, model, regions, kernel_ids, kernel_lists, "
+    "sections come in this order: piper-plan, dtypes, gpu, links (optional), calib (optional), model, regions, "
+    "kernel_ids, kernel_lists, "
     "groups, lists, devices, end";
 
 /* The next line must start with `word` (a section or entry keyword). */
@@ -989,6 +1044,56 @@ static int rd_entry(reader *r, const char *what, int idx, int count)
 
 /* ---------------------------------------------------------------- reader: sections */
 
+/* Is the next line a `word` line? Reads it if so (1); otherwise leaves the reader where it was (0). */
+static int rd_optional(reader *r, const char *word)
+{
+    size_t pos = r->pos;
+    long line = r->line;
+    int rc = rd_next(r);
+    if (rc <= 0) {
+        r->pos = pos, r->line = line;
+        return rc;
+    }
+    if (tok_is(&r->t[0], word)) return 1;
+    r->pos = pos, r->line = line;
+    return 0;
+}
+
+/* The optional `links` and `calib` lines after `gpu`. */
+static int rd_links(reader *r)
+{
+    sched_plan *p = r->p;
+    int rc = rd_optional(r, "links");
+    if (rc < 0) return -1;
+    if (rc) {
+        plan_links *l = &p->links;
+        kv_spec ls[] = {{"nvlink_bw", KV_F64, &l->nvlink_bw},         {"nvlink_latency", KV_F64, &l->nvlink_latency},
+                        {"nic_bw", KV_F64, &l->nic_bw},               {"nic_latency", KV_F64, &l->nic_latency},
+                        {"gpus_per_nic", KV_I32, &l->gpus_per_nic},   {"gpus_per_node", KV_I32, &l->gpus_per_node},
+                        {"topology", KV_TOPO, &l->topology},          {"oversubscription", KV_F64, &l->oversubscription},
+                        {"platform", KV_STR, &l->platform}};
+        if (rd_kvs(r, 1, "links", ls, (int)BASE_COUNT(ls))) return -1;
+    }
+    rc = rd_optional(r, "calib");
+    if (rc < 0) return -1;
+    if (rc) {
+        char show[64];
+        int n = r->nt - 1;
+        p->calib = base_arena_calloc(&p->arena, (size_t)(n ? n : 1), sizeof *p->calib);
+        for (int i = 0; i < n; i++) {
+            const tok *t = &r->t[i + 1];
+            if (!t->k) return rd_err(r, "calib: unexpected '%s'; write name=value fields", tok_show(t, show, sizeof show));
+            const char *name = base_arena_strndup(&p->arena, t->k, t->klen);
+            for (int j = 0; j < i; j++)
+                if (!strcmp(p->calib[j].name, name)) return rd_err(r, "calib: key '%s' appears twice; keep one", name);
+            p->calib[i].name = name;
+            if (rd_f64(r, t, name, &p->calib[i].value)) return -1;
+        }
+        p->ncalib = n;
+    }
+    return 0;
+}
+
 static int rd_header(reader *r)
 {
     char show[64];
@@ -1022,6 +1127,7 @@ static int rd_header(reader *r)
         gs[4 + d] = (kv_spec){keys[d], KV_F64, &g->peak_flops[d]};
     }
     if (rd_kvs(r, 1, "gpu", gs, (int)BASE_COUNT(gs))) return -1;
+    if (rd_links(r)) return -1;
 
     if (rd_expect(r, "model")) return -1;
     plan_model *m = &p->model;

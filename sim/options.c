@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -49,14 +50,34 @@ void sim_links_default(sim_links *l, const char *gpu_name)
     l->oversubscription = 1;
 }
 
+void sim_links_from_plan(sim_links *l, const sched_plan *p)
+{
+    sim_links_default(l, p ? p->gpu.name : NULL);
+    if (!p) return;
+    const plan_links *pl = &p->links;
+    /* a figure of 0 is one the cluster did not need (NVLink on one-GPU nodes, NICs on one node) */
+    if (pl->nvlink_bw > 0) l->nvlink_bw = pl->nvlink_bw;
+    if (pl->nic_bw > 0) l->nic_bw = pl->nic_bw;
+    if (pl->nvlink_bw > 0 || pl->nic_bw > 0) {
+        if (pl->nvlink_latency >= 0) l->nvlink_latency = pl->nvlink_latency;
+        if (pl->nic_latency >= 0) l->nic_latency = pl->nic_latency;
+    }
+    if (pl->gpus_per_nic >= 1) l->gpus_per_nic = pl->gpus_per_nic;
+    if (pl->oversubscription >= 1) l->oversubscription = pl->oversubscription;
+}
+
 void sim_options_init(sim_options *o, const sched_plan *p)
 {
     memset(o, 0, sizeof *o);
-    sim_links_default(&o->links, p ? p->gpu.name : NULL);
+    sim_links_from_plan(&o->links, p);
+    o->platform = p ? p->links.platform : NULL;
     o->costs.launch_overhead = DEFAULT_LAUNCH;
     o->costs.gemm_eff_large = DEFAULT_GEMM_EFF_LARGE;
     o->costs.gemm_half_dim = DEFAULT_GEMM_HALF;
+    o->costs.hbm_eff = 1;
+    o->costs.net_eff = 1;
     o->coll = SIM_COLL_AUTO;
+    o->fold = true;
 }
 
 const char *sim_coll_name(sim_coll_algo a)
@@ -216,17 +237,41 @@ static int costs_item(void *ctx, const char *key, const char *val, base_error *e
         c->nocomm = true;
         return 0;
     }
-    if (!strcmp(key, "launch") || !strcmp(key, "gemm_eff") || !strcmp(key, "gemm_half")) {
+    /* the cost model's constants: name, field, kind (0 a fraction in (0, 1], 1 a fraction in
+     * [0, 1], 2 a positive number, 3 a duration, 4 a fraction in [0, 0.5]: the replay's
+     * background load can take at most half of a device from one compute), an example */
+    static const struct {
+        const char *key;
+        size_t off;
+        int kind;
+        const char *example;
+    } consts[] = {
+        {"launch", offsetof(sim_costs, launch_overhead), 3, "4us"},
+        {"gemm_eff", offsetof(sim_costs, gemm_eff_large), 0, "0.8"},
+        {"gemm_half", offsetof(sim_costs, gemm_half_dim), 2, "128"},
+        {"launch_overlap", offsetof(sim_costs, launch_overlap), 1, "0.5"},
+        {"hbm_eff", offsetof(sim_costs, hbm_eff), 0, "0.8"},
+        {"net_eff", offsetof(sim_costs, net_eff), 0, "0.8"},
+        {"comm_slowdown", offsetof(sim_costs, comm_slowdown), 4, "0.1"},
+    };
+    for (size_t i = 0; i < BASE_COUNT(consts); i++) {
+        if (strcmp(key, consts[i].key)) continue;
         double v;
-        int bad = !val || parse_quantity(val, !strcmp(key, "launch") ? time_units : NULL, &v);
-        if (!bad && !strcmp(key, "gemm_eff") && (v <= 0 || v > 1)) bad = 1;
-        if (!bad && !strcmp(key, "gemm_half") && v <= 0) bad = 1;
+        int kind = consts[i].kind;
+        int bad = !val || parse_quantity(val, kind == 3 ? time_units : NULL, &v);
+        if (!bad && kind == 0 && (v <= 0 || v > 1)) bad = 1;
+        if (!bad && kind == 1 && v > 1) bad = 1;
+        if (!bad && kind == 4 && v > 0.5) bad = 1;
+        if (!bad && kind == 2 && v <= 0) bad = 1;
         if (bad)
-            return base_errorf(e, "--costs: '%s=%s' is not valid; write launch=4us, gemm_eff=0.8 (0 < e <= 1) or "
-                               "gemm_half=128", key, val ? val : "");
-        if (!strcmp(key, "launch")) c->launch_overhead = v;
-        else if (!strcmp(key, "gemm_eff")) c->gemm_eff_large = v;
-        else c->gemm_half_dim = v;
+            return base_errorf(e, "--costs: '%s=%s' is not valid; write %s=%s (%s)", key, val ? val : "", key,
+                               consts[i].example,
+                               kind == 0   ? "a fraction, 0 < x <= 1"
+                               : kind == 1 ? "a fraction, 0 <= x <= 1"
+                               : kind == 2 ? "a positive number"
+                               : kind == 3 ? "a duration: s, ms, us or ns"
+                                           : "a fraction, 0 <= x <= 0.5");
+        memcpy((char *)c + consts[i].off, &v, sizeof v);
         return 0;
     }
     int p = pass_by_name(key);
@@ -241,7 +286,8 @@ static int costs_item(void *ctx, const char *key, const char *val, base_error *e
     if (p >= 0)
         return base_errorf(e, "--costs: pass cost '%s' outside a unit list; write unit:%s=%s", key, key, val ? val : "1");
     return base_errorf(e, "--costs: unknown item '%s'; known: unit:PASS=seconds,... (passes F, B, BI, BW, R, UPD, "
-                       "AUX), nocomm, launch=TIME, gemm_eff=FRACTION, gemm_half=DIM", key);
+                       "AUX), nocomm, launch=TIME, gemm_eff=FRACTION, gemm_half=DIM, launch_overlap=FRACTION, "
+                       "hbm_eff=FRACTION, net_eff=FRACTION, comm_slowdown=FRACTION", key);
 }
 
 int sim_costs_parse(sim_costs *c, const char *spec, base_error *e)
@@ -273,13 +319,121 @@ static double peak_of(const plan_gpu *g, int dtype)
     return g->peak_flops[PLAN_FP32];
 }
 
-double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k)
+/* The roofline time of a kernel entry, without its launch. */
+static double roofline_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k)
 {
     double peak = peak_of(g, k->dtype);
     double eff = k->kind == PLAN_KERNEL_GEMM ? sim_gemm_efficiency(c, k->m, k->n, k->k) : 1;
+    double bw = g->hbm_bw * (c->hbm_eff > 0 ? c->hbm_eff : 1);
     double tf = k->flops > 0 && peak > 0 && eff > 0 ? k->flops / (peak * eff) : 0;
-    double tb = k->bytes > 0 && g->hbm_bw > 0 ? k->bytes / g->hbm_bw : 0;
+    double tb = k->bytes > 0 && bw > 0 ? k->bytes / bw : 0;
     double t = tf > tb ? tf : tb;
-    if (!isfinite(t) || t < 0) t = 0;
-    return t + (c->launch_overhead > 0 ? c->launch_overhead : 0);
+    return isfinite(t) && t > 0 ? t : 0;
+}
+
+double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k)
+{
+    return roofline_seconds(c, g, k) + (c->launch_overhead > 0 ? c->launch_overhead : 0);
+}
+
+double sim_kernel_list_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl)
+{
+    double gpu = 0;
+    for (int j = 0; j < kl->n; j++) gpu += roofline_seconds(c, g, &kl->k[j]);
+    double launch = (c->launch_overhead > 0 ? c->launch_overhead : 0) * kl->n;
+    double o = c->launch_overlap > 0 ? c->launch_overlap : 0;
+    double hi = gpu > launch ? gpu : launch, lo = gpu > launch ? launch : gpu;
+    if (lo <= 0 || o <= 0) return gpu + launch;
+    if (o >= 1) return hi;
+    /* a smooth maximum, (G^k + L^k)^(1/k) with k = 1 / (1 - overlap), written to avoid overflow */
+    double k = 1 / (1 - o);
+    return hi * pow(1 + pow(lo / hi, k), 1 / k);
+}
+
+/* ---------------------------------------------------------------- calibration */
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+int sim_calibration_apply(sim_costs *c, const char *gpu_name, const char *name, const char *text, char *entry,
+                          size_t n, base_error *e)
+{
+    if (n) entry[0] = 0;
+    const char *best = NULL, *best_items = NULL;
+    size_t best_len = 0, best_items_len = 0;
+    int best_line = 0, line = 0;
+    for (const char *s = text; s && *s;) {
+        const char *nl = strchr(s, '\n');
+        const char *end = nl ? nl : s + strlen(s);
+        line++;
+        const char *h = s;
+        while (h < end && is_space(*h)) h++;
+        const char *stop = h;
+        while (stop < end && *stop != '#') stop++;
+        while (stop > h && is_space(stop[-1])) stop--;
+        if (stop > h) {
+            const char *t = h;
+            while (t < stop && !is_space(*t)) t++;
+            size_t tlen = (size_t)(t - h);
+            int has_eq = 0;
+            for (const char *q = h; q < t; q++) has_eq |= *q == '=';
+            if (has_eq)
+                return base_error_at(e, name, line, 0, "a line must start with a GPU type (A100, H100, ...), then "
+                                     "key=value items; this one starts with '%.*s'", (int)tlen, h);
+            while (t < stop && is_space(*t)) t++;
+            if (gpu_name && tlen > best_len && strlen(gpu_name) >= tlen && !strncasecmp(gpu_name, h, tlen)) {
+                best = h, best_len = tlen, best_items = t, best_items_len = (size_t)(stop - t), best_line = line;
+            }
+        }
+        s = nl ? nl + 1 : NULL;
+    }
+    if (!best) return 0;
+    /* items may be separated by spaces or commas: the --costs parser takes commas */
+    char *items = base_xmalloc(best_items_len + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < best_items_len; i++) {
+        char ch = best_items[i];
+        if (is_space(ch)) {
+            if (o && items[o - 1] != ',') items[o++] = ',';
+        } else {
+            items[o++] = ch;
+        }
+    }
+    while (o && items[o - 1] == ',') o--;
+    items[o] = 0;
+    int rc = 0;
+    if (o) {
+        base_error ie;
+        base_error_clear(&ie);
+        sim_costs tmp = *c;
+        if (sim_costs_parse(&tmp, items, &ie) || tmp.unit || tmp.nocomm) {
+            const char *msg = ie.set ? ie.msg + (strncmp(ie.msg, "--costs: ", 9) ? 0 : 9) : "unit costs and nocomm are what-if options, not constants";
+            rc = base_error_at(e, name, best_line, 0, "%s", msg);
+        } else {
+            *c = tmp;
+        }
+    }
+    free(items);
+    if (!rc && n) snprintf(entry, n, "%.*s", (int)best_len, best);
+    return rc;
+}
+
+int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e)
+{
+    for (int i = 0; i < p->ncalib; i++) {
+        char item[160];
+        snprintf(item, sizeof item, "%s=%.17g", p->calib[i].name, p->calib[i].value);
+        if (!strcmp(p->calib[i].name, "launch") || !strcmp(p->calib[i].name, "launch_overhead"))
+            snprintf(item, sizeof item, "launch=%.17g", p->calib[i].value); /* seconds */
+        base_error ie;
+        base_error_clear(&ie);
+        sim_costs tmp = *c;
+        if (sim_costs_parse(&tmp, item, &ie) || tmp.unit || tmp.nocomm) {
+            base_warn_at(e, NULL, 0, 0, "the cluster's calibration '%s' = %g is not a cost-model constant piper-sim "
+                         "uses (launch, gemm_eff, gemm_half, launch_overlap, hbm_eff, net_eff, comm_slowdown); "
+                         "ignored", p->calib[i].name, p->calib[i].value);
+            continue;
+        }
+        *c = tmp;
+    }
+    return 0;
 }

@@ -40,10 +40,20 @@ static void usage(FILE *f)
             "                                                stage and micro-batch; others cost 0)\n"
             "                        nocomm                  communication is free\n"
             "                        launch=4us  gemm_eff=0.82  gemm_half=128   cost-model constants\n"
+            "  --calib FILE|none   the cost model's constants per GPU type (default: the built-in\n"
+            "                      configs/calibration.txt; none: uncalibrated defaults); the\n"
+            "                      cluster file's calibration and --costs apply over it\n"
             "  --coll ALGO         auto (default: rings; across nodes, rings inside each node and\n"
             "                      rings across nodes, as NCCL), ring (one flat ring) or ring-steps\n"
             "                      (one flat ring in lock-step phases of bytes/n)\n"
+            "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
+            "                      process per GPU, one thread per stream\n"
+            "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
+            "                      (default: the cluster file's `platform`, if any); it needs a host\n"
+            "                      gpu<d> for each device d (docs/simulator.md)\n"
             "  --platform-out FILE write the generated SimGrid platform XML\n"
+            "  --no-fold           simulate every data-parallel replica (by default, replicas that do\n"
+            "                      exactly what another does are simulated once, where that is exact)\n"
             "  --no-check          skip the static check of the plan (deadlock, memory)\n"
             "  --in-process        simulate in this process (profiling; SimGrid errors abort)\n"
             "  -q, --quiet         no report (use with --json)\n"
@@ -102,17 +112,19 @@ static int compile_program(const char *program, const char *plan_path)
 
 int main(int argc, char **argv)
 {
-    const char *input = NULL, *json = NULL, *links = NULL, *coll = NULL, *platform_out = NULL;
+    const char *input = NULL, *json = NULL, *links = NULL, *coll = NULL, *platform_out = NULL, *trace = NULL,
+               *platform = NULL, *calib = NULL;
     const char *costs[16];
     int ncosts = 0;
-    int quiet = 0, no_check = 0, in_process = 0;
+    int quiet = 0, no_check = 0, in_process = 0, no_fold = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json") || !strcmp(a, "--links") || !strcmp(a, "--costs") || !strcmp(a, "--coll") ||
-                   !strcmp(a, "--platform-out")) {
+                   !strcmp(a, "--platform-out") || !strcmp(a, "--trace") || !strcmp(a, "--platform") ||
+                   !strcmp(a, "--calib")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "piper-sim: %s needs a value; see piper-sim --help\n", a);
                 return 2;
@@ -122,6 +134,9 @@ int main(int argc, char **argv)
             else if (!strcmp(a, "--links")) links = v;
             else if (!strcmp(a, "--coll")) coll = v;
             else if (!strcmp(a, "--platform-out")) platform_out = v;
+            else if (!strcmp(a, "--trace")) trace = v;
+            else if (!strcmp(a, "--platform")) platform = v;
+            else if (!strcmp(a, "--calib")) calib = v;
             else if (ncosts < (int)BASE_COUNT(costs)) costs[ncosts++] = v;
             else {
                 fprintf(stderr, "piper-sim: too many --costs; join them with commas\n");
@@ -131,6 +146,8 @@ int main(int argc, char **argv)
             quiet = 1;
         } else if (!strcmp(a, "--no-check")) {
             no_check = 1;
+        } else if (!strcmp(a, "--no-fold")) {
+            no_fold = 1;
         } else if (!strcmp(a, "--in-process")) {
             in_process = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -188,10 +205,35 @@ int main(int argc, char **argv)
     sim_options o;
     sim_options_init(&o, &p);
     o.in_process = in_process;
+    o.fold = !no_fold;
     o.platform_out = platform_out;
+    o.trace_path = trace;
+    if (platform) o.platform = platform;
     o.progress = isatty(STDERR_FILENO);
     if (coll && !strcmp(coll, "ring-steps")) o.coll = SIM_COLL_RING_STEPS;
     if (coll && !strcmp(coll, "ring")) o.coll = SIM_COLL_RING;
+    /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */
+    if (!calib || strcmp(calib, "none")) {
+        base_buf text = {0};
+        const char *name = "configs/calibration.txt (built in)";
+        if (calib && base_read_file(calib, &text, &e)) rc = 1;
+        char entry[32];
+        if (!rc)
+            rc = sim_calibration_apply(&o.costs, p.gpu.name, calib ? calib : name,
+                                       calib ? (text.s ? text.s : "") : sim_calibration_builtin, entry, sizeof entry, &e);
+        if (!rc && entry[0]) snprintf(o.calibration, sizeof o.calibration, "%s from %s", entry, calib ? calib : name);
+        base_buf_free(&text);
+    }
+    if (!rc) rc = sim_calibration_apply_plan(&o.costs, &p, &e);
+    if (!rc && p.ncalib > 0) {
+        size_t at = strlen(o.calibration);
+        snprintf(o.calibration + at, sizeof o.calibration - at, "%sthe cluster's calibration", at ? ", " : "");
+    }
+    if (rc) { /* an invalid calibration file is invalid input */
+        base_error_print(&e, stderr);
+        sched_plan_free(&p);
+        return 1;
+    }
     if (links) rc = sim_links_parse(&o.links, links, &e);
     for (int k = 0; !rc && k < ncosts; k++) rc = sim_costs_parse(&o.costs, costs[k], &e);
     if (rc) {
@@ -225,7 +267,12 @@ int main(int argc, char **argv)
             }
         }
     }
-    fprintf(stderr, "piper-sim: %lld simulated activities in %.3f s\n", (long long)r.activities, r.wall_seconds);
+    fprintf(stderr, "piper-sim: %lld simulated activities in %.3f s (%.0f per second)", (long long)r.activities,
+            r.wall_seconds, r.wall_seconds > 0 ? (double)r.activities / r.wall_seconds : 0.0);
+    if (r.folded_replicas > 1)
+        fprintf(stderr, "; %d data-parallel replicas folded: %d of %d devices simulated", r.folded_replicas,
+                r.simulated_devices, r.ndevices);
+    fputc('\n', stderr);
     sim_result_free(&r);
     sched_plan_free(&p);
     return rc;

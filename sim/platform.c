@@ -17,7 +17,7 @@
  * nic_latency, PCIe and fabric links none. Host speed is 1e9 flop/s, so an execution of x "flops"
  * lasts x nanoseconds: replay.c turns the cost model's seconds into nanoseconds, which keeps
  * SimGrid's precision (1e-5 work units) far below what matters. */
-#include "sim.h"
+#include "sim_internal.h"
 
 #include <stdlib.h>
 
@@ -43,6 +43,12 @@ static void put_hop(base_buf *b, const char *src, const char *dst, const char *l
 }
 
 int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e)
+{
+    return sim_platform_xml_loops(p, l, nocomm, NULL, out, e);
+}
+
+int sim_platform_xml_loops(const sched_plan *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
+                           base_error *e)
 {
     if (p->ndevices <= 0) return base_errorf(e, "the plan has no devices; compile a program with at least one");
     if (l->nvlink_bw <= 0 || l->nic_bw <= 0 || l->pcie_bw <= 0 || l->gpus_per_nic < 1 || l->nodes_per_leaf < 1 ||
@@ -78,6 +84,12 @@ int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_
     char a[64], b[64], c[64];
     base_buf rt = {0}; /* routes, after every declaration: SimGrid's DTD wants them last */
     for (int d = 0; d < p->ndevices; d++) base_buf_printf(out, "  <host id=\"gpu%d\" speed=\"1e9f\"/>\n", d);
+    /* folding (fold.c): hosts whose only route leads out over a device's own links and back */
+    for (int d = 0; loop && d < p->ndevices; d++) {
+        if (!loop[d]) continue;
+        if (size[p->devices[d].node] > 1) base_buf_printf(out, "  <host id=\"gpu%d~nvl\" speed=\"1e9f\"/>\n", d);
+        if (nnodes > 1) base_buf_printf(out, "  <host id=\"gpu%d~nic\" speed=\"1e9f\"/>\n", d);
+    }
     for (int n = 0; n < nnodes; n++)
         if (size[n] > 1) base_buf_printf(out, "  <router id=\"nvswitch%d\"/>\n", n);
     if (nnodes > 1) {
@@ -135,6 +147,21 @@ int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_
                 put_hop(&rt, b, "spine", a, "UP");
                 put_hop(&rt, "spine", b, a, "DOWN");
             }
+    }
+    for (int d = 0; loop && d < p->ndevices; d++) {
+        if (!loop[d]) continue;
+        int n = p->devices[d].node;
+        if (size[n] > 1)
+            base_buf_printf(&rt, "  <route src=\"gpu%d\" dst=\"gpu%d~nvl\" symmetrical=\"NO\"><link_ctn id=\"nvlink%d\" "
+                            "direction=\"UP\"/><link_ctn id=\"nvlink%d\" direction=\"DOWN\"/></route>\n", d, d, d, d);
+        if (nnodes > 1) {
+            int k = local[d] / l->gpus_per_nic;
+            base_buf_printf(&rt, "  <route src=\"gpu%d\" dst=\"gpu%d~nic\" symmetrical=\"NO\">"
+                            "<link_ctn id=\"pcie%d\" direction=\"UP\"/><link_ctn id=\"nicport%d.%d\" direction=\"UP\"/>"
+                            "<link_ctn id=\"niclink%d.%d\" direction=\"UP\"/><link_ctn id=\"niclink%d.%d\" direction=\"DOWN\"/>"
+                            "<link_ctn id=\"nicport%d.%d\" direction=\"DOWN\"/><link_ctn id=\"pcie%d\" direction=\"DOWN\"/>"
+                            "</route>\n", d, d, d, n, k, n, k, n, k, n, k, d);
+        }
     }
     base_buf_putn(out, rt.s ? rt.s : "", rt.n);
     base_buf_free(&rt);

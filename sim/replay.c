@@ -19,10 +19,13 @@
  * when communication is free. */
 #include "sim_internal.h"
 
+#include "../viz/trace.h"
+
 #include <simgrid/actor.h>
 #include <simgrid/comm.h>
 #include <simgrid/cond.h>
 #include <simgrid/engine.h>
+#include <simgrid/exec.h>
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
 #include <simgrid/mutex.h>
@@ -72,6 +75,9 @@ typedef struct dev_rt {
     sg_mutex_t mutex;
     int32_t *coll_seq;           /* per instruction, only when two slots name one group */
     int32_t *slot_rank;          /* per group slot: the device's rank in the group */
+    sg_host_t loop[2];           /* folding: the device's NVLink and NIC loop hosts (NULL: none) */
+    sg_host_t host;              /* the device's host (simulated devices) */
+    sg_exec_t interference;      /* comm_slowdown: the background load while transfers run */
     double *slot_alpha;          /* per group slot and phase (4): latency to the peer it sends to (-1 unknown) */
 } dev_rt;
 
@@ -84,10 +90,9 @@ typedef struct group_rt {
     sg_mutex_t mutex;
     int32_t *ring;      /* 0 .. n-1: the flat ring in rank order */
     /* hierarchical collectives: the group spans several nodes with per_node members on each */
-    bool hier;
-    int per_node;
-    int32_t *grid;      /* [node][local]: rank of each member, nodes in order of first member */
-    int32_t *node_of, *local_of; /* per rank */
+    sim_group_grid gg;
+    int nsim;           /* members simulated (all, unless the group spans folded replicas) */
+    bool spanning;      /* spans folded replicas: members send their flows over loop routes */
 } group_rt;
 
 typedef struct stream_ctx {
@@ -116,6 +121,8 @@ typedef struct sim_state {
     int nskeys;
     const char **skeys;
     int64_t activities;
+    viz_trace *trace;            /* --trace: events as they finish, or NULL */
+    sim_fold fold;               /* which devices run (fold.c) */
     int64_t ticks;
     double wall0, wall_last;
     char dummy;
@@ -156,7 +163,22 @@ static void acct(dev_rt *dv, int dcompute, int dcomm)
     }
     dv->last_t = now;
     dv->ncompute += dcompute;
+    int was = dv->ncomm;
     dv->ncomm += dcomm;
+    /* compute slowdown while communication kernels run: a background load on the device's host,
+     * capped at comm_slowdown x its speed, takes that share of it from compute (max-min) */
+    double slow = S->o->costs.comm_slowdown;
+    if (slow > 0 && dv->host) {
+        if (was == 0 && dv->ncomm > 0 && !dv->interference) {
+            dv->interference = sg_actor_exec_init(1e30);
+            sg_exec_set_host(dv->interference, dv->host);
+            sg_exec_set_bound(dv->interference, slow * sg_host_get_speed(dv->host));
+            sg_exec_start(dv->interference);
+        } else if (was > 0 && dv->ncomm == 0 && dv->interference) {
+            sg_exec_cancel(dv->interference);
+            dv->interference = NULL;
+        }
+    }
     progress_tick();
 }
 
@@ -233,6 +255,14 @@ static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
 
 /* ---------------------------------------------------------------- instructions */
 
+/* What a transfer of `bytes` puts on the wire: transfers reach net_eff of a link's bandwidth
+ * (NCCL's bus bandwidth falls short of the line rate), so they carry bytes / net_eff. */
+static long wire_bytes(double bytes)
+{
+    double eff = S->o->costs.net_eff > 0 ? S->o->costs.net_eff : 1;
+    return (long)(bytes / eff);
+}
+
 static sg_mailbox_t p2p_mailbox(int src, int dst, int tag)
 {
     char name[64];
@@ -252,6 +282,7 @@ static sg_mailbox_t coll_mailbox(int g, int skey, int ph, int rank)
 static void wait_all_counted(dev_rt *dv, sg_comm_t *comms, int n, const int *counted)
 {
     /* counted[k]: comm k was started by a matched post (it counts as communication until done) */
+    if (n <= 0 || n > MAX_BATCH) return; /* callers post 1..MAX_BATCH at a time */
     int left = n;
     int cnt[MAX_BATCH];
     memcpy(cnt, counted, (size_t)n * sizeof *cnt);
@@ -281,7 +312,7 @@ static void do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
             int peer = sched_plan_peer(p, d, in), send = in->op == PLAN_SEND;
             int src = send ? d : peer, dst = send ? peer : d;
             sg_mailbox_t mb = p2p_mailbox(src, dst, in->tag);
-            long size = S->o->costs.nocomm ? 0 : (long)in->bytes;
+            long size = S->o->costs.nocomm ? 0 : wire_bytes((double)in->bytes);
             if (send) {
                 comms[k] = sg_mailbox_put_async(mb, &S->dummy, size);
                 dv->bytes_sent += (double)in->bytes;
@@ -354,6 +385,21 @@ static void run_phase(stream_ctx *sc, int g, int skey, int slot, int ph, const c
     int phases = lock_step ? (all ? n - 1 : steps) : 1;
     int me = c->sub[c->pos * c->stride];
     int next = c->sub[((c->pos + 1) % n) * c->stride];
+    if (S->gr[g].spanning) {
+        /* folded (fold.c): the member's flow goes out over its own links toward its successor
+         * and comes back in over its own links, standing for its outgoing flow and, by symmetry,
+         * its predecessor's incoming one; only rings of all-reduce, reduce-scatter, all-gather */
+        int succ = grp->devices[next];
+        sg_host_t lh = dv->loop[S->p->devices[succ].node == S->p->devices[d].node ? 0 : 1];
+        double vol = lock_step ? c->bytes / n : factor * c->bytes;
+        for (int step = 0; step < phases; step++) {
+            sg_host_sendto(sg_host_self(), lh, (double)wire_bytes(vol));
+            dv->bytes_sent += vol;
+            S->activities++;
+        }
+        if (!lock_step && steps > 1) sg_actor_sleep_for((steps - 1) * hop_alpha(d, slot, ph, succ));
+        return;
+    }
     sg_mailbox_t in_mb = coll_mailbox(g, skey, ph, me);
     sg_mailbox_t out_mb = all ? NULL : coll_mailbox(g, skey, ph, next);
     for (int step = 0; step < phases; step++) {
@@ -369,7 +415,7 @@ static void run_phase(stream_ctx *sc, int g, int skey, int slot, int ph, const c
                     nc = 0;
                 }
                 int to = c->sub[((c->pos + j) % n) * c->stride];
-                comms[nc++] = sg_mailbox_put_async(coll_mailbox(g, skey, ph, to), &S->dummy, (long)chunk);
+                comms[nc++] = sg_mailbox_put_async(coll_mailbox(g, skey, ph, to), &S->dummy, wire_bytes(chunk));
                 comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
                 dv->bytes_sent += chunk;
                 S->activities++;
@@ -377,7 +423,7 @@ static void run_phase(stream_ctx *sc, int g, int skey, int slot, int ph, const c
         } else {
             double vol = lock_step ? c->bytes / n : factor * c->bytes;
             if (sends) {
-                comms[nc++] = sg_mailbox_put_async(out_mb, &S->dummy, (long)vol);
+                comms[nc++] = sg_mailbox_put_async(out_mb, &S->dummy, wire_bytes(vol));
                 dv->bytes_sent += vol;
                 S->activities++;
             }
@@ -410,18 +456,20 @@ static void do_coll(stream_ctx *sc, int i)
     int rank = dv->slot_rank[in->group];
     int skey = li->skey[in->stream];
 
-    /* everyone arrives; the last one starts the clock of communication for all */
-    if (++ci->arrived == n) {
-        for (int m = 0; m < n; m++) acct(&S->dv[grp->devices[m]], 0, 1);
+    /* everyone arrives; the last one starts the clock of communication for all (folded: the
+     * simulated members; the others arrive with them, by symmetry) */
+    if (++ci->arrived == gr->nsim) {
+        for (int m = 0; m < n; m++)
+            if (S->fold.index[grp->devices[m]] == 0) acct(&S->dv[grp->devices[m]], 0, 1);
         group_notify(gr);
     } else {
-        group_wait(gr, &ci->arrived, n);
+        group_wait(gr, &ci->arrived, gr->nsim);
     }
 
     if (!S->o->costs.nocomm) {
         double bytes = (double)in->bytes;
         int kind = in->coll;
-        int hier = gr->hier && S->o->coll == SIM_COLL_AUTO &&
+        int hier = gr->gg.hier && S->o->coll == SIM_COLL_AUTO &&
                    (kind == PLAN_ALL_REDUCE || kind == PLAN_REDUCE_SCATTER || kind == PLAN_ALL_GATHER);
         if (!hier) {
             coll_phase c = {kind, bytes, gr->ring, n, rank, 1};
@@ -431,9 +479,9 @@ static void do_coll(stream_ctx *sc, int i)
              * the members with the same local rank across nodes, each on its own NIC.
              * all-reduce: local reduce-scatter, cross all-reduce of 1/k, local all-gather;
              * reduce-scatter: local then cross; all-gather: cross then local. */
-            int k = gr->per_node, nn = n / k, node = gr->node_of[rank], loc = gr->local_of[rank];
-            coll_phase local = {0, bytes, gr->grid + node * k, k, loc, 1};
-            coll_phase cross = {0, bytes / k, gr->grid + loc, nn, node, k};
+            int k = gr->gg.per_node, nn = n / k, node = gr->gg.node_of[rank], loc = gr->gg.local_of[rank];
+            coll_phase local = {0, bytes, gr->gg.grid + node * k, k, loc, 1};
+            coll_phase cross = {0, bytes / k, gr->gg.grid + loc, nn, node, k};
             if (kind != PLAN_ALL_GATHER) {
                 local.kind = PLAN_REDUCE_SCATTER;
                 run_phase(sc, g, skey, in->group, 0, &local);
@@ -446,8 +494,8 @@ static void do_coll(stream_ctx *sc, int i)
             }
         }
         /* members finish together, when the last one's flows are done */
-        if (++ci->finished == n) group_notify(gr);
-        else group_wait(gr, &ci->finished, n);
+        if (++ci->finished == gr->nsim) group_notify(gr);
+        else group_wait(gr, &ci->finished, gr->nsim);
     }
     acct(dv, 0, -1);
 }
@@ -470,6 +518,86 @@ static void do_wait(stream_ctx *sc, int i)
     sg_mutex_unlock(dv->mutex);
 }
 
+/* ---------------------------------------------------------------- trace */
+
+static int64_t to_ns(double seconds) { return seconds > 0 ? llround(seconds * NS_PER_S) : 0; }
+
+/* One event per compute, collective and p2p run (a sendrecv group is posted and finishes as one,
+ * so it is one event named after its members), from when the stream reached it to when it
+ * finished: a stream runs one at a time, so a thread's events never overlap. */
+static void trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0)
+{
+    const sched_plan *p = S->p;
+    const plan_instr *in = &L->ins[at[0]];
+    char name[512];
+    int len = viz_trace_instr_name(p, d, in, name, sizeof name);
+    viz_trace_arg args[4];
+    int na = 0;
+    if (in->op == PLAN_COMPUTE) {
+        if (in->stage >= 0) args[na++] = (viz_trace_arg){"stage", NULL, in->stage};
+        if (in->mb >= 0) args[na++] = (viz_trace_arg){"mb", NULL, in->mb};
+        args[na++] = (viz_trace_arg){"gemm_flops", NULL, sim_kernel_list_gemm_flops(p, in->kernels)};
+    } else if (in->op == PLAN_COLL) {
+        int g = sched_plan_group(p, d, in);
+        args[na++] = (viz_trace_arg){"bytes", NULL, (double)in->bytes};
+        args[na++] = (viz_trace_arg){"group", NULL, g};
+        args[na++] = (viz_trace_arg){"members", NULL, p->groups[g].n};
+    } else {
+        double bytes = 0;
+        for (int k = 0; k < n; k++) {
+            bytes += (double)L->ins[at[k]].bytes;
+            if (k == 0) continue;
+            if (len >= 0 && (size_t)len < sizeof name - 4) {
+                int more = viz_trace_instr_name(p, d, &L->ins[at[k]], name + len + 3, sizeof name - (size_t)len - 3);
+                memcpy(name + len, " + ", 3);
+                len += 3 + more;
+            }
+        }
+        if (n > 1) args[na++] = (viz_trace_arg){"ops", NULL, n};
+        args[na++] = (viz_trace_arg){"bytes", NULL, bytes};
+        if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, sched_plan_peer(p, d, in)};
+    }
+    int64_t a = to_ns(t0), b = to_ns(simgrid_get_clock());
+    viz_trace_complete(S->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+    /* folded replicas did the same at the same time, with their own peers and groups */
+    for (int k = 1; k < S->fold.replicas; k++) {
+        int dk = d + k * S->fold.shift;
+        len = viz_trace_instr_name(p, dk, in, name, sizeof name);
+        for (int j = 1; j < n && len >= 0 && (size_t)len < sizeof name - 4; j++) {
+            int more = viz_trace_instr_name(p, dk, &L->ins[at[j]], name + len + 3, sizeof name - (size_t)len - 3);
+            memcpy(name + len, " + ", 3);
+            len += 3 + more;
+        }
+        for (int q = 0; q < na; q++) {
+            if (!strcmp(args[q].key, "peer")) args[q].num = sched_plan_peer(p, dk, in);
+            if (!strcmp(args[q].key, "group")) args[q].num = sched_plan_group(p, dk, in);
+        }
+        viz_trace_complete(S->trace, dk, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+    }
+}
+
+static void trace_names(const sched_plan *p)
+{
+    char name[32];
+    for (int d = 0; d < p->ndevices; d++) {
+        snprintf(name, sizeof name, "GPU %d", d);
+        viz_trace_process(S->trace, d, name);
+        const plan_list *L = sched_plan_list(p, d);
+        for (int s = 0; s < L->nstreams; s++) viz_trace_thread(S->trace, d, s, L->streams[s] ? L->streams[s] : "?");
+    }
+}
+
+/* A communication call is a kernel launch too: the CPU spends the launch overhead issuing it, of
+ * which launch_overlap is hidden behind GPU work it issued earlier (as for kernel lists). Not with
+ * unit costs or free communication, whose closed forms know no launches. */
+static void comm_launch(void)
+{
+    const sim_costs *c = &S->o->costs;
+    if (c->unit || c->nocomm || c->launch_overhead <= 0) return;
+    double t = c->launch_overhead * (1 - (c->launch_overlap > 0 ? c->launch_overlap : 0));
+    if (t > 0) sg_actor_sleep_for(t);
+}
+
 static void stream_main(int argc, char **argv)
 {
     (void)argc, (void)argv;
@@ -485,12 +613,15 @@ static void stream_main(int argc, char **argv)
         int i = order[pos];
         const plan_instr *in = &L->ins[i];
         int adv = 1;
+        double t0 = simgrid_get_clock();
         switch (in->op) {
         case PLAN_COMPUTE: {
             double t = li->dur[i];
             if (t > 0) {
                 acct(dv, 1, 0);
-                sg_actor_execute(t * NS_PER_S);
+                /* work = seconds x the host's speed (1e9 on generated platforms), so a user's
+                 * platform with other speeds still runs the cost model's durations */
+                sg_actor_execute(t * sg_host_get_speed(sg_host_self()));
                 acct(dv, -1, 0);
                 S->activities++;
             }
@@ -499,14 +630,20 @@ static void stream_main(int argc, char **argv)
         case PLAN_SEND:
         case PLAN_RECV:
             adv = li->run[i] > 1 ? li->run[i] : 1;
+            comm_launch();
             do_p2p(sc, order, pos, adv);
             break;
-        case PLAN_COLL: do_coll(sc, i); break;
+        case PLAN_COLL:
+            comm_launch();
+            do_coll(sc, i);
+            break;
         case PLAN_WAIT: do_wait(sc, i); break;
         case PLAN_ALLOC: mem_change(dv, &L->bufs[in->buf], 1); break;
         case PLAN_FREE: mem_change(dv, &L->bufs[in->buf], -1); break;
         default: break;
         }
+        if (S->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
+            trace_event(d, s, L, order + pos, adv, t0);
         pos += adv;
         dv->done[s] = pos;
         dv->ninstr += adv;
@@ -649,54 +786,31 @@ static void prepare_list(sim_state *st, int l, const double *kl_dur)
     free(keys);
 }
 
-/* The group's rings: the flat one in rank order, and, when the group spans several nodes with the
- * same number (> 1) of members on each, the grid of the hierarchical algorithm. */
+/* The group's rings: the flat one in rank order, and the hierarchical grid (fold.c). */
 static void prepare_group(sim_state *st, int g)
 {
     const sched_plan *p = st->p;
-    const plan_group *grp = &p->groups[g];
     group_rt *gr = &st->gr[g];
-    int n = grp->n;
+    int n = p->groups[g].n;
     gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
     for (int r = 0; r < n; r++) gr->ring[r] = r;
-    if (n < 4) return;
-    /* nodes in order of their first member; members of a node in rank order */
-    int32_t *nodes = base_xcalloc((size_t)n, sizeof *nodes), *count = base_xcalloc((size_t)n, sizeof *count);
-    int nn = 0;
-    gr->node_of = base_xcalloc((size_t)n, sizeof *gr->node_of);
-    gr->local_of = base_xcalloc((size_t)n, sizeof *gr->local_of);
-    for (int r = 0; r < n; r++) {
-        int node = p->devices[grp->devices[r]].node, j = 0;
-        while (j < nn && nodes[j] != node) j++;
-        if (j == nn) nodes[nn++] = node;
-        gr->node_of[r] = j;
-        gr->local_of[r] = count[j]++;
-    }
-    int k = count[0], even = nn > 1 && k > 1;
-    for (int j = 1; j < nn && even; j++) even = count[j] == k;
-    if (even) {
-        gr->hier = true;
-        gr->per_node = k;
-        gr->grid = base_xcalloc((size_t)n, sizeof *gr->grid);
-        for (int r = 0; r < n; r++) gr->grid[gr->node_of[r] * k + gr->local_of[r]] = r;
-    }
-    free(nodes);
-    free(count);
+    sim_group_grid_init(p, g, &gr->gg);
+    gr->nsim = st->fold.nsim[g];
+    gr->spanning = st->fold.spanning[g];
 }
 
 static int prepare(sim_state *st, base_error *e)
 {
     const sched_plan *p = st->p;
     double *kl_dur = base_xcalloc((size_t)p->nkernel_lists + 1, sizeof *kl_dur);
-    for (int k = 0; k < p->nkernel_lists; k++)
-        for (int j = 0; j < p->kernel_lists[k].n; j++)
-            kl_dur[k] += sim_kernel_seconds(&st->o->costs, &p->gpu, &p->kernel_lists[k].k[j]);
+    for (int k = 0; k < p->nkernel_lists; k++) kl_dur[k] = sim_kernel_list_seconds(&st->o->costs, &p->gpu, &p->kernel_lists[k]);
     st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
     for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
     for (int l = 0; l < p->nlists; l++)
         if (st->li[l].used) prepare_list(st, l, kl_dur);
     free(kl_dur);
 
+    sim_fold_plan(p, st->o, &st->fold);
     st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
     st->gr = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->gr);
     st->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->goff);
@@ -727,12 +841,11 @@ static int prepare(sim_state *st, base_error *e)
             for (int i = 0; i < L->n; i++)
                 if (L->ins[i].op == PLAN_COLL) dv->coll_seq[i] = cnt[slots[L->ins[i].group]]++;
             for (int g = 0; g < p->ngroups; g++)
-                if (p->groups[g].n > 0 && p->groups[g].devices[0] == d) ninst[g] = cnt[g];
+                if (st->fold.first_sim[g] == d) ninst[g] = cnt[g];
             free(cnt);
         } else {
             for (int s = 0; s < L->ngroup_slots; s++) {
-                const plan_group *g = &p->groups[slots[s]];
-                if (g->n > 0 && g->devices[0] == d) ninst[slots[s]] += li->slot_ncoll[s];
+                if (st->fold.first_sim[slots[s]] == d) ninst[slots[s]] += li->slot_ncoll[s];
             }
         }
         for (int s = 0; s < L->ngroup_slots; s++)
@@ -764,8 +877,11 @@ static void state_free(sim_state *st)
         dev_rt *dv = &st->dv[d];
         free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha);
     }
-    for (int g = 0; st->gr && g < p->ngroups; g++)
-        free(st->gr[g].ring), free(st->gr[g].grid), free(st->gr[g].node_of), free(st->gr[g].local_of);
+    for (int g = 0; st->gr && g < p->ngroups; g++) {
+        free(st->gr[g].ring);
+        sim_group_grid_free(&st->gr[g].gg);
+    }
+    sim_fold_free(&st->fold);
     free(st->li), free(st->dv), free(st->gr), free(st->goff), free(st->inst), free(st->xf), free(st->skeys);
 }
 
@@ -773,8 +889,19 @@ static void state_free(sim_state *st)
 
 static int write_platform(const sched_plan *p, const sim_options *o, char *path, size_t n, base_error *e)
 {
+    if (o->platform) { /* the user's, checked by sim_run */
+        path[0] = 0;
+        return 0;
+    }
     base_buf xml = {0};
-    if (sim_platform_xml(p, &o->links, o->costs.nocomm, &xml, e)) return -1;
+    uint8_t *loop = NULL;
+    if (S->fold.replicas > 1) {
+        loop = base_xcalloc((size_t)p->ndevices + 1, 1);
+        for (int d = 0; d < p->ndevices; d++) loop[d] = S->fold.index[d] == 0;
+    }
+    int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, &xml, e);
+    free(loop);
+    if (xrc) return -1;
     const char *tmp = getenv("TMPDIR");
     snprintf(path, n, "%s/piper-sim-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     int fd = mkstemp(path);
@@ -809,12 +936,21 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
     st.wall0 = st.wall_last = wall_now();
     S = &st;
     char path[4096];
+    viz_trace trace;
     int rc = prepare(&st, e);
     if (!rc) rc = write_platform(p, o, path, sizeof path, e);
+    if (!rc && o->trace_path) {
+        rc = viz_trace_open(&trace, o->trace_path, e);
+        if (rc && path[0]) unlink(path);
+    }
     if (rc) {
         state_free(&st);
         S = NULL;
         return rc;
+    }
+    if (o->trace_path) {
+        st.trace = &trace;
+        trace_names(p);
     }
 
     int argc = 1;
@@ -831,17 +967,30 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
 #else
     sg_cfg_set_int("contexts/stack-size", 256); /* KiB: actors are shallow; thousands of them */
 #endif
-    simgrid_load_platform(path);
-    unlink(path);
+    if (path[0]) {
+        simgrid_load_platform(path);
+        unlink(path);
+    } else {
+        simgrid_load_platform(o->platform);
+    }
 
     int nactors = 0;
-    for (int d = 0; d < p->ndevices; d++) nactors += sched_plan_list(p, d)->nstreams;
+    for (int d = 0; d < p->ndevices; d++)
+        if (st.fold.index[d] == 0) nactors += sched_plan_list(p, d)->nstreams;
     stream_ctx *ctx = base_xcalloc((size_t)nactors + 1, sizeof *ctx);
     char name[64];
     int a = 0;
     for (int d = 0; d < p->ndevices; d++) {
+        if (st.fold.index[d] != 0) continue; /* a folded replica: copies its simulated device */
         snprintf(name, sizeof name, "gpu%d", d);
         sg_host_t h = sg_host_by_name(name);
+        st.dv[d].host = h;
+        if (st.fold.replicas > 1) {
+            snprintf(name, sizeof name, "gpu%d~nvl", d);
+            st.dv[d].loop[0] = sg_host_by_name(name);
+            snprintf(name, sizeof name, "gpu%d~nic", d);
+            st.dv[d].loop[1] = sg_host_by_name(name);
+        }
         const plan_list *L = sched_plan_list(p, d);
         for (int s = 0; s < L->nstreams; s++, a++) {
             ctx[a].dev = d, ctx[a].s = s;
@@ -855,7 +1004,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
     if (o->progress && st.ticks > 0xffff) fputc('\n', stderr);
 
     for (int d = 0; d < p->ndevices && !rc; d++)
-        if (st.dv[d].streams_left > 0)
+        if (st.fold.index[d] == 0 && st.dv[d].streams_left > 0)
             rc = base_errorf(e, "the simulation stopped with device %d unfinished: the plan deadlocks; the static "
                              "check (sched_plan_check, which piper-sim runs unless --no-check) names the stuck "
                              "instructions", d);
@@ -863,7 +1012,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
         r->ndevices = p->ndevices;
         r->dev = base_xcalloc((size_t)p->ndevices + 1, sizeof *r->dev);
         for (int d = 0; d < p->ndevices; d++) {
-            const dev_rt *dv = &st.dv[d];
+            const dev_rt *dv = &st.dv[st.fold.rep[d]]; /* a folded replica's figures are its simulated device's */
             const list_rt *li = &st.li[p->devices[d].list];
             sim_device_result *x = &r->dev[d];
             x->id = d;
@@ -881,8 +1030,16 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
             x->instructions = dv->ninstr;
         }
         r->activities = st.activities;
+        r->folded_replicas = st.fold.replicas;
+        r->simulated_devices = st.fold.nsimulated;
+        snprintf(r->fold_note, sizeof r->fold_note, "%s", o->fold && st.fold.replicas == 1 ? st.fold.reason : "");
         r->wall_seconds = wall_now() - st.wall0;
         sim_result_finish(p, r);
+    }
+    if (st.trace) {
+        base_error te;
+        base_error_clear(&te);
+        if (viz_trace_close(st.trace, &te) && !rc) rc = base_errorf(e, "%s", te.msg);
     }
     free(ctx);
     state_free(&st);

@@ -30,9 +30,14 @@ static void costs_text(const sim_options *o, char *buf, size_t n)
             if (c->unit_pass[p] > 0)
                 at += (size_t)snprintf(buf + at, n - at, " %s=%g", sched_plan_pass_name((plan_pass)p), c->unit_pass[p]);
     } else {
-        at += (size_t)snprintf(buf + at, n - at, "kernel model (launch %g us, GEMM efficiency %.3g at 16384^3, half at %g)",
-                               c->launch_overhead * 1e6, c->gemm_eff_large, c->gemm_half_dim);
+        at += (size_t)snprintf(buf + at, n - at, "kernel model (launch %g us, %.3g hidden; GEMM efficiency %.3g at "
+                               "16384^3, half at %g; HBM %.3g)", c->launch_overhead * 1e6, c->launch_overlap,
+                               c->gemm_eff_large, c->gemm_half_dim, c->hbm_eff);
     }
+    if (at < n && (c->net_eff != 1 || c->comm_slowdown > 0))
+        at += (size_t)snprintf(buf + at, n - at, "; network efficiency %.3g, compute slowdown %.3g during transfers",
+                               c->net_eff, c->comm_slowdown);
+    if (at < n && o->calibration[0]) at += (size_t)snprintf(buf + at, n - at, "; calibration %s", o->calibration);
     if (at < n && c->nocomm) snprintf(buf + at, n - at, "; communication free");
 }
 
@@ -53,14 +58,23 @@ void sim_report_write(const sched_plan *p, const sim_options *o, const sim_resul
 {
     int nodes = nodes_of(p);
     const sim_links *l = &o->links;
-    char costs[256];
+    char costs[512];
     costs_text(o, costs, sizeof costs);
     fprintf(f, "piper-sim: %s on %d x %s (%d node%s), one training step\n", nz(p->model.name), p->ndevices,
             nz(p->gpu.name), nodes, nodes == 1 ? "" : "s");
-    fprintf(f, "  links: NVLink %g GB/s, %g us; NIC %g GB/s per %d GPU%s, %g us; collectives %s\n", l->nvlink_bw / 1e9,
-            l->nvlink_latency * 1e6, l->nic_bw / 1e9, l->gpus_per_nic, l->gpus_per_nic == 1 ? "" : "s",
-            l->nic_latency * 1e6, sim_coll_name(o->coll));
-    fprintf(f, "  costs: %s\n\n", costs);
+    if (o->platform)
+        fprintf(f, "  platform: %s (SimGrid XML); collectives %s\n", o->platform, sim_coll_name(o->coll));
+    else
+        fprintf(f, "  links: NVLink %g GB/s, %g us; NIC %g GB/s per %d GPU%s, %g us; collectives %s\n", l->nvlink_bw / 1e9,
+                l->nvlink_latency * 1e6, l->nic_bw / 1e9, l->gpus_per_nic, l->gpus_per_nic == 1 ? "" : "s",
+                l->nic_latency * 1e6, sim_coll_name(o->coll));
+    fprintf(f, "  costs: %s\n", costs);
+    if (r->folded_replicas > 1)
+        fprintf(f, "  folded: %d identical data-parallel replicas simulated once (%d of %d devices)\n",
+                r->folded_replicas, r->simulated_devices, r->ndevices);
+    else if (r->fold_note[0])
+        fprintf(f, "  not folded: %s\n", r->fold_note);
+    fputc('\n', f);
     fprintf(f, "  step time        %.6f s\n", r->step_seconds);
     fprintf(f, "  tokens/s         %.6g  (%" PRId64 " sequences x %" PRId64 " tokens)\n", r->tokens_per_second,
             p->model.global_batch, p->model.seq);
@@ -153,7 +167,10 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
     json_num(f, l->pcie_bw);
     fprintf(f, ", \"gpus_per_nic\": %d, \"nodes_per_leaf\": %d, \"oversubscription\": ", l->gpus_per_nic, l->nodes_per_leaf);
     json_num(f, l->oversubscription);
-    fputs("},\n  \"costs\": {\"unit\": ", f);
+    fputs("},\n  \"platform\": ", f);
+    if (o->platform) json_str(f, o->platform);
+    else fputs("null", f);
+    fputs(",\n  \"costs\": {\"unit\": ", f);
     if (c->unit) {
         fputc('{', f);
         for (int q = 0; q < PLAN_NPASS; q++) {
@@ -172,6 +189,17 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
     json_num(f, c->gemm_eff_large);
     fputs(", \"gemm_half_dim\": ", f);
     json_num(f, c->gemm_half_dim);
+    fputs(", \"launch_overlap\": ", f);
+    json_num(f, c->launch_overlap);
+    fputs(", \"hbm_eff\": ", f);
+    json_num(f, c->hbm_eff);
+    fputs(", \"net_eff\": ", f);
+    json_num(f, c->net_eff);
+    fputs(", \"comm_slowdown\": ", f);
+    json_num(f, c->comm_slowdown);
+    fputs(", \"calibration\": ", f);
+    if (o->calibration[0]) json_str(f, o->calibration);
+    else fputs("null", f);
     fprintf(f, ", \"collectives\": \"%s\"},\n", sim_coll_name(o->coll));
 
     static const struct {
@@ -196,6 +224,11 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
     }
     fprintf(f, "  \"critical_device\": %d,\n  \"last_device\": %d,\n  \"activities\": %" PRId64 ",\n",
             r->critical_device, r->last_device, r->activities);
+    fprintf(f, "  \"fold\": {\"replicas\": %d, \"simulated_devices\": %d, \"note\": ", r->folded_replicas,
+            r->simulated_devices);
+    if (r->fold_note[0]) json_str(f, r->fold_note);
+    else fputs("null", f);
+    fputs("},\n", f);
     fputs("  \"over_memory\": [", f);
     for (int d = 0, k = 0; d < r->ndevices; d++)
         if (r->dev[d].over_memory) fprintf(f, "%s%d", k++ ? ", " : "", d);

@@ -96,6 +96,7 @@ static void drain(int fd)
 int sim_run(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e)
 {
     memset(r, 0, sizeof *r);
+    if (o->platform && sim_platform_check(o->platform, p->ndevices, e)) return -1;
     if (o->in_process) return sim_replay(p, o, r, e);
 
     int fds[2];

@@ -30,10 +30,10 @@
 
 /* ---------------------------------------------------------------- options */
 
-/* The network a plan runs on. The plan header names the GPU but not the links, so these come
- * from the command line (sim_links_parse) with defaults per GPU type (sim_links_default); a later
- * plan format carries the cluster file's figures. Bandwidths in bytes/s per direction, latencies
- * in seconds, end to end (each of the two hops of a route gets half). */
+/* The network a plan runs on: the plan header's figures (the cluster file's, sim_links_from_plan),
+ * else defaults per GPU type (sim_links_default), and the command line over both
+ * (sim_links_parse). Bandwidths in bytes/s per direction, latencies in seconds, end to end (each
+ * of the two hops of a route gets half). */
 typedef struct sim_links {
     double nvlink_bw;        /* each GPU's NVLink into the node's NVSwitch */
     double nvlink_latency;   /* GPU to GPU through the NVSwitch */
@@ -59,9 +59,19 @@ typedef struct sim_costs {
     bool unit;                        /* compute times from unit_pass instead of kernel lists */
     double unit_pass[PLAN_NPASS];     /* seconds per (stage, micro-batch) and pass; see sim_costs_parse */
     bool nocomm;                      /* communication is free: zero latency, infinite bandwidth */
-    double launch_overhead;           /* seconds added per kernel of a kernel list */
+    double launch_overhead;           /* seconds of CPU launch per kernel of a kernel list */
     double gemm_eff_large;            /* GEMM efficiency of a 16384^3 GEMM (sim_gemm_efficiency) */
     double gemm_half_dim;             /* dimension at which one factor of the efficiency is 1/2 */
+    /* How far a kernel list's launches hide behind its GPU time (the CPU queues kernels ahead
+     * while the GPU runs): 0 = they add up, 1 = the list takes max(GPU, launches), in between
+     * the smooth maximum (G^k + L^k)^(1/k), k = 1 / (1 - launch_overlap): hidden when one
+     * dominates, partly when they are comparable. */
+    double launch_overlap;
+    double hbm_eff;                   /* fraction of the HBM bandwidth memory-bound kernels reach */
+    double net_eff;                   /* fraction of a link's bandwidth transfers reach (NCCL's busbw / line rate) */
+    /* Compute slows by this fraction (0 .. 0.5) while a transfer of its device is in flight
+     * (kernels share SMs and HBM with communication kernels); 0 = no interference. */
+    double comm_slowdown;
 } sim_costs;
 
 typedef struct sim_options {
@@ -69,14 +79,22 @@ typedef struct sim_options {
     sim_costs costs;
     sim_coll_algo coll;
     bool in_process;         /* simulate in this process (once per process; SimGrid aborts on errors) */
+    bool fold;               /* simulate one of identical data-parallel replicas when exact (default on) */
     bool progress;           /* print the simulated time on stderr now and then */
     const char *platform_out; /* write the generated SimGrid platform XML here too (or NULL) */
+    const char *trace_path;   /* write a Chrome trace of the step here (viz/trace.h), or NULL */
+    const char *platform;     /* a user's SimGrid platform XML instead of the generated one, or NULL */
+    char calibration[96];     /* where the cost constants came from, for the report ("" = built-in defaults) */
 } sim_options;
 
-/* Defaults for the plan's GPU type (A100: NVLink 300 GB/s and HDR 25 GB/s NICs; H100/H200:
- * 450 GB/s and NDR 50 GB/s; H800: 200 GB/s and 50 GB/s; ~1 us NVLink, ~5 us NIC latency). */
+/* Options for the plan: its links (sim_links_from_plan) and the cost model's defaults. Defaults
+ * per GPU type: A100: NVLink 300 GB/s and HDR 25 GB/s NICs; H100/H200: 450 GB/s and NDR 50 GB/s;
+ * H800: 200 GB/s and 50 GB/s; ~1 us NVLink, ~5 us NIC latency. */
 void sim_options_init(sim_options *o, const sched_plan *p);
 void sim_links_default(sim_links *l, const char *gpu_name);
+/* The plan's `links` figures over the defaults for its GPU (each figure the plan leaves at 0 keeps
+ * its default); pcie_bw and nodes_per_leaf are not in plans and keep theirs. */
+void sim_links_from_plan(sim_links *l, const sched_plan *p);
 /* "nvlink_bw=300GB/s,nic_bw=200Gb/s,nic_lat=5us,gpus_per_nic=2,..." onto *l (see --help). */
 int sim_links_parse(sim_links *l, const char *spec, base_error *e);
 /* "unit:F=1,B=2,BI=1,BW=1", "nocomm", "launch=4us", "gemm_eff=0.8", "gemm_half=128", comma
@@ -84,6 +102,23 @@ int sim_links_parse(sim_links *l, const char *spec, base_error *e);
  * by the number of compute instructions of pass P its device runs for the same (stage,
  * micro-batch), so one stage's F of one micro-batch costs F in all; passes not named cost 0. */
 int sim_costs_parse(sim_costs *c, const char *spec, base_error *e);
+
+/* ---------------------------------------------------------------- calibration */
+
+/* configs/calibration.txt, compiled into piper-sim: the cost model's constants per GPU type,
+ * fitted on measured step times (docs/calibration.md). */
+extern const char sim_calibration_builtin[];
+
+/* Applies a calibration file's entry for the plan's GPU to o->costs. A calibration file has one
+ * line per GPU type: the type (matched case-insensitively as a prefix of the plan's GPU name; the
+ * longest match wins) followed by --costs items (`A100 gemm_eff=0.7 launch=30us ...`); `#` starts
+ * a comment. `name` is the file's name for messages. *entry receives the matched type ("" when
+ * none matched: the built-in constants stay). Errors: "name:line: ...". */
+int sim_calibration_apply(sim_costs *c, const char *gpu_name, const char *name, const char *text, char *entry,
+                          size_t n, base_error *e);
+/* The plan's `calib` keys (the cluster file's calibration map) onto o->costs; names that are not
+ * cost-model constants are warnings. */
+int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e);
 
 /* ---------------------------------------------------------------- cost model */
 
@@ -94,12 +129,20 @@ int sim_costs_parse(sim_costs *c, const char *spec, base_error *e);
 double sim_gemm_efficiency(const sim_costs *c, int64_t m, int64_t n, int64_t k);
 /* Seconds of one kernel entry (all its `count` launches) on the GPU, launch overhead included. */
 double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k);
+/* Seconds of a kernel list: G = the sum of its kernels' roofline times (without launches), L =
+ * launch overhead x its kernels, combined by launch_overlap (above). */
+double sim_kernel_list_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl);
 
 /* ---------------------------------------------------------------- platform */
 
 /* The SimGrid platform XML for the plan's devices and nodes (docs/simulator.md): host "gpu<d>"
  * per device. With nocomm every latency is 0. */
 int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e);
+
+/* Checks a user's platform XML for a plan of `ndevices` devices, loading it with SimGrid in a
+ * child process (SimGrid aborts on malformed XML): errors are "file:line: what is wrong; what to
+ * do". The contract: a host "gpu<d>" with one core for every device d (docs/simulator.md). */
+int sim_platform_check(const char *path, int ndevices, base_error *e);
 
 /* ---------------------------------------------------------------- results */
 
@@ -133,6 +176,9 @@ typedef struct sim_result {
     int last_device;               /* finishes last */
     int nover_memory;
     int64_t activities;            /* simulated executions and transfers */
+    int folded_replicas;           /* data-parallel replicas folded into one (1: not folded) */
+    int simulated_devices;         /* devices the replay ran (the others copy one of them) */
+    char fold_note[200];           /* why the plan was not folded ("" when folded or folding is off) */
     double wall_seconds;           /* of the simulation (not part of any deterministic output) */
 } sim_result;
 

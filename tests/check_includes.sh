@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # check_includes.sh — the consumers of plans (sim/, and exec/ when asked) may include, of piper's
-# own headers, only sched/plan.h, base/base.h and their own module's headers, and may link only
-# the plan library (piper_plan), never the compiler (DESIGN.md, "Layout"). Registered as a ctest;
-# prints each offending line and exits 1.
+# own headers, only sched/plan.h, base/base.h, viz/trace.h (the Chrome-trace writer) and their own
+# module's headers, and may link only the plan library (piper_plan) and the trace writer
+# (piper_trace), never the compiler (DESIGN.md, "Layout"). Registered as a ctest; prints each
+# offending line and exits 1.
 #   usage: tests/check_includes.sh [SOURCE_DIR] [MODULE...]   (default module: sim)
 set -euo pipefail
 root="${1:-$(dirname "$0")/..}"
@@ -35,8 +36,8 @@ for m in "${modules[@]}"; do
       path="$inc"
       [ -e "$root/$here/$inc" ] && path="$(realpath -m --relative-to="$root" "$root/$here/$inc")"
       case "$path" in
-        sched/plan.h|base/base.h|"$m"/*) ;;
-        *) echo "$rel:$n: includes \"$inc\" ($path): $m/ may include only sched/plan.h, base/base.h and its own headers"
+        sched/plan.h|base/base.h|viz/trace.h|"$m"/*) ;;
+        *) echo "$rel:$n: includes \"$inc\" ($path): $m/ may include only sched/plan.h, base/base.h, viz/trace.h and its own headers"
            bad=1;;
       esac
     done < "$f"
@@ -46,5 +47,5 @@ for m in "${modules[@]}"; do
     bad=1
   fi
 done
-[ $bad -eq 0 ] && echo "check_includes: ${modules[*]}: only sched/plan.h and base/base.h of piper's headers"
+[ $bad -eq 0 ] && echo "check_includes: ${modules[*]}: only sched/plan.h, base/base.h and viz/trace.h of piper's headers"
 exit $bad

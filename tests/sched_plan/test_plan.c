@@ -84,6 +84,17 @@ static const char *plan_diff(const sched_plan *a, const sched_plan *b)
         return "gpu";
     for (int d = 0; d < PLAN_NDTYPE; d++)
         if (!same_double(a->gpu.peak_flops[d], b->gpu.peak_flops[d])) return "gpu peak";
+    const plan_links *la = &a->links, *lb = &b->links;
+    if (!same_double(la->nvlink_bw, lb->nvlink_bw) || !same_double(la->nvlink_latency, lb->nvlink_latency) ||
+        !same_double(la->nic_bw, lb->nic_bw) || !same_double(la->nic_latency, lb->nic_latency) ||
+        la->gpus_per_nic != lb->gpus_per_nic || la->gpus_per_node != lb->gpus_per_node ||
+        la->topology != lb->topology || !same_double(la->oversubscription, lb->oversubscription) ||
+        !str_eq(la->platform, lb->platform))
+        return "links";
+    if (a->ncalib != b->ncalib) return "ncalib";
+    for (int i = 0; i < a->ncalib; i++)
+        if (!str_eq(a->calib[i].name, b->calib[i].name) || !same_double(a->calib[i].value, b->calib[i].value))
+            return "calib";
     const plan_model *x = &a->model, *y = &b->model;
     if (!str_eq(x->name, y->name) || !str_eq(x->family, y->family) || x->layers != y->layers || x->hidden != y->hidden ||
         x->heads != y->heads || x->kv_heads != y->kv_heads || x->head_dim != y->head_dim || x->ffn != y->ffn ||
@@ -184,6 +195,12 @@ static void build_rich(plan_builder *b, sched_plan *p)
     p->param_dtype = PLAN_FP8;
     p->opt_dtype = PLAN_FP64;
     p->gpu.name = "H100 \"SXM\"";
+    p->links = (plan_links){.nvlink_bw = 450e9, .nvlink_latency = 1e-6, .nic_bw = 50e9, .nic_latency = 5.5e-6,
+                            .gpus_per_nic = 2, .gpus_per_node = 8, .topology = PLAN_TOPO_RAIL,
+                            .oversubscription = 1.5, .platform = "my platform.xml"};
+    static plan_calib calib[] = {{"gemm_eff", 0.8}, {"launch", 4e-6}};
+    p->calib = calib;
+    p->ncalib = 2;
     p->gpu.peak_flops[PLAN_BF16] = 989.4e12;
     p->gpu.peak_flops[PLAN_FP16] = 0.1;
     p->gpu.peak_flops[PLAN_FP8] = 1.0 / 3.0;
@@ -391,6 +408,64 @@ static void test_round_trip_files(void)
     base_error_clear(&e);
     CU_ASSERT_EQUAL(sched_plan_write_file(&p, "/nonexistent-dir/x.plan", &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "/nonexistent-dir/x.plan.tmp: cannot create the plan file");
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* The cluster's links and calibration ride in the header: written when present, absent from plans
+ * without them (which read back with every figure 0), and checked by the reader. */
+static void test_links_and_calib(void)
+{
+    plan_builder b;
+    sched_plan p, q;
+    base_error e;
+    build_rich(&b, &p);
+    char *t = plan_text(&p);
+    TEST_ASSERT_CONTAINS(t, "\nlinks nvlink_bw=450000000000 nvlink_latency=1e-06 nic_bw=50000000000 nic_latency=5.5e-06 "
+                            "gpus_per_nic=2 gpus_per_node=8 topology=rail oversubscription=1.5 "
+                            "platform=\"my platform.xml\"\ncalib gemm_eff=0.8 launch=4e-06\nmodel ");
+    expect_edit_error(t, "topology=rail", "topology=torus", "t.plan:5: topology: unknown value 'torus'; use one of fat-tree, rail");
+    expect_edit_error(t, " gpus_per_node=8", "", "t.plan:5: links: key 'gpus_per_node' is missing");
+    expect_edit_error(t, "launch=4e-06", "gemm_eff=1", "t.plan:6: calib: key 'gemm_eff' appears twice");
+    expect_edit_error(t, "launch=4e-06", "fast", "t.plan:6: calib: unexpected 'fast'; write name=value fields");
+    expect_edit_error(t, "calib gemm_eff=0.8", "calib gemm_eff=x", "t.plan:6: gemm_eff: 'x' is not a number");
+    expect_edit_error(t, "\nlinks ", "\nlinkz ", "t.plan:5: expected 'model' here, found 'linkz'");
+    /* a calib line alone (no links) reads too */
+    char *t2 = edit(t, "gpus_per_nic=2 gpus_per_node=8 topology=rail oversubscription=1.5 platform=\"my platform.xml\"\n", "");
+    char *t3 = edit(t2, "links nvlink_bw=450000000000 nvlink_latency=1e-06 nic_bw=50000000000 nic_latency=5.5e-06 ", "");
+    CU_ASSERT_EQUAL(read_text(&q, t3, &e), 0);
+    CU_ASSERT_EQUAL(q.ncalib, 2);
+    CU_ASSERT_EQUAL(q.links.nvlink_bw, 0);
+    sched_plan_free(&q);
+    free(t2), free(t3), free(t);
+    pb_done(&b);
+    sched_plan_free(&p);
+
+    /* a plan without links or calibration: no such lines, and zeros after reading */
+    build_small(&b, &p);
+    t = plan_text(&p);
+    CU_ASSERT_PTR_NULL(strstr(t, "\nlinks"));
+    CU_ASSERT_PTR_NULL(strstr(t, "\ncalib"));
+    CU_ASSERT_EQUAL(read_text(&q, t, &e), 0);
+    CU_ASSERT_PTR_NULL(plan_diff(&p, &q));
+    CU_ASSERT_EQUAL(q.links.gpus_per_nic, 0);
+    CU_ASSERT_PTR_NULL(q.links.platform);
+    sched_plan_free(&q);
+    free(t);
+    /* the writer refuses what it could not read back */
+    p.links.topology = 9;
+    base_error_clear(&e);
+    FILE *f = fopen("/dev/null", "w");
+    CU_ASSERT_EQUAL(sched_plan_write(&p, f, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "links topology 9 is not a plan_topology");
+    p.links.topology = 0;
+    plan_calib bad[] = {{"Gemm", 1}};
+    p.calib = bad, p.ncalib = 1;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sched_plan_write(&p, f, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "calibration name 'Gemm' is not a key");
+    p.calib = NULL, p.ncalib = 0;
+    fclose(f);
     pb_done(&b);
     sched_plan_free(&p);
 }
@@ -1018,6 +1093,7 @@ int piper_tests_register(void)
         {"round trip: every section, shared lists", test_round_trip_rich},
         {"round trip: quoting and doubles", test_round_trip_small_and_quoting},
         {"round trip through files", test_round_trip_files},
+        {"links and calibration in the header", test_links_and_calib},
         {"writer rejects invalid enums", test_writer_rejects_invalid_enums},
         {"reader: version, garbage, values", test_read_version_and_garbage},
         {"reader: missing sections, truncation", test_read_missing_and_truncated},

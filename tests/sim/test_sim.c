@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ir/doc.h"
 #include "sim/sim.h"
 #include "tests/sched_plan/plan_builder.h"
 #include "tests/testutil.h"
@@ -129,6 +130,22 @@ static void test_kernel_seconds(void)
     /* fp8 on a GPU without fp8 units runs at the bf16 rate */
     gemm.dtype = PLAN_FP8;
     ASSERT_NEAR(sim_kernel_seconds(&o.costs, &g, &gemm), gemm.flops / (300e12 * eff) + 4e-6, 1e-12);
+
+    /* a list: G = 2 ms of memory-bound kernels, L = 2 x 1.5 ms of launches; launch_overlap
+     * combines them: 0 adds, 1 takes the larger, 0.5 the root of the sum of squares; hbm_eff
+     * slows memory-bound kernels */
+    plan_kernel two[2] = {{.kind = PLAN_KERNEL_MEM, .dtype = PLAN_BF16, .count = 1, .bytes = 2e9},
+                          {.kind = PLAN_KERNEL_MEM, .dtype = PLAN_BF16, .count = 1, .bytes = 2e9}};
+    plan_kernel_list kl = {2, two};
+    o.costs.launch_overhead = 1.5e-3;
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 2e-3 + 3e-3, 1e-12);
+    o.costs.launch_overlap = 1;
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 3e-3, 1e-12);
+    o.costs.launch_overlap = 0.5;
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), sqrt(2e-3 * 2e-3 + 3e-3 * 3e-3), 1e-12);
+    o.costs.launch_overlap = 0;
+    o.costs.hbm_eff = 0.5;
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 4e-3 + 3e-3, 1e-12);
 }
 
 static void test_link_defaults(void)
@@ -214,6 +231,66 @@ static void test_costs_parse(void)
     base_error_clear(&e);
     CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "cheap", &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "unknown item 'cheap'");
+}
+
+/* Calibration files: the entry of the longest matching GPU type applies; errors name file:line;
+ * the plan's calib keys (the cluster file's) apply over it, unknown ones are warnings. */
+static void test_calibration(void)
+{
+    sim_options o;
+    sim_options_init(&o, NULL);
+    base_error e;
+    base_error_clear(&e);
+    char entry[32];
+    const char *text = "# constants\n"
+                       "A100 launch=50us gemm_eff=0.7   # a comment\n"
+                       "\n"
+                       "a100-80 hbm_eff=0.6, launch_overlap=0.5\n"
+                       "H100 launch=9us\n";
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "A100-80GB", "c.txt", text, entry, sizeof entry, &e), 0);
+    CU_ASSERT_STRING_EQUAL(entry, "a100-80");
+    ASSERT_NEAR(o.costs.hbm_eff, 0.6, 0);
+    ASSERT_NEAR(o.costs.launch_overlap, 0.5, 0);
+    ASSERT_NEAR(o.costs.launch_overhead, 4e-6, 0); /* the A100 line did not apply */
+    sim_options_init(&o, NULL);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "A100-40GB", "c.txt", text, entry, sizeof entry, &e), 0);
+    CU_ASSERT_STRING_EQUAL(entry, "A100");
+    ASSERT_NEAR(o.costs.launch_overhead, 50e-6, 1e-15);
+    ASSERT_NEAR(o.costs.gemm_eff_large, 0.7, 0);
+    sim_options_init(&o, NULL);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "cpu", "c.txt", text, entry, sizeof entry, &e), 0);
+    CU_ASSERT_STRING_EQUAL(entry, "");
+    ASSERT_NEAR(o.costs.launch_overhead, 4e-6, 0);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "H100", "c.txt", "H100 launch=fast\n", entry, sizeof entry, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "c.txt:1: 'launch=fast' is not valid");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "H100", "c.txt", "#\nlaunch=1us\n", entry, sizeof entry, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "c.txt:2: a line must start with a GPU type");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "H100", "c.txt", "H100 nocomm\n", entry, sizeof entry, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "not constants");
+    /* the built-in file has an A100 entry */
+    base_error_clear(&e);
+    sim_options_init(&o, NULL);
+    CU_ASSERT_EQUAL(sim_calibration_apply(&o.costs, "A100-80GB", "built-in", sim_calibration_builtin, entry,
+                                          sizeof entry, &e), 0);
+    CU_ASSERT_STRING_EQUAL(entry, "A100");
+
+    /* the plan's calib keys */
+    sched_plan p;
+    sched_plan_init(&p);
+    plan_calib cal[] = {{"launch", 2e-5}, {"hbm_eff", 0.9}, {"gemm_efficiency", 0.5}};
+    p.calib = cal;
+    p.ncalib = 3;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_calibration_apply_plan(&o.costs, &p, &e), 0);
+    ASSERT_NEAR(o.costs.launch_overhead, 2e-5, 0);
+    ASSERT_NEAR(o.costs.hbm_eff, 0.9, 0);
+    CU_ASSERT_EQUAL(e.nwarn, 1);
+    TEST_ASSERT_CONTAINS(e.warnings, "calibration 'gemm_efficiency' = 0.5 is not a cost-model constant");
+    p.calib = NULL;
+    p.ncalib = 0;
+    sched_plan_free(&p);
 }
 
 static void test_platform_xml(void)
@@ -426,6 +503,42 @@ static void test_record_wait_and_sharing(void)
     ASSERT_NEAR(r.model_flops, 3e12, 0);
     ASSERT_NEAR(r.mfu, 3e12 / (2 * 1e12 * 2), 1e-9);
     sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+/* --costs comm_slowdown=s: compute runs at (1 - s) of its speed while a transfer of its device is
+ * in flight. Device 0 computes 1 s while sending for x = 0.1 s: it ends at 1 + s x. */
+static void test_comm_slowdown(void)
+{
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 2, 2);
+    int k = pb_kernels(&b, 1e12, 0); /* 1 s */
+    pb_device(&b, 0, 0, 0, 0, NULL);
+    pb_device(&b, 1, 1, 0, 0, NULL);
+    int c0 = pb_stream(&b, 0, "c"), x0 = pb_stream(&b, 0, "x");
+    pb_compute(&b, 0, c0, PLAN_PASS_F, k, 0, 0);
+    pb_send(&b, 0, x0, 1, 5, 30000000000, -1);
+    int r1 = pb_stream(&b, 1, "r");
+    pb_recv(&b, 1, r1, 0, 5, 30000000000, -1);
+    sim_options o;
+    exact_options(&o, &p);
+    double x = 1e-6 + 3e10 / 300e9;
+    for (int i = 0; i < 2; i++) {
+        double slow = i ? 0.25 : 0;
+        o.costs.comm_slowdown = slow;
+        sim_result r;
+        CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+        ASSERT_NEAR(r.dev[0].end_seconds, 1 + slow * x, 1e-9);
+        ASSERT_NEAR(r.dev[0].compute_seconds, 1 + slow * x, 1e-9);
+        ASSERT_NEAR(r.dev[1].end_seconds, x, 1e-9); /* device 1 computes nothing: unaffected */
+        sim_result_free(&r);
+    }
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "comm_slowdown=0.6", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "comm_slowdown=0.1 (a fraction, 0 <= x <= 0.5)");
     pb_done(&b);
     sched_plan_free(&p);
 }
@@ -689,6 +802,307 @@ static void test_cli_program_json_deterministic(void)
     free(a), free(b), free(ta), free(tb);
 }
 
+/* The plan header carries the cluster file's links; piper-sim uses them, and --links overrides
+ * each figure it names, leaving the others as the plan says. */
+static void test_links_from_plan(void)
+{
+    const char *plan_path = tmp_path("shared.plan");
+    CU_ASSERT_EQUAL_FATAL(compile("tests/fixtures/sim/dp4_2x2_shared.yaml", plan_path), 0);
+    sched_plan p;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    ASSERT_NEAR(p.links.nvlink_bw, 150e9, 0);
+    CU_ASSERT_EQUAL(p.links.gpus_per_node, 2);
+    sim_options o;
+    sim_options_init(&o, &p);
+    ASSERT_NEAR(o.links.nvlink_bw, 150e9, 0);
+    ASSERT_NEAR(o.links.nvlink_latency, 2e-6, 0);
+    ASSERT_NEAR(o.links.nic_bw, 12.5e9, 0);
+    ASSERT_NEAR(o.links.nic_latency, 7e-6, 0);
+    CU_ASSERT_EQUAL(o.links.gpus_per_nic, 2);
+    CU_ASSERT_EQUAL(sim_links_parse(&o.links, "nic_bw=50GB/s", &e), 0);
+    ASSERT_NEAR(o.links.nic_bw, 50e9, 0);
+    ASSERT_NEAR(o.links.nvlink_bw, 150e9, 0);
+    /* a plan without links (zeros) gets the GPU type's defaults */
+    p.links = (plan_links){0};
+    sim_options_init(&o, &p);
+    ASSERT_NEAR(o.links.nvlink_bw, 300e9, 0);
+    ASSERT_NEAR(o.links.nic_latency, 5e-6, 0);
+    CU_ASSERT_EQUAL(o.links.gpus_per_nic, 1);
+    sched_plan_free(&p);
+
+    char j1[2048];
+    snprintf(j1, sizeof j1, "%s", tmp_path("shared.json"));
+    CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' -q --json '%s' 2>/dev/null", bin_path("piper-sim"), plan_path, j1), 0);
+    char *a = slurp(j1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    TEST_ASSERT_CONTAINS(a, "\"links\": {\"nvlink_bw\": 150000000000, \"nvlink_latency\": 2e-06, \"nic_bw\": 12500000000, "
+                            "\"nic_latency\": 7e-06, \"pcie_bw\": 1e+15, \"gpus_per_nic\": 2,");
+    CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' -q --links nic_bw=50GB/s --json '%s' 2>/dev/null", bin_path("piper-sim"),
+                                   plan_path, j1), 0);
+    char *b = slurp(j1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    TEST_ASSERT_CONTAINS(b, "\"nvlink_bw\": 150000000000, \"nvlink_latency\": 2e-06, \"nic_bw\": 50000000000, ");
+    free(a), free(b);
+}
+
+typedef struct trace_span {
+    int64_t pid, tid, ts, end; /* nanoseconds */
+} trace_span;
+
+static int cmp_span(const void *a, const void *b)
+{
+    const trace_span *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* Events the trace should hold for a device: its computes, its collectives and its p2p runs
+ * (a sendrecv group is one event). */
+static int64_t expected_events(const sched_plan *p, int d)
+{
+    const plan_list *L = sched_plan_list(p, d);
+    int64_t n = 0;
+    for (int s = 0; s < L->nstreams; s++) {
+        int prev_sr = 0; /* sendrecv id of the previous instruction of stream s, if a p2p op */
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->stream != s) continue;
+            int p2p = in->op == PLAN_SEND || in->op == PLAN_RECV;
+            if (in->op == PLAN_COMPUTE || in->op == PLAN_COLL) n++;
+            if (p2p && !(in->sendrecv != 0 && in->sendrecv == prev_sr)) n++;
+            prev_sr = p2p ? in->sendrecv : 0;
+        }
+    }
+    return n;
+}
+
+/* --trace: valid JSON (read with ir's doc loader), one named process per GPU and thread per
+ * stream, events that never overlap on a thread, as many as the plan's computes, collectives and
+ * p2p runs, and the same bytes on every run. */
+static void check_trace(const char *program, const char *costs)
+{
+    const char *plan_path = tmp_path("trace.plan");
+    CU_ASSERT_EQUAL_FATAL(compile(program, plan_path), 0);
+    char t1[2048], t2[2048];
+    snprintf(t1, sizeof t1, "%s", tmp_path("t1.json"));
+    snprintf(t2, sizeof t2, "%s", tmp_path("t2.json"));
+    for (int k = 0; k < 2; k++)
+        CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' -q %s %s --trace '%s' 2>/dev/null", bin_path("piper-sim"), plan_path,
+                                       costs ? "--costs" : "", costs ? costs : "", k ? t2 : t1), 0);
+    char *a = slurp(t1), *b = slurp(t2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_STRING_EQUAL(a, b);
+
+    sched_plan p;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    base_arena ar;
+    base_arena_init(&ar);
+    ir_doc *doc = NULL;
+    int rc = ir_doc_parse(&ar, t1, a, strlen(a), &doc, &e);
+    if (rc) fprintf(stderr, "\n  %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    const ir_doc *evs = ir_doc_get(doc, "traceEvents");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(evs);
+    CU_ASSERT_EQUAL_FATAL(evs->kind, IR_DOC_SEQ);
+    trace_span *sp = calloc((size_t)evs->n + 1, sizeof *sp);
+    int64_t *count = calloc((size_t)p.ndevices, sizeof *count);
+    int nsp = 0, nproc = 0, nthread = 0, bad = 0;
+    for (int i = 0; i < evs->n; i++) {
+        const ir_doc *ev = evs->items[i];
+        const char *ph = NULL, *name = NULL;
+        int64_t pid = -1, tid = -1;
+        bad |= ir_doc_string(ir_doc_get(ev, "ph"), "ph", &ph, &e) | ir_doc_string(ir_doc_get(ev, "name"), "name", &name, &e);
+        bad |= ir_doc_int(ir_doc_get(ev, "pid"), "pid", &pid, &e);
+        if (bad || pid < 0 || pid >= p.ndevices) {
+            bad = 1;
+            break;
+        }
+        if (ir_doc_get(ev, "tid")) bad |= ir_doc_int(ir_doc_get(ev, "tid"), "tid", &tid, &e);
+        const plan_list *L = sched_plan_list(&p, (int)pid);
+        if (!strcmp(ph, "M")) {
+            const char *nm = NULL;
+            const ir_doc *args = ir_doc_get(ev, "args");
+            if (!strcmp(name, "process_name")) {
+                char want[32];
+                snprintf(want, sizeof want, "GPU %d", (int)pid);
+                bad |= ir_doc_string(ir_doc_get(args, "name"), "name", &nm, &e) || strcmp(nm, want);
+                nproc++;
+            } else if (!strcmp(name, "thread_name")) {
+                bad |= tid < 0 || tid >= L->nstreams || ir_doc_string(ir_doc_get(args, "name"), "name", &nm, &e) ||
+                       strcmp(nm, L->streams[tid]);
+                nthread++;
+            }
+            continue;
+        }
+        CU_ASSERT_STRING_EQUAL(ph, "X");
+        double ts, dur;
+        bad |= ir_doc_num(ir_doc_get(ev, "ts"), "ts", &ts, &e) | ir_doc_num(ir_doc_get(ev, "dur"), "dur", &dur, &e);
+        bad |= tid < 0 || tid >= L->nstreams || dur < 0;
+        const char *cat = NULL;
+        bad |= ir_doc_string(ir_doc_get(ev, "cat"), "cat", &cat, &e);
+        if (bad) break;
+        CU_ASSERT(!strcmp(cat, "compute") || !strcmp(cat, "p2p") || !strcmp(cat, "coll"));
+        int64_t t0 = llround(ts * 1000), d0 = llround(dur * 1000);
+        sp[nsp++] = (trace_span){pid, tid, t0, t0 + d0};
+        count[pid]++;
+    }
+    if (bad) fprintf(stderr, "\n  bad trace event: %s\n", e.msg);
+    CU_ASSERT_FALSE(bad);
+    CU_ASSERT_EQUAL(nproc, p.ndevices);
+    int streams = 0;
+    for (int d = 0; d < p.ndevices; d++) streams += sched_plan_list(&p, d)->nstreams;
+    CU_ASSERT_EQUAL(nthread, streams);
+    for (int d = 0; d < p.ndevices; d++) {
+        if (count[d] != expected_events(&p, d))
+            fprintf(stderr, "\n  device %d: %lld events, expected %lld\n", d, (long long)count[d], (long long)expected_events(&p, d));
+        CU_ASSERT_EQUAL(count[d], expected_events(&p, d));
+    }
+    qsort(sp, (size_t)nsp, sizeof *sp, cmp_span);
+    int overlaps = 0;
+    for (int i = 1; i < nsp; i++)
+        if (sp[i].pid == sp[i - 1].pid && sp[i].tid == sp[i - 1].tid && sp[i].ts < sp[i - 1].end) overlaps++;
+    CU_ASSERT_EQUAL(overlaps, 0);
+    CU_ASSERT(nsp > 0);
+    free(sp), free(count), free(a), free(b);
+    base_arena_free(&ar);
+    sched_plan_free(&p);
+}
+
+static void test_trace(void)
+{
+    check_trace("tests/fixtures/sim/pp4_1f1b_tiny.yaml", NULL);
+    check_trace("tests/fixtures/sim/pp4_1f1b_tiny.yaml", "unit:F=1,B=2,nocomm");
+    check_trace("tests/fixtures/sim/dp4_2x2_shared.yaml", NULL);
+    check_trace("configs/programs/tp2_pp2.yaml", NULL);
+    check_trace("tests/fixtures/sim/pp2_dp4_2nodes.yaml", NULL); /* folded: events of every replica */
+}
+
+/* A user's platform: a malformed one fails with file:line (SimGrid aborts on it: checked in a child
+ * first), one without the hosts the plan needs says which are missing, and a valid one describing
+ * the same network as a generated platform gives the same results, from --platform or from the
+ * cluster file's `platform` carried in the plan. */
+static void test_user_platform(void)
+{
+    base_error e;
+    base_error_clear(&e);
+    char bad[4096];
+    snprintf(bad, sizeof bad, "%s", test_src_path("tests/fixtures/sim/platform_bad.xml"));
+    CU_ASSERT_EQUAL(sim_platform_check(bad, 2, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "platform_bad.xml:9: Invalid XML");
+    TEST_ASSERT_CONTAINS(e.msg, "; fix the platform file");
+    base_error_clear(&e);
+    char good[4096]; /* test_src_path's buffer is reused */
+    snprintf(good, sizeof good, "%s", test_src_path("tests/fixtures/sim/platform_4gpu.xml"));
+    CU_ASSERT_EQUAL(sim_platform_check(good, 4, &e), 0);
+    CU_ASSERT_EQUAL(sim_platform_check(good, 6, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "the plan has 6 devices but the platform has no host named gpu4, gpu5 (4 hosts in all)");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_platform_check(tmp_path("none.xml"), 4, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "none.xml: cannot open the platform file");
+
+    /* through piper-sim: no crash, exit 1, the message */
+    char err[2048];
+    snprintf(err, sizeof err, "%s", tmp_path("perr.txt"));
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' --platform '%s' > /dev/null 2> '%s'", bin_path("piper-sim"),
+                             test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), bad, err), 1);
+    char *t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "error: ");
+    TEST_ASSERT_CONTAINS(t, "platform_bad.xml:9: Invalid XML");
+    free(t);
+
+    /* the same network three ways */
+    double step[3];
+    const char *how[3] = {"--links nvlink_bw=100GB/s,nvlink_lat=1us", "--platform", ""};
+    for (int k = 0; k < 3; k++) {
+        char j[2048];
+        snprintf(j, sizeof j, "%s", tmp_path("plat.json"));
+        CU_ASSERT_EQUAL_FATAL(run_cmdf("'%s' '%s' -q %s %s --json '%s' 2>/dev/null", bin_path("piper-sim"),
+                                       test_src_path(k < 2 ? "tests/fixtures/sim/pp4_1f1b_tiny.yaml"
+                                                           : "tests/fixtures/sim/pp4_platform.yaml"),
+                                       how[k], k == 1 ? good : "", j), 0);
+        char *js = slurp(j);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+        const char *at = strstr(js, "\"step_seconds\": ");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+        step[k] = atof(at + 16);
+        if (k == 0) TEST_ASSERT_CONTAINS(js, "\"platform\": null");
+        else TEST_ASSERT_CONTAINS(js, "platform_4gpu.xml\"");
+        free(js);
+    }
+    CU_ASSERT(step[0] > 0);
+    ASSERT_NEAR(step[1], step[0], 1e-12);
+    ASSERT_NEAR(step[2], step[0], 1e-12);
+}
+
+/* Folding: identical data-parallel replicas simulated once give the full simulation's figures
+ * (docs/simulator.md, "Folding"), and plans where that would not be exact are not folded. */
+static void check_fold(const char *program, const char *links, int replicas, const char *note)
+{
+    const char *plan_path = tmp_path("fold.plan");
+    CU_ASSERT_EQUAL_FATAL(compile(program, plan_path), 0);
+    sched_plan p;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    sim_options o;
+    sim_options_init(&o, &p);
+    if (links) CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, links, &e), 0);
+    sim_result a, b;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &a), 0);
+    o.fold = false;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &b), 0);
+    CU_ASSERT_EQUAL(a.folded_replicas, replicas);
+    if (note) TEST_ASSERT_CONTAINS(a.fold_note, note);
+    CU_ASSERT_EQUAL(b.folded_replicas, 1);
+    CU_ASSERT_EQUAL(a.simulated_devices * replicas, p.ndevices);
+    if (replicas > 1) CU_ASSERT(a.activities * replicas <= b.activities);
+    ASSERT_NEAR(a.step_seconds, b.step_seconds, 1e-9);
+    CU_ASSERT(a.step_seconds > 0);
+    ASSERT_NEAR(a.mfu, b.mfu, 1e-9);
+    CU_ASSERT_EQUAL(a.critical_device, b.critical_device);
+    CU_ASSERT_EQUAL(a.last_device, b.last_device);
+    for (int d = 0; d < p.ndevices; d++) {
+        const sim_device_result *x = &a.dev[d], *y = &b.dev[d];
+        CU_ASSERT_EQUAL(x->id, d);
+        CU_ASSERT_EQUAL(x->node, y->node);
+        ASSERT_NEAR(x->end_seconds, y->end_seconds, 1e-9);
+        ASSERT_NEAR(x->compute_seconds, y->compute_seconds, 1e-9);
+        ASSERT_NEAR(x->exposed_comm_seconds, y->exposed_comm_seconds, 1e-9);
+        ASSERT_NEAR(x->comm_seconds, y->comm_seconds, 1e-9);
+        ASSERT_NEAR(x->idle_seconds, y->idle_seconds, 1e-9);
+        ASSERT_NEAR(x->peak_bytes, y->peak_bytes, 1e-12);
+        ASSERT_NEAR(x->bytes_sent, y->bytes_sent, 1e-12);
+        CU_ASSERT_EQUAL(x->instructions, y->instructions);
+    }
+    sim_result_free(&a);
+    sim_result_free(&b);
+    sched_plan_free(&p);
+}
+
+static void test_fold(void)
+{
+    /* PP2 x DP4 on one node: data-parallel groups inside the stages, a world all-reduce (clipping) */
+    check_fold("tests/fixtures/sim/pp2_dp4.yaml", NULL, 4, NULL);
+    /* ... on two nodes: the pipeline crosses them over the NICs */
+    check_fold("tests/fixtures/sim/pp2_dp4_2nodes.yaml", NULL, 4, NULL);
+    check_fold("tests/fixtures/sim/pp2_dp4_2nodes.yaml", "nic_bw=1GB/s,nic_lat=20us", 4, NULL);
+    /* TP2 x DP4 on two nodes: hierarchical data-parallel collectives, tensor pairs sharing a NIC */
+    check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", NULL, 4, NULL);
+    check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "gpus_per_nic=2,nvlink_bw=20GB/s", 4, NULL);
+    /* not exact, so not folded: a NIC shared by two replicas; a blocking fabric */
+    check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "gpus_per_nic=4", 1, "share a NIC");
+    check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "nodes_per_leaf=1,oversubscription=2", 1, "oversubscribed");
+    /* all-to-all across replicas (expert parallelism) does not fold */
+    check_fold("configs/programs/pp2_dp2_ep2_qwen3.yaml", NULL, 1, "all_to_all spans replicas");
+}
+
 static void test_cli_errors(void)
 {
     char err[2048]; /* a copy: tmp_path's buffers are reused */
@@ -744,6 +1158,30 @@ static void test_cli_errors(void)
     TEST_ASSERT_CONTAINS(t, "--links: 'nic_bw=slow'");
     free(t);
 
+    /* --calib: a bad file is invalid input (exit 1, file:line); none leaves the defaults */
+    f = fopen(tmp_path("bad.calib"), "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("# x\nA100 gemm_eff=2\n", f);
+    fclose(f);
+    char calib[2048];
+    snprintf(calib, sizeof calib, "%s", tmp_path("bad.calib"));
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' --calib '%s' > /dev/null 2> '%s'", bin_path("piper-sim"),
+                             test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), calib, err), 1);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "bad.calib:2: 'gemm_eff=2' is not valid");
+    free(t);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' -q --calib none --json - > '%s' 2>/dev/null", bin_path("piper-sim"),
+                             test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 0);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "\"launch_overhead\": 4e-06, \"gemm_eff_large\": 0.820512820513, \"gemm_half_dim\": 128, "
+                            "\"launch_overlap\": 0, \"hbm_eff\": 1, \"net_eff\": 1, \"comm_slowdown\": 0, \"calibration\": null");
+    free(t);
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' -q --json - > '%s' 2>/dev/null", bin_path("piper-sim"),
+                             test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 0);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "\"calibration\": \"A100 from configs/calibration.txt (built in)\"");
+    free(t);
+
     CU_ASSERT_EQUAL(run_cmdf("'%s' --frobnicate > /dev/null 2> '%s'", bin_path("piper-sim"), err), 2);
     CU_ASSERT_EQUAL(run_cmdf("'%s' --help > '%s'", bin_path("piper-sim"), err), 0);
     t = slurp(err);
@@ -759,6 +1197,7 @@ int piper_tests_register(void)
         {"link defaults per GPU type", test_link_defaults},
         {"--links values, units and errors", test_links_parse},
         {"--costs values and errors", test_costs_parse},
+        {"calibration files and the cluster's calibration keys", test_calibration},
         {"platform XML: hosts, NVLink, NICs", test_platform_xml},
         {NULL, NULL},
     };
@@ -769,6 +1208,7 @@ int piper_tests_register(void)
         {"nocomm: transfers are free", test_nocomm},
         {"sendrecv groups exchange in both directions at once", test_sendrecv_exchange},
         {"record/wait across streams; streams share the GPU", test_record_wait_and_sharing},
+        {"compute slows while transfers run (comm_slowdown)", test_comm_slowdown},
         {"ring all-reduce matches the alpha-beta formula", test_ring_all_reduce},
         {"all-gather, reduce-scatter, all-to-all", test_ring_gather_scatter_a2a},
         {"across nodes: a flat ring at the NIC's pace, or hierarchical", test_ring_across_nodes},
@@ -779,6 +1219,10 @@ int piper_tests_register(void)
         {"GPipe closed forms on a tiny program (m=6)", test_gpipe_closed_form},
         {"ZeRO-3 moves 1.5x the bytes of ZeRO-0 (one micro-batch)", test_zero3_bytes},
         {"piper-sim program.yaml: deterministic report and --json", test_cli_program_json_deterministic},
+        {"links come from the plan; --links overrides them", test_links_from_plan},
+        {"--trace: valid Chrome trace JSON, no overlaps, one event per instruction", test_trace},
+        {"a user's platform XML: checked first, file:line errors, same results", test_user_platform},
+        {"folding data-parallel replicas: the full run's figures, or not folded", test_fold},
         {"piper-sim errors and exit codes", test_cli_errors},
         {NULL, NULL},
     };

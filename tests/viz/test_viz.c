@@ -1,0 +1,924 @@
+/* test_viz.c — piper-viz's figures read back: programs are compiled through the real path
+ * (sched_compile), drawn, rendered by Graphviz, and the SVG is parsed for the boxes the figure
+ * promises (ids such as "r2-F-5", classes such as "box F"), so the tests check structure with
+ * known answers — 64 boxes of a 4-rank, 8-micro-batch 1F1B in the 1F1B order, ZB-H1's BI and BW
+ * boxes, overlapped pairs as half boxes, equal widths with --unit, widths proportional to the
+ * roofline cost, one lane per (pid, tid) of a trace, DAG node counts per collapse mode — plus the
+ * timing callback of the static check the grid is placed by, and the error paths. Fixtures are in
+ * tests/fixtures/viz/ and tests/fixtures/sched/. */
+#include <graphviz/cgraph.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+#include "viz/viz.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef struct compiled {
+    sched_compilation c;
+    base_error e;
+    int rc;
+} compiled;
+
+static compiled *compile_rel(const char *rel, const sched_options *o)
+{
+    compiled *r = calloc(1, sizeof *r);
+    sched_compilation_init(&r->c);
+    base_error_clear(&r->e);
+    sched_options dflt = {0};
+    r->rc = sched_compile(&r->c, test_src_path(rel), NULL, NULL, o ? o : &dflt, &r->e);
+    if (r->rc) fprintf(stderr, "\n  compiling %s: %s\n", rel, r->e.msg);
+    return r;
+}
+
+static void compiled_free(compiled *r)
+{
+    sched_compilation_free(&r->c);
+    free(r);
+}
+
+/* One node of a rendered SVG: its id (entities undone), class, and polygon's bounding box. */
+typedef struct svg_box {
+    char id[64], cls[64];
+    double x0, x1, y0, y1;
+    bool has_poly, dashed;
+} svg_box;
+
+typedef struct svg {
+    svg_box *b;
+    int n;
+} svg;
+
+static void unescape(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < cap; i++) {
+        if (!strncmp(s + i, "&#45;", 5)) out[k++] = '-', i += 4;
+        else if (!strncmp(s + i, "&amp;", 5)) out[k++] = '&', i += 4;
+        else out[k++] = s[i];
+    }
+    out[k] = 0;
+}
+
+/* Every <g id=".." class=".."> group (nodes, edges, clusters), with the first polygon or path in it. */
+static svg svg_parse(const char *text)
+{
+    svg r = {0};
+    int cap = 0;
+    for (const char *p = strstr(text, "<g id=\""); p; p = strstr(p + 1, "<g id=\"")) {
+        const char *id = p + 7, *idend = strchr(id, '"');
+        if (!idend || strncmp(idend, "\" class=\"", 9)) continue;
+        const char *cls = idend + 9, *clsend = strchr(cls, '"');
+        if (!clsend) break;
+        if (r.n == cap) {
+            cap = cap ? 2 * cap : 256;
+            r.b = realloc(r.b, (size_t)cap * sizeof *r.b);
+        }
+        svg_box *b = &r.b[r.n++];
+        memset(b, 0, sizeof *b);
+        unescape(id, (size_t)(idend - id), b->id, sizeof b->id);
+        unescape(cls, (size_t)(clsend - cls), b->cls, sizeof b->cls);
+        const char *end = strstr(clsend, "</g>");
+        const char *poly = strstr(clsend, "<polygon");
+        const char *path = strstr(clsend, "<path");
+        const char *shape = poly && (!path || poly < path) ? poly : path;
+        if (!shape || (end && shape > end)) continue;
+        const char *close = strchr(shape, '>');
+        const char *dash = strstr(shape, "stroke-dasharray");
+        b->dashed = dash && dash < close;
+        const char *pts = strstr(shape, poly == shape ? "points=\"" : " d=\"");
+        if (!pts || pts > close) continue;
+        pts = strchr(pts, '"') + 1;
+        b->x0 = b->y0 = INFINITY, b->x1 = b->y1 = -INFINITY;
+        const char *q = pts;
+        while (*q && *q != '"') {
+            while (*q && *q != '"' && !(*q == '-' || *q == '.' || (*q >= '0' && *q <= '9'))) q++;
+            char *e1;
+            double x = strtod(q, &e1);
+            if (e1 == q || *e1 != ',') break;
+            double y = strtod(e1 + 1, (char **)&q);
+            if (x < b->x0) b->x0 = x;
+            if (x > b->x1) b->x1 = x;
+            if (y < b->y0) b->y0 = y;
+            if (y > b->y1) b->y1 = y;
+            b->has_poly = true;
+        }
+    }
+    return r;
+}
+
+static const svg_box *svg_find(const svg *s, const char *id)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->b[i].id, id)) return &s->b[i];
+    return NULL;
+}
+
+/* Does the space-separated class list contain `word`? */
+static bool has_class(const svg_box *b, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = b->cls; (p = strstr(p, word)); p += n)
+        if ((p == b->cls || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    return false;
+}
+
+static int count_class(const svg *s, const char *word)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++) n += has_class(&s->b[i], word);
+    return n;
+}
+
+/* dot text -> SVG text (caller frees) */
+static char *render_svg(const base_buf *dot, const char *engine)
+{
+    base_buf out = {0};
+    base_error e;
+    base_error_clear(&e);
+    int rc = viz_render_data(dot->s, engine, VIZ_FMT_SVG, &out, &e);
+    if (rc) fprintf(stderr, "\n  render: %s\n", e.msg);
+    CU_ASSERT_EQUAL(rc, 0);
+    return out.s;
+}
+
+static svg schedule_svg(const sched_plan *p, const viz_schedule_options *o, base_error *e)
+{
+    base_buf dot = {0};
+    int rc = viz_schedule(p, o, &dot, e);
+    if (rc) fprintf(stderr, "\n  schedule: %s\n", e->msg);
+    CU_ASSERT_EQUAL(rc, 0);
+    svg s = {0};
+    if (!rc) {
+        char *text = render_svg(&dot, "nop");
+        if (text) s = svg_parse(text);
+        free(text);
+    }
+    free(dot.s);
+    return s;
+}
+
+/* Boxes of rank r (class "box"), sorted by their left edge. */
+static int row_boxes(const svg *s, int r, const svg_box **out, int cap)
+{
+    char pre[24];
+    int n = 0, len = snprintf(pre, sizeof pre, "r%d-", r);
+    for (int i = 0; i < s->n && n < cap; i++)
+        if (has_class(&s->b[i], "box") && !strncmp(s->b[i].id, pre, (size_t)len)) out[n++] = &s->b[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j - 1]->x0 > out[j]->x0; j--) {
+            const svg_box *t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+/* ---------------------------------------------------------------- the schedule grid */
+
+/* 1F1B (PipeDream-flush) on p ranks, m micro-batches: rank r runs min(p-r-1, m) warm-up
+ * forwards, then alternates one forward and one backward, then drains the backwards. */
+static void one_f_one_b(int p, int m, int r, char seq[][32])
+{
+    int warm = p - r - 1 < m ? p - r - 1 : m, f = 0, b = 0, k = 0;
+    while (f < warm) snprintf(seq[k++], 32, "r%d-F-%d", r, f++);
+    while (f < m) {
+        snprintf(seq[k++], 32, "r%d-F-%d", r, f++);
+        snprintf(seq[k++], 32, "r%d-B-%d", r, b++);
+    }
+    while (b < m) snprintf(seq[k++], 32, "r%d-B-%d", r, b++);
+}
+
+static void test_schedule_1f1b(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    /* 4 ranks x (8 F + 8 B) */
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 64);
+    CU_ASSERT_EQUAL(count_class(&s, "F"), 32 + 1); /* + the legend's sample */
+    CU_ASSERT_EQUAL(count_class(&s, "overlap"), 0);
+    for (int r = 0; r < 4; r++) {
+        const svg_box *row[32];
+        int n = row_boxes(&s, r, row, 32);
+        CU_ASSERT_EQUAL(n, 16);
+        char want[16][32];
+        one_f_one_b(4, 8, r, want);
+        for (int k = 0; k < n && k < 16; k++) {
+            if (strcmp(row[k]->id, want[k]))
+                fprintf(stderr, "\n  rank %d slot %d: %s, expected %s\n", r, k, row[k]->id, want[k]);
+            CU_ASSERT_STRING_EQUAL(row[k]->id, want[k]);
+            /* a rank runs one action at a time: no box starts before the previous one ends
+             * (Graphviz rounds sizes to whole points) */
+            if (k) CU_ASSERT(row[k]->x0 >= row[k - 1]->x1 - 1.0);
+        }
+        /* every row but the last idles in its warm-up / cool-down: a gap between some boxes */
+        double gap = 0;
+        for (int k = 1; k < n; k++) gap = fmax(gap, row[k]->x0 - row[k - 1]->x1);
+        if (r == 0) CU_ASSERT(gap > 10);
+    }
+    /* the legend and the axis */
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-F"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-B"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-idle"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "legend-BI"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "axis"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "tick-1"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "lane-r3"));
+    /* rank 0 is drawn above rank 3 (SVG y grows downwards) */
+    const svg_box *a = svg_find(&s, "r0-F-0"), *b = svg_find(&s, "r3-F-0");
+    CU_ASSERT_FATAL(a && b);
+    CU_ASSERT(a->y1 < b->y0);
+    /* each rank's F 0 starts after the previous rank's F 0 ends: the pipeline fills */
+    for (int r = 1; r < 4; r++) {
+        char x[16], y[16];
+        snprintf(x, sizeof x, "r%d-F-0", r - 1);
+        snprintf(y, sizeof y, "r%d-F-0", r);
+        const svg_box *p = svg_find(&s, x), *q = svg_find(&s, y);
+        CU_ASSERT_FATAL(p && q);
+        CU_ASSERT(q->x0 >= p->x1 - 1.0);
+    }
+    free(s.b);
+    compiled_free(c);
+}
+
+/* Box widths are the roofline cost: on a middle stage (no embedding, no head), B / F of the SVG
+ * equals the ratio of the two actions' kernel-list times computed here from the plan. */
+static void test_schedule_widths_are_costs(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    const sched_plan *p = &c->c.plan;
+    double cost[2] = {0, 0};
+    const plan_list *L = sched_plan_list(p, 1);
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE || in->mb != 3 || in->kernels < 0) continue;
+        if (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_B) continue;
+        const plan_kernel_list *kl = &p->kernel_lists[in->kernels];
+        for (int k = 0; k < kl->n; k++) {
+            const plan_kernel *kn = &kl->k[k];
+            double fl = kn->flops / p->gpu.peak_flops[kn->dtype], by = kn->bytes / p->gpu.hbm_bw;
+            cost[in->pass == PLAN_PASS_B] += fl > by ? fl : by;
+        }
+    }
+    CU_ASSERT_FATAL(cost[0] > 0 && cost[1] > 0);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(p, &o, &c->e);
+    const svg_box *f = svg_find(&s, "r1-F-3"), *b = svg_find(&s, "r1-B-3");
+    CU_ASSERT_FATAL(f && b);
+    double wf = f->x1 - f->x0, wb = b->x1 - b->x0;
+    double want = cost[1] / cost[0], got = wb / wf;
+    if (fabs(got - want) > 0.1 * want) fprintf(stderr, "\n  B/F width %g, cost ratio %g\n", got, want);
+    CU_ASSERT(fabs(got - want) <= 0.1 * want);
+    free(s.b);
+    compiled_free(c);
+}
+
+static void test_schedule_unit_widths(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_schedule_options o = {.unit = true};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 64);
+    double w0 = -1;
+    int unequal = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (!has_class(&s.b[i], "box")) continue;
+        double w = s.b[i].x1 - s.b[i].x0;
+        if (w0 < 0) w0 = w;
+        unequal += fabs(w - w0) > 0.01;
+    }
+    CU_ASSERT(w0 > 0);
+    CU_ASSERT_EQUAL(unequal, 0);
+    /* the 1F1B picture of the papers: with unit steps the last rank starts at slot p-1 = 3, and
+     * the step takes m(F+B) + (p-1)(F+B) = 16 + 6 = 22 slots (formulas.md), rank 0 ending last */
+    const svg_box *first = svg_find(&s, "r3-F-0"), *zero = svg_find(&s, "r0-F-0"), *last = svg_find(&s, "r0-B-7");
+    CU_ASSERT_FATAL(first && zero && last);
+    const svg_box *one = svg_find(&s, "r0-F-1");
+    CU_ASSERT_FATAL(one != NULL);
+    double unit = one->x0 - zero->x0;
+    CU_ASSERT(fabs(unit - w0) < 0.01); /* boxes abut */
+    CU_ASSERT(fabs((first->x0 - zero->x0) / unit - 3) < 0.01);
+    CU_ASSERT(fabs((last->x1 - zero->x0) / unit - 22) < 0.01);
+    CU_ASSERT_PTR_NULL(svg_find(&s, "axis")); /* units are not time */
+    free(s.b);
+    compiled_free(c);
+}
+
+static void test_schedule_zbh1(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_zbh1.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    /* every backward split: 8 F, 8 BI, 8 BW per rank */
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 96);
+    int bi = 0, bw = 0, b = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (!has_class(&s.b[i], "box")) continue;
+        bi += has_class(&s.b[i], "BI");
+        bw += has_class(&s.b[i], "BW");
+        b += has_class(&s.b[i], "B");
+    }
+    CU_ASSERT_EQUAL(bi, 32);
+    CU_ASSERT_EQUAL(bw, 32);
+    CU_ASSERT_EQUAL(b, 0);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-BI"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-BW"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "legend-B"));
+    /* a weight half never starts before its input half ends */
+    for (int r = 0; r < 4; r++)
+        for (int m = 0; m < 8; m++) {
+            char x[16], y[16];
+            snprintf(x, sizeof x, "r%d-BI-%d", r, m);
+            snprintf(y, sizeof y, "r%d-BW-%d", r, m);
+            const svg_box *i = svg_find(&s, x), *w = svg_find(&s, y);
+            CU_ASSERT_FATAL(i && w);
+            CU_ASSERT(w->x0 >= i->x1 - 1.0);
+        }
+    /* ZB-H1 defers weight halves into the cool-down, where 1F1B idles: rank 0 runs BW 0 right
+     * after BI 0, the last rank holds its W's back and ends with four in a row (BW 4..7) */
+    const svg_box *row[32];
+    int n = row_boxes(&s, 0, row, 32);
+    CU_ASSERT_EQUAL(n, 24);
+    for (int k = 0; k + 1 < n; k++)
+        if (!strcmp(row[k]->id, "r0-BI-0")) CU_ASSERT_STRING_EQUAL(row[k + 1]->id, "r0-BW-0");
+    n = row_boxes(&s, 3, row, 32);
+    CU_ASSERT_EQUAL(n, 24);
+    if (n == 24)
+        for (int k = 20; k < 24; k++) CU_ASSERT(has_class(row[k], "BW"));
+    free(s.b);
+    compiled_free(c);
+}
+
+static void test_schedule_overlapped_pair(void)
+{
+    compiled *c = compile_rel("tests/fixtures/viz/pp2_overlap.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_pair *pairs = NULL;
+    int np = 0;
+    viz_pairs_from_program(&c->c, &pairs, &np);
+    CU_ASSERT_EQUAL(np, 1);
+    if (np == 1) {
+        CU_ASSERT_EQUAL(pairs[0].a.stage, 1);
+        CU_ASSERT_EQUAL(pairs[0].a.pass, PLAN_PASS_F);
+        CU_ASSERT_EQUAL(pairs[0].a.mb, 1);
+        CU_ASSERT_EQUAL(pairs[0].b.pass, PLAN_PASS_B);
+        CU_ASSERT_EQUAL(pairs[0].b.mb, 0);
+    }
+    viz_schedule_options o = {.unit = true, .pairs = pairs, .npairs = np};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 16);
+    CU_ASSERT_EQUAL(count_class(&s, "overlap"), 2);
+    const svg_box *f = svg_find(&s, "r1-F-1"), *b = svg_find(&s, "r1-B-0"), *full = svg_find(&s, "r1-F-0");
+    CU_ASSERT_FATAL(f && b && full);
+    CU_ASSERT(has_class(f, "overlap") && has_class(b, "overlap"));
+    /* one slot: same x extent; two halves: half the height, F above B */
+    CU_ASSERT(fabs(f->x0 - b->x0) < 0.5 && fabs(f->x1 - b->x1) < 0.5);
+    double h = full->y1 - full->y0;
+    CU_ASSERT(fabs((f->y1 - f->y0) - h / 2) < 1.0);
+    CU_ASSERT(fabs((b->y1 - b->y0) - h / 2) < 1.0);
+    CU_ASSERT(f->y1 <= b->y0 + 0.5);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-overlap"));
+    free(s.b);
+    /* without the program's word, the plan alone runs B0 and F1 one after the other: no pair */
+    viz_schedule_options plain = {.unit = true};
+    s = schedule_svg(&c->c.plan, &plain, &c->e);
+    CU_ASSERT_EQUAL(count_class(&s, "overlap"), 0);
+    free(s.b);
+    free(pairs);
+    compiled_free(c);
+}
+
+/* A plan file draws the same grid as the program it came from. */
+static void test_schedule_from_plan_file(void)
+{
+    compiled *c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    char path[] = "/tmp/piper_viz_planXXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_write_file(&c->c.plan, path, &c->e), 0);
+    sched_plan p;
+    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, path, &c->e), 0);
+    unlink(path);
+    viz_schedule_options o = {0};
+    base_buf a = {0}, b = {0};
+    CU_ASSERT_EQUAL(viz_schedule(&c->c.plan, &o, &a, &c->e), 0);
+    CU_ASSERT_EQUAL(viz_schedule(&p, &o, &b, &c->e), 0);
+    CU_ASSERT_FATAL(a.s && b.s);
+    CU_ASSERT_STRING_EQUAL(a.s, b.s);
+    svg s = schedule_svg(&p, &o, &c->e);
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 64);
+    free(s.b);
+    free(a.s);
+    free(b.s);
+    sched_plan_free(&p);
+    compiled_free(c);
+}
+
+/* A plan whose static run deadlocks (1F1B without sendrecv groups) is still drawn, from a replay,
+ * with a warning that says why. */
+static void test_schedule_deadlocked_plan(void)
+{
+    sched_options so = {.no_sendrecv_groups = true, .no_check = true};
+    compiled *c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", &so);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    base_error e;
+    base_error_clear(&e);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(&c->c.plan, &o, &e);
+    CU_ASSERT_EQUAL(count_class(&s, "box"), 64);
+    TEST_ASSERT_CONTAINS(e.warnings, "static run fails (deadlock");
+    TEST_ASSERT_CONTAINS(e.warnings, "replay");
+    free(s.b);
+    compiled_free(c);
+}
+
+static void test_schedule_errors(void)
+{
+    sched_plan p;
+    sched_plan_init(&p);
+    base_error e;
+    base_error_clear(&e);
+    base_buf dot = {0};
+    viz_schedule_options o = {0};
+    CU_ASSERT_EQUAL(viz_schedule(&p, &o, &dot, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "no forward or backward compute instructions");
+    free(dot.s);
+    sched_plan_free(&p);
+}
+
+/* ---------------------------------------------------------------- the static check's timing */
+
+typedef struct timing_log {
+    const sched_plan *p;
+    int **seen;        /* per device, per instruction: times reported */
+    double max_end;
+    int bad;           /* start > end, or a compute whose length is not its roofline */
+    double *kl;        /* per kernel list: seconds */
+} timing_log;
+
+static void log_timing(void *ctx, int dev, int ins, double start, double end)
+{
+    timing_log *t = ctx;
+    t->seen[dev][ins]++;
+    if (end > t->max_end) t->max_end = end;
+    if (!(start <= end)) t->bad++;
+    const plan_instr *in = &sched_plan_list(t->p, dev)->ins[ins];
+    if (in->op == PLAN_COMPUTE && in->kernels >= 0 && fabs((end - start) - t->kl[in->kernels]) > 1e-12) t->bad++;
+}
+
+static void test_check_timing_callback(void)
+{
+    compiled *c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    const sched_plan *p = &c->c.plan;
+    timing_log t = {.p = p};
+    t.seen = calloc((size_t)p->ndevices, sizeof *t.seen);
+    for (int d = 0; d < p->ndevices; d++) t.seen[d] = calloc((size_t)sched_plan_list(p, d)->n + 1, sizeof **t.seen);
+    t.kl = calloc((size_t)p->nkernel_lists + 1, sizeof *t.kl);
+    for (int i = 0; i < p->nkernel_lists; i++)
+        for (int k = 0; k < p->kernel_lists[i].n; k++) {
+            const plan_kernel *kn = &p->kernel_lists[i].k[k];
+            double fl = kn->flops > 0 ? kn->flops / p->gpu.peak_flops[kn->dtype] : 0;
+            double by = kn->bytes > 0 ? kn->bytes / p->gpu.hbm_bw : 0;
+            t.kl[i] += fl > by ? fl : by;
+        }
+    sched_plan_stats a, b;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_check_timed(p, &a, log_timing, &t, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(sched_plan_check(p, &b, &e), 0);
+    /* every instruction of every device exactly once, in time, and the same statistics */
+    int missing = 0, twice = 0;
+    for (int d = 0; d < p->ndevices; d++)
+        for (int i = 0; i < sched_plan_list(p, d)->n; i++) missing += t.seen[d][i] == 0, twice += t.seen[d][i] > 1;
+    CU_ASSERT_EQUAL(missing, 0);
+    CU_ASSERT_EQUAL(twice, 0);
+    CU_ASSERT_EQUAL(t.bad, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t.max_end, a.makespan_seconds, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(a.makespan_seconds, b.makespan_seconds, 0);
+    for (int d = 0; d < p->ndevices; d++) {
+        CU_ASSERT_DOUBLE_EQUAL(a.dev[d].peak_bytes, b.dev[d].peak_bytes, 0);
+        CU_ASSERT_DOUBLE_EQUAL(a.dev[d].end_seconds, b.dev[d].end_seconds, 0);
+    }
+    sched_plan_stats_free(&a);
+    sched_plan_stats_free(&b);
+    for (int d = 0; d < p->ndevices; d++) free(t.seen[d]);
+    free(t.seen);
+    free(t.kl);
+    compiled_free(c);
+}
+
+/* ---------------------------------------------------------------- the DAG */
+
+static svg dag_svg(const ir_dag *g, const sched_plan *p, const viz_dag_options *o, char **dot_out)
+{
+    base_buf dot = {0};
+    base_error e;
+    base_error_clear(&e);
+    int rc = g ? viz_dag_from_ir(g, o, &dot, &e) : viz_dag_from_plan(p, o, &dot, &e);
+    if (rc) fprintf(stderr, "\n  dag: %s\n", e.msg);
+    CU_ASSERT_EQUAL(rc, 0);
+    svg s = {0};
+    if (!rc) {
+        char *text = render_svg(&dot, "dot");
+        if (text) s = svg_parse(text);
+        free(text);
+    }
+    if (dot_out) *dot_out = dot.s;
+    else free(dot.s);
+    return s;
+}
+
+/* Nodes of a kind, legend samples left out. */
+static int count_nodes(const svg *s, const char *kind)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += has_class(&s->b[i], "node") && has_class(&s->b[i], kind) && strncmp(s->b[i].id, "legend", 6) != 0;
+    return n;
+}
+
+/* gpt_tiny (embed, L0.attn, L0.mlp, L1.attn, L1.mlp, head) in 2 stages of one layer each, 4
+ * micro-batches: 6 regions x 4 = 24 F, 24 B, and 6 UPD. */
+static void test_dag_collapse_counts(void)
+{
+    compiled *c = compile_rel("tests/fixtures/sched/pp2_m4.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    const ir_dag *g = &c->c.dag;
+    struct {
+        unsigned collapse;
+        int device;
+        int F, B, UPD, p2p;
+    } cases[] = {
+        {0, -1, 24, 24, 6, 16},                                       /* a send and a receive per crossing */
+        {VIZ_COLLAPSE_MB, -1, 6, 6, 6, 4},                            /* one per region and pass */
+        {VIZ_COLLAPSE_LAYERS, -1, 16, 16, 4, 16},                     /* per stage: embed|L0, L1|head */
+        {VIZ_COLLAPSE_MB | VIZ_COLLAPSE_LAYERS, -1, 4, 4, 4, 4},
+        {0, 1, 12, 12, 3, 8},                                         /* device 1: stage 1 */
+    };
+    for (size_t k = 0; k < BASE_COUNT(cases); k++) {
+        viz_dag_options o = {.device = cases[k].device, .collapse = cases[k].collapse};
+        svg s = dag_svg(g, NULL, &o, NULL);
+        int nf = 0, nb = 0, nu = 0;
+        for (int i = 0; i < s.n; i++) {
+            const svg_box *b = &s.b[i];
+            if (!has_class(b, "compute") || !strncmp(b->id, "legend", 6)) continue;
+            nf += has_class(b, "F"), nb += has_class(b, "B"), nu += has_class(b, "UPD");
+        }
+        if (nf != cases[k].F || nb != cases[k].B || nu != cases[k].UPD || count_nodes(&s, "p2p") != cases[k].p2p)
+            fprintf(stderr, "\n  case %zu: F %d B %d UPD %d p2p %d\n", k, nf, nb, nu, count_nodes(&s, "p2p"));
+        CU_ASSERT_EQUAL(nf, cases[k].F);
+        CU_ASSERT_EQUAL(nb, cases[k].B);
+        CU_ASSERT_EQUAL(nu, cases[k].UPD);
+        CU_ASSERT_EQUAL(count_nodes(&s, "p2p"), cases[k].p2p);
+        /* compute boxes and communication ellipses differ in shape: a box is a polygon */
+        CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-F"));
+        CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-p2p"));
+        free(s.b);
+    }
+    compiled_free(c);
+}
+
+/* Data edges solid, temporal edges dashed; one cluster per placement; the dot output parses back. */
+static void test_dag_edges_clusters_and_dot(void)
+{
+    compiled *c = compile_rel("tests/fixtures/viz/pp2_overlap.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_dag_options o = {.device = -1};
+    char *dot = NULL;
+    svg s = dag_svg(&c->c.dag, NULL, &o, &dot);
+    int data = 0, temporal = 0, dashed_data = 0, solid_temporal = 0;
+    for (int i = 0; i < s.n; i++) {
+        const svg_box *b = &s.b[i];
+        if (!has_class(b, "edge")) continue;
+        if (has_class(b, "data")) data++, dashed_data += b->dashed;
+        if (has_class(b, "temporal")) temporal++, solid_temporal += !b->dashed;
+    }
+    CU_ASSERT(data > 0);
+    CU_ASSERT(temporal > 0);
+    CU_ASSERT_EQUAL(dashed_data, 0);
+    CU_ASSERT_EQUAL(solid_temporal, 0);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "cluster-0"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "cluster-1"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "cluster-2"));
+    /* the order groups' ORDER dummies are drawn as what they mean: temporal edges from one
+     * group's last nodes to the next group's first */
+    CU_ASSERT_EQUAL(count_nodes(&s, "order"), 0);
+    free(s.b);
+    /* the laid-out dot reads back with the same nodes and edges */
+    base_buf out = {0};
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_render_data(dot, "dot", VIZ_FMT_DOT, &out, &e), 0);
+    Agraph_t *in = agmemread(dot), *back = agmemread(out.s);
+    CU_ASSERT_FATAL(in && back);
+    CU_ASSERT_EQUAL(agnnodes(back), agnnodes(in));
+    CU_ASSERT_EQUAL(agnedges(back), agnedges(in));
+    Agnode_t *n0 = agnode(back, "n0", 0);
+    CU_ASSERT_PTR_NOT_NULL(n0);
+    if (n0) CU_ASSERT_PTR_NOT_NULL(agget(n0, "pos")); /* laid out */
+    /* rank 0 runs F0 F1 B0 F2 ...: F0 ends with its send, F1 starts with its embedding, B0 with
+     * its receive; those hops are the temporal edges */
+    int hops = 0;
+    for (Agnode_t *n = agfstnode(in); n; n = agnxtnode(in, n))
+        for (Agedge_t *ed = agfstout(in, n); ed; ed = agnxtout(in, ed)) {
+            const char *k = agget(ed, "class"), *a = agget(agtail(ed), "label"), *b = agget(aghead(ed), "label");
+            if (!k || strcmp(k, "temporal") || !a || !b) continue;
+            hops += !strcmp(a, "SEND L0.mlp\\nmb0 to [1]") && !strcmp(b, "F embed\\nmb1");
+            hops += !strcmp(a, "SEND L0.mlp\\nmb1 to [1]") && !strcmp(b, "RECV L0.mlp\\nmb0 from [1]");
+            hops += !strcmp(a, "B embed\\nmb0") && !strcmp(b, "F embed\\nmb2");
+        }
+    CU_ASSERT_EQUAL(hops, 3);
+    agclose(in);
+    agclose(back);
+    free(out.s);
+    free(dot);
+    compiled_free(c);
+}
+
+/* A plan's instruction graph: per device its computes and transfers; every send has an edge to
+ * the receive it matches on the other device. */
+static void test_dag_from_plan(void)
+{
+    compiled *c = compile_rel("tests/fixtures/sched/pp2_m4.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_dag_options o = {.device = -1};
+    char *dot = NULL;
+    svg s = dag_svg(NULL, &c->c.plan, &o, &dot);
+    int nf = 0;
+    for (int i = 0; i < s.n; i++) nf += has_class(&s.b[i], "compute") && has_class(&s.b[i], "F");
+    CU_ASSERT_EQUAL(nf, 24 + 1); /* + legend */
+    CU_ASSERT_EQUAL(count_nodes(&s, "p2p"), 16);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "cluster-1"));
+    free(s.b);
+    Agraph_t *g = agmemread(dot);
+    CU_ASSERT_FATAL(g != NULL);
+    int matched = 0;
+    for (Agnode_t *n = agfstnode(g); n; n = agnxtnode(g, n))
+        for (Agedge_t *ed = agfstout(g, n); ed; ed = agnxtout(g, ed)) {
+            /* a data edge from a send to a receive crosses devices: on one device, stream order
+             * (temporal) is all that links them */
+            const char *a = agget(agtail(ed), "label"), *b = agget(aghead(ed), "label"), *k = agget(ed, "class");
+            matched += a && b && k && !strcmp(k, "data") && !strncmp(a, "send", 4) && !strncmp(b, "recv", 4);
+        }
+    CU_ASSERT_EQUAL(matched, 8);
+    agclose(g);
+    free(dot);
+    /* one device */
+    o.device = 0;
+    s = dag_svg(NULL, &c->c.plan, &o, NULL);
+    CU_ASSERT_EQUAL(count_nodes(&s, "p2p"), 8);
+    CU_ASSERT_PTR_NULL(svg_find(&s, "cluster-1"));
+    free(s.b);
+    base_buf d = {0};
+    base_error e;
+    base_error_clear(&e);
+    o.device = 7;
+    CU_ASSERT_EQUAL(viz_dag_from_plan(&c->c.plan, &o, &d, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "--device 7: the plan has devices 0..1");
+    base_error_clear(&e);
+    o.device = -1;
+    o.max_nodes = 10;
+    CU_ASSERT_EQUAL(viz_dag_from_plan(&c->c.plan, &o, &d, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "--collapse");
+    free(d.s);
+    compiled_free(c);
+}
+
+/* ---------------------------------------------------------------- traces and the timeline */
+
+static void test_trace_reader(void)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, test_src_path("tests/fixtures/viz/trace_pp2.json"), &e), 0);
+    CU_ASSERT_EQUAL(t.nlanes, 5);
+    CU_ASSERT_EQUAL(t.nevents, 17);
+    CU_ASSERT_EQUAL(t.skipped, 1); /* the instant event */
+    CU_ASSERT_EQUAL(t.overlaps, 0);
+    CU_ASSERT_EQUAL(t.lanes[0].pid, 0);
+    CU_ASSERT_EQUAL(t.lanes[2].tid, 2);
+    CU_ASSERT_STRING_EQUAL(t.lanes[2].thread, "dp_reduce");
+    CU_ASSERT_STRING_EQUAL(t.lanes[3].process, "GPU 1");
+    /* grouped by lane, in time order */
+    for (int i = 1; i < t.nevents; i++) {
+        CU_ASSERT(t.events[i].lane >= t.events[i - 1].lane);
+        if (t.events[i].lane == t.events[i - 1].lane) CU_ASSERT(t.events[i].ts >= t.events[i - 1].ts);
+    }
+    viz_chrome_free(&t);
+
+    /* a bare array works; errors point into the file */
+    const char *bare = "[{\"ph\": \"X\", \"pid\": 3, \"tid\": 1, \"ts\": 5, \"dur\": 2, \"name\": \"F\"}]";
+    CU_ASSERT_EQUAL(viz_chrome_read(&t, "bare.json", bare, strlen(bare), &e), 0);
+    CU_ASSERT_EQUAL(t.nlanes, 1);
+    CU_ASSERT_EQUAL(t.lanes[0].pid, 3);
+    viz_chrome_free(&t);
+    /* two events of one stream that overlap (the second starts at 6, the first ends at 7) are
+     * counted, and the timeline warns */
+    const char *overlap = "[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 2, \"dur\": 5, \"name\": \"F\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 6, \"dur\": 1, \"name\": \"B\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1, \"name\": \"B\"}]";
+    CU_ASSERT_EQUAL(viz_chrome_read(&t, "o.json", overlap, strlen(overlap), &e), 0);
+    CU_ASSERT_EQUAL(t.overlaps, 1);
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    TEST_ASSERT_CONTAINS(e.warnings, "1 event start before the previous event of their stream ends");
+    free(dot.s);
+    viz_chrome_free(&t);
+    struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"{\"traceEvents\": [{\"ph\": \"X\", \"tid\": 1, \"ts\": 0}]}", "t.json:1:18: this event has no 'pid'"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": -3}]", "dur is -3"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0}]", "has no 'ts'"},
+        {"{\"events\": []}", "needs \"traceEvents\""},
+        {"[1, 2]", "a trace event must be an object"},
+        {"[{\"ph\": \"X\",", "t.json:1:"},
+    };
+    for (size_t k = 0; k < BASE_COUNT(bad); k++) {
+        base_error_clear(&e);
+        CU_ASSERT_EQUAL(viz_chrome_read(&t, "t.json", bad[k].text, strlen(bad[k].text), &e), -1);
+        TEST_ASSERT_CONTAINS(e.msg, bad[k].msg);
+        CU_ASSERT_EQUAL(t.nlanes, 0);
+        viz_chrome_free(&t);
+    }
+}
+
+static svg timeline_svg(const char *rel, const viz_timeline_options *o)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_chrome_read_file(&t, test_src_path(rel), &e), 0);
+    base_buf dot = {0};
+    int rc = viz_timeline(&t, o, &dot, &e);
+    CU_ASSERT_EQUAL(rc, 0);
+    svg s = {0};
+    if (!rc) {
+        char *text = render_svg(&dot, "nop");
+        if (text) s = svg_parse(text);
+        free(text);
+    }
+    free(dot.s);
+    viz_chrome_free(&t);
+    return s;
+}
+
+static void test_timeline(void)
+{
+    viz_timeline_options o = {0};
+    svg s = timeline_svg("tests/fixtures/viz/trace_pp2.json", &o);
+    /* one lane per (pid, tid), in order from the top; the p2p and dp lanes are communication */
+    CU_ASSERT_EQUAL(count_class(&s, "lane"), 5);
+    CU_ASSERT_EQUAL(count_class(&s, "comm"), 3);
+    const char *lanes[] = {"lane-0-0", "lane-0-1", "lane-0-2", "lane-1-0", "lane-1-1"};
+    double prev = -INFINITY;
+    for (int k = 0; k < 5; k++) {
+        const svg_box *l = svg_find(&s, lanes[k]);
+        CU_ASSERT_FATAL(l != NULL);
+        CU_ASSERT(l->y0 > prev);
+        prev = l->y0;
+    }
+    CU_ASSERT(has_class(svg_find(&s, "lane-0-1"), "comm"));
+    CU_ASSERT(has_class(svg_find(&s, "lane-1-0"), "compute"));
+    CU_ASSERT_EQUAL(count_class(&s, "event"), 17);
+    /* an event sits on its lane, at its time: F L0 mb1 (1000 us long) is as wide as F L0 mb0 and
+     * starts where it ends; B L0 mb0 (2000 us) is twice as wide */
+    const svg_box *f0 = svg_find(&s, "ev-0-0-0"), *f1 = svg_find(&s, "ev-0-0-1"), *b0 = svg_find(&s, "ev-0-0-2");
+    const svg_box *lane = svg_find(&s, "lane-0-0");
+    CU_ASSERT_FATAL(f0 && f1 && b0 && lane);
+    CU_ASSERT(has_class(f0, "F") && has_class(b0, "B"));
+    CU_ASSERT(fabs((f1->x1 - f1->x0) - (f0->x1 - f0->x0)) < 1.0);
+    CU_ASSERT(fabs(f1->x0 - f0->x1) < 1.0);
+    CU_ASSERT(fabs((b0->x1 - b0->x0) - 2 * (f0->x1 - f0->x0)) < 1.5);
+    CU_ASSERT(f0->y0 >= lane->y0 && f0->y1 <= lane->y1);
+    CU_ASSERT(has_class(svg_find(&s, "ev-0-1-0"), "p2p"));
+    CU_ASSERT(has_class(svg_find(&s, "ev-0-2-0"), "coll"));
+    /* the axis: 0 to 9.5 ms in 1 ms steps */
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "axis"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "tick-9"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "tick-10"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-p2p"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-commlane"));
+    free(s.b);
+
+    /* a window keeps the events that overlap it, clipped */
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_window_parse("1ms:5ms", &o.t0_us, &o.t1_us, &e), 0);
+    o.window = true;
+    s = timeline_svg("tests/fixtures/viz/trace_pp2.json", &o);
+    CU_ASSERT_EQUAL(count_class(&s, "lane"), 5);
+    /* GPU 0: F1, B0 (from 4.4 ms); p2p: send0, send1, recv0; dp: none (8.6 ms).
+     * GPU 1: F0, B0, F1; p2p: recv0, recv1, send0. F0 of GPU 0 ends at 1 ms: outside. */
+    CU_ASSERT_EQUAL(count_class(&s, "event"), 2 + 3 + 0 + 3 + 3);
+    free(s.b);
+}
+
+static void test_parsers(void)
+{
+    CU_ASSERT_EQUAL(viz_format_of_path("a/b.svg"), VIZ_FMT_SVG);
+    CU_ASSERT_EQUAL(viz_format_of_path("x.PDF"), VIZ_FMT_PDF);
+    CU_ASSERT_EQUAL(viz_format_of_path("x.png"), VIZ_FMT_PNG);
+    CU_ASSERT_EQUAL(viz_format_of_path("x.gv"), VIZ_FMT_DOT);
+    CU_ASSERT_EQUAL(viz_format_of_path("x.dot"), VIZ_FMT_DOT);
+    CU_ASSERT_EQUAL(viz_format_of_path("dir.v/noext"), -1);
+    CU_ASSERT_EQUAL(viz_format_of_path("x.jpg"), -1);
+    CU_ASSERT_EQUAL(viz_format_parse("SVG"), VIZ_FMT_SVG);
+
+    base_error e;
+    base_error_clear(&e);
+    double a, b;
+    CU_ASSERT_EQUAL(viz_window_parse("2ms:3.5ms", &a, &b, &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(a, 2000, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(b, 3500, 1e-9);
+    CU_ASSERT_EQUAL(viz_window_parse("1500:2s", &a, &b, &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(a, 1500, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(b, 2e6, 1e-9);
+    CU_ASSERT_EQUAL(viz_window_parse(":5ms", &a, &b, &e), 0);
+    CU_ASSERT(isinf(a) && a < 0);
+    CU_ASSERT_EQUAL(viz_window_parse("5ms", &a, &b, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "expected START:END");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_window_parse("5 parsecs:6ms", &a, &b, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "'5 parsecs' is not a time");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_window_parse("6ms:5ms", &a, &b, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "the end must come after the start");
+
+    unsigned c;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_collapse_parse("mb,layers", &c, &e), 0);
+    CU_ASSERT_EQUAL(c, VIZ_COLLAPSE_MB | VIZ_COLLAPSE_LAYERS);
+    CU_ASSERT_EQUAL(viz_collapse_parse("layers", &c, &e), 0);
+    CU_ASSERT_EQUAL(c, VIZ_COLLAPSE_LAYERS);
+    CU_ASSERT_EQUAL(viz_collapse_parse("mbs", &c, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "unknown part 'mbs'");
+}
+
+/* PDF and PNG come out of cairo; a broken figure is Graphviz's complaint, not a crash. */
+static void test_render_formats(void)
+{
+    const char *dot = "digraph g { a [shape=box, pos=\"10,10!\", width=0.5, height=0.3, label=\"1\"]; }";
+    base_error e;
+    base_error_clear(&e);
+    base_buf png = {0}, pdf = {0}, gv = {0};
+    CU_ASSERT_EQUAL(viz_render_data(dot, "nop", VIZ_FMT_PNG, &png, &e), 0);
+    CU_ASSERT_EQUAL(viz_render_data(dot, "nop", VIZ_FMT_PDF, &pdf, &e), 0);
+    CU_ASSERT_EQUAL(viz_render_data(dot, "nop", VIZ_FMT_DOT, &gv, &e), 0);
+    CU_ASSERT(png.n > 8 && !memcmp(png.s, "\x89PNG", 4));
+    CU_ASSERT(pdf.n > 8 && !memcmp(pdf.s, "%PDF", 4));
+    CU_ASSERT(gv.s && strstr(gv.s, "pos=") != NULL);
+    free(png.s), free(pdf.s), free(gv.s);
+    base_buf out = {0};
+    CU_ASSERT_EQUAL(viz_render_data("digraph { a -> ; }", "dot", VIZ_FMT_SVG, &out, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "syntax error");
+    free(out.s);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_render_file(dot, "nop", VIZ_FMT_SVG, "/nonexistent/dir/x.svg", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "/nonexistent/dir/x.svg: cannot write the figure");
+}
+
+int piper_tests_register(void)
+{
+    static const test_case schedule[] = {
+        {"1F1B: 64 boxes in the 1F1B order per rank, legend, axis", test_schedule_1f1b},
+        {"box widths are roofline costs", test_schedule_widths_are_costs},
+        {"--unit: equal widths, the papers' 1F1B slots", test_schedule_unit_widths},
+        {"ZB-H1: BI and BW boxes", test_schedule_zbh1},
+        {"an overlapped F&B pair is two half boxes in one slot", test_schedule_overlapped_pair},
+        {"a plan file draws the same grid", test_schedule_from_plan_file},
+        {"a deadlocking plan is drawn from a replay, with a warning", test_schedule_deadlocked_plan},
+        {"errors", test_schedule_errors},
+        {"sched_plan_check_timed reports every instruction once", test_check_timing_callback},
+        {NULL, NULL},
+    };
+    static const test_case dag[] = {
+        {"node counts per collapse mode and device", test_dag_collapse_counts},
+        {"edges, clusters, dot reads back", test_dag_edges_clusters_and_dot},
+        {"a plan's instruction graph", test_dag_from_plan},
+        {NULL, NULL},
+    };
+    static const test_case timeline[] = {
+        {"the trace reader", test_trace_reader},
+        {"one lane per (pid, tid), axis, window", test_timeline},
+        {"formats, windows, collapse options", test_parsers},
+        {"rendering to png, pdf, dot; errors", test_render_formats},
+        {NULL, NULL},
+    };
+    return test_add_suite("viz_schedule", schedule) || test_add_suite("viz_dag", dag) ||
+           test_add_suite("viz_timeline", timeline);
+}

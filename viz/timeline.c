@@ -1,0 +1,286 @@
+/* timeline.c — `piper-viz timeline`: a Chrome trace (piper-sim's, later piper-exec's) as a figure:
+ * one lane per (GPU, stream), boxes at their times, a time axis with units, communication lanes
+ * shaded apart from compute lanes, optionally a window of the trace. The same palette as the
+ * schedule grid, so a forward is the same blue in both. */
+#include "viz_internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* "2ms", "1500us", "0.5 s", "300" (microseconds) -> microseconds. */
+static int parse_time(const char *s, size_t n, double *us)
+{
+    char buf[64];
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    char *end;
+    double v = strtod(buf, &end);
+    if (end == buf || !isfinite(v)) return -1;
+    while (*end == ' ') end++;
+    double f = !*end ? 1 : !strcmp(end, "ns") ? 1e-3 : !strcmp(end, "us") || !strcmp(end, "\xc2\xb5s") ? 1
+                   : !strcmp(end, "ms") ? 1e3 : !strcmp(end, "s") ? 1e6 : -1;
+    if (f < 0) return -1;
+    *us = v * f;
+    return 0;
+}
+
+int viz_window_parse(const char *s, double *t0_us, double *t1_us, base_error *e)
+{
+    const char *colon = s ? strchr(s, ':') : NULL;
+    *t0_us = -INFINITY, *t1_us = INFINITY;
+    if (!colon || (colon == s && !colon[1]))
+        return base_errorf(e, "--window '%s': expected START:END such as 2ms:3.5ms or 1500:2500 (microseconds); either "
+                           "side may be left out", s ? s : "");
+    if (colon > s && parse_time(s, (size_t)(colon - s), t0_us))
+        return base_errorf(e, "--window '%s': '%.*s' is not a time; write a number with ns, us, ms or s (a bare number "
+                           "is microseconds)", s, (int)(colon - s), s);
+    if (colon[1] && parse_time(colon + 1, strlen(colon + 1), t1_us))
+        return base_errorf(e, "--window '%s': '%s' is not a time; write a number with ns, us, ms or s (a bare number is "
+                           "microseconds)", s, colon + 1);
+    if (!(*t1_us > *t0_us)) return base_errorf(e, "--window '%s': the end must come after the start", s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- classifying events */
+
+static bool has_word(const char *s, const char *const *words)
+{
+    if (!s) return false;
+    for (; *words; words++) {
+        size_t n = strlen(*words);
+        for (const char *p = s; *p; p++)
+            if (!strncasecmp(p, *words, n)) return true;
+    }
+    return false;
+}
+
+static const char *const P2P_WORDS[] = {"p2p", "send", "recv", NULL};
+static const char *const COLL_WORDS[] = {"coll", "nccl", "all_reduce", "allreduce", "reduce_scatter", "all_gather",
+                                         "allgather", "all_to_all", "alltoall", "broadcast", NULL};
+static const char *const COMM_WORDS[] = {"comm", "dp_reduce", "network", NULL};
+
+/* An event's style: communication by category (else by name), compute by the pass its name
+ * starts with ("F L3.attn mb2", "BW L0.mlp"). */
+static const viz_style *event_style(const viz_chrome_event *ev, bool *comm)
+{
+    *comm = true;
+    const char *c = ev->cat;
+    if (c && *c) {
+        if (has_word(c, P2P_WORDS)) return viz_comm_style(VIZ_COMM_P2P);
+        if (has_word(c, COLL_WORDS)) return viz_comm_style(VIZ_COMM_COLL);
+        if (has_word(c, COMM_WORDS)) return viz_comm_style(VIZ_COMM_OTHER);
+    } else if (ev->name) {
+        if (has_word(ev->name, P2P_WORDS)) return viz_comm_style(VIZ_COMM_P2P);
+        if (has_word(ev->name, COLL_WORDS)) return viz_comm_style(VIZ_COMM_COLL);
+    }
+    *comm = false;
+    if (ev->name) {
+        size_t n = strcspn(ev->name, " .:_-/0123456789");
+        int pass = viz_pass_from_name(ev->name, n);
+        if (pass >= 0) return viz_pass_style(pass);
+    }
+    return viz_other_style();
+}
+
+/* A lane is a communication lane when its stream says so or most of its events are communication. */
+static bool comm_lane(const viz_chrome *t, int l, const int *ncomm)
+{
+    const viz_chrome_lane *ln = &t->lanes[l];
+    if (ln->thread && (has_word(ln->thread, P2P_WORDS) || has_word(ln->thread, COLL_WORDS) ||
+                       has_word(ln->thread, COMM_WORDS) || !strncasecmp(ln->thread, "pp", 2) ||
+                       !strncasecmp(ln->thread, "dp", 2) || !strncasecmp(ln->thread, "tp", 2) ||
+                       !strncasecmp(ln->thread, "ep", 2)))
+        return true;
+    return ln->nevents > 0 && 2 * ncomm[l] > ln->nevents;
+}
+
+/* ---------------------------------------------------------------- drawing */
+
+#define LANE_H 0.24
+#define LANE_PITCH 0.30
+#define PROC_GAP 0.10
+#define LABEL_W 1.6
+
+static double text_pt(const char *s, double size) { return 0.62 * size * (double)strlen(s); }
+
+/* Microseconds in the unit that suits the span: "ms" with factor 1e-3, ... */
+static void pick_unit(double span_us, const char **unit, double *per_us)
+{
+    if (span_us >= 2e6) *unit = "s", *per_us = 1e-6;
+    else if (span_us >= 2e3) *unit = "ms", *per_us = 1e-3;
+    else if (span_us >= 2) *unit = "us", *per_us = 1;
+    else *unit = "ns", *per_us = 1e3;
+}
+
+int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *dot, base_error *e)
+{
+    if (t->nlanes == 0)
+        return base_errorf(e, "the trace has no complete (\"X\") events and names no threads, so there is nothing to "
+                           "draw; write it with piper-sim --trace");
+    if (t->overlaps)
+        base_warn_at(e, NULL, 0, 0, "%d event%s start before the previous event of their stream ends; a stream runs one "
+                     "thing at a time, so the trace's writer is wrong (overlapping boxes are drawn on top of each "
+                     "other)", t->overlaps, t->overlaps == 1 ? "" : "s");
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < t->nevents; i++) {
+        if (t->events[i].ts < lo) lo = t->events[i].ts;
+        if (t->events[i].ts + t->events[i].dur > hi) hi = t->events[i].ts + t->events[i].dur;
+    }
+    if (!(hi > lo)) lo = 0, hi = lo + 1;
+    double t0 = lo, t1 = hi;
+    if (o->window) {
+        if (isfinite(o->t0_us)) t0 = o->t0_us;
+        if (isfinite(o->t1_us)) t1 = o->t1_us;
+        if (!(t1 > t0))
+            return base_errorf(e, "--window: the window ends at %g us, before it starts (%g us); the trace spans %g to "
+                               "%g us", t1, t0, lo, hi);
+    }
+    /* width: enough for the busiest lane's events in the window to be a few points wide each */
+    int *nin = base_xcalloc((size_t)t->nlanes + 1, sizeof *nin), *ncomm = base_xcalloc((size_t)t->nlanes + 1, sizeof *ncomm);
+    int busiest = 0;
+    for (int i = 0; i < t->nevents; i++) {
+        const viz_chrome_event *ev = &t->events[i];
+        bool comm;
+        event_style(ev, &comm);
+        ncomm[ev->lane] += comm;
+        if ((ev->dur > 0 && (ev->ts + ev->dur <= t0 || ev->ts >= t1)) || ev->ts + ev->dur < t0 || ev->ts > t1) continue;
+        if (++nin[ev->lane] > busiest) busiest = nin[ev->lane];
+    }
+    double W = busiest * 0.12 * VIZ_PT;
+    if (W < 8 * VIZ_PT) W = 8 * VIZ_PT;
+    if (W > 60 * VIZ_PT) W = 60 * VIZ_PT;
+    double scale = W / (t1 - t0); /* points per microsecond */
+
+    /* lanes from the top: y of each, with a gap between processes */
+    double *ly = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *ly);
+    double y = 0, pitch = LANE_PITCH * VIZ_PT;
+    for (int l = 0; l < t->nlanes; l++) {
+        if (l && t->lanes[l].pid != t->lanes[l - 1].pid) y -= PROC_GAP * VIZ_PT;
+        ly[l] = y;
+        y -= pitch;
+    }
+    double bottom = y + pitch; /* the last lane's centre */
+    double top_y = 0.5 * VIZ_PT, axis_y = bottom - 0.35 * VIZ_PT, legend_y = axis_y - 0.62 * VIZ_PT;
+
+    base_buf_puts(dot, "digraph timeline {\n");
+    base_buf_printf(dot, "  graph [bgcolor=white, pad=0.2, fontname=\"%s\"];\n", VIZ_FONT);
+    base_buf_printf(dot, "  node [fontname=\"%s\", fontsize=8];\n", VIZ_FONT);
+    const char *unit;
+    double per_us;
+    pick_unit(t1 - t0, &unit, &per_us);
+    char title[256], a[32], b[32];
+    snprintf(a, sizeof a, "%.6g", t0 * per_us);
+    snprintf(b, sizeof b, "%.6g", t1 * per_us);
+    if (o->title) snprintf(title, sizeof title, "%s", o->title);
+    else snprintf(title, sizeof title, "timeline: %d lanes, %s to %s %s", t->nlanes, a, b, unit);
+    viz_dot_text(dot, "title", "title", W / 2, top_y, title, 11, 'c', 0, NULL);
+
+    const viz_style *styles[16];
+    int nstyles = 0;
+    bool any_comm_lane = false;
+    char name[64], id[96], label[160], tip[320];
+    for (int l = 0, k = 0; l < t->nlanes; l++) {
+        const viz_chrome_lane *ln = &t->lanes[l];
+        bool cl = comm_lane(t, l, ncomm);
+        any_comm_lane |= cl;
+        char pname[64], tname[64];
+        if (ln->process) snprintf(pname, sizeof pname, "%s", ln->process);
+        else snprintf(pname, sizeof pname, "GPU %lld", (long long)ln->pid);
+        if (ln->thread) snprintf(tname, sizeof tname, "%s", ln->thread);
+        else snprintf(tname, sizeof tname, "stream %lld", (long long)ln->tid);
+        snprintf(label, sizeof label, "%s \xc2\xb7 %s", pname, tname);
+        snprintf(name, sizeof name, "lanelabel%d", l);
+        snprintf(id, sizeof id, "label-%lld-%lld", (long long)ln->pid, (long long)ln->tid);
+        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, ly[l], label, 8, 'r', LABEL_W,
+                     cl ? "fontcolor=\"#5a4a2a\"" : NULL);
+        viz_style lane = {"lane", cl ? "#fdfaf2" : "#f2f2f2", "black", cl ? "dashed" : "", "lane"};
+        snprintf(name, sizeof name, "lane%d", l);
+        snprintf(id, sizeof id, "lane-%lld-%lld", (long long)ln->pid, (long long)ln->tid);
+        viz_dot_box(dot, name, id, cl ? "lane comm" : "lane compute", W / 2, ly[l], W / VIZ_PT, LANE_H * VIZ_PT / VIZ_PT,
+                    &lane, "", 8, "color=\"#c8c8c8\"");
+        for (int j = 0; k < t->nevents && t->events[k].lane == l; k++, j++) {
+            const viz_chrome_event *ev = &t->events[k];
+            double s = ev->ts, f = ev->ts + ev->dur;
+            if ((ev->dur > 0 && (f <= t0 || s >= t1)) || f < t0 || s > t1) continue;
+            if (s < t0) s = t0;
+            if (f > t1) f = t1;
+            bool comm;
+            const viz_style *st = event_style(ev, &comm);
+            int si = 0;
+            while (si < nstyles && styles[si] != st) si++;
+            if (si == nstyles && nstyles < 16) styles[nstyles++] = st;
+            double w = (f - s) * scale;
+            if (w < 0.5) w = 0.5;
+            const char *nm = ev->name ? ev->name : "";
+            snprintf(label, sizeof label, "%s", text_pt(nm, 7) + 4 <= w ? nm : "");
+            snprintf(name, sizeof name, "e%d", k);
+            snprintf(id, sizeof id, "ev-%lld-%lld-%d", (long long)ln->pid, (long long)ln->tid, j);
+            char cls[48];
+            snprintf(cls, sizeof cls, "event %s", st->key);
+            /* tooltip: the SVG <title> of the box, shown on hover */
+            base_buf tb = {0};
+            snprintf(tip, sizeof tip, "%s: %.6g us, %.6g us long", nm, ev->ts, ev->dur);
+            base_buf_puts(&tb, "tooltip=");
+            viz_dot_quote(&tb, tip);
+            viz_dot_box(dot, name, id, cls, (s - t0) * scale + w / 2, ly[l], w / VIZ_PT, (LANE_H - 0.04), st, label, 7,
+                        tb.s);
+            free(tb.s);
+        }
+    }
+
+    /* the axis: a rule, ticks at a 1-2-5 step in the span's unit */
+    viz_style ink = {"axis", "black", "black", "", ""};
+    viz_dot_box(dot, "axis", "axis", "axis", W / 2, axis_y, W / VIZ_PT, 0.6 / VIZ_PT, &ink, "", 8, "penwidth=0");
+    double step = viz_nice_step((t1 - t0) * per_us, 8) / per_us; /* microseconds */
+    int k = 0;
+    for (double v = ceil(t0 / step - 1e-9) * step; v <= t1 + step * 1e-9; v += step, k++) {
+        double x = (v - t0) * scale;
+        snprintf(name, sizeof name, "tick%d", k);
+        snprintf(id, sizeof id, "tick-%d", k);
+        viz_dot_box(dot, name, id, "tick", x, axis_y - 2, 0.6 / VIZ_PT, 4 / VIZ_PT, &ink, "", 8, "penwidth=0");
+        snprintf(label, sizeof label, "%.6g", fabs(v * per_us) < 1e-12 ? 0 : v * per_us);
+        snprintf(name, sizeof name, "ticklabel%d", k);
+        viz_dot_text(dot, name, NULL, x, axis_y - 10, label, 8, 'c', 0, NULL);
+    }
+    snprintf(label, sizeof label, "time (%s)", unit);
+    viz_dot_text(dot, "axislabel", "axis-caption", W / 2, axis_y - 22, label, 8, 'c', 0, NULL);
+
+    /* legend: the kinds of box present in a fixed order (passes, then communication), and the
+     * lane shading */
+    const viz_style *canon[PLAN_NPASS + 4];
+    int ncanon = 0;
+    for (int p = 0; p < PLAN_NPASS; p++) canon[ncanon++] = viz_pass_style(p);
+    canon[ncanon++] = viz_other_style();
+    for (int c = VIZ_COMM_P2P; c <= VIZ_COMM_OTHER; c++) canon[ncanon++] = viz_comm_style((viz_comm_kind)c);
+    double x = 0, sw = 0.3 * VIZ_PT, sh = 0.2 * VIZ_PT;
+    for (int i = 0; i < ncanon; i++) {
+        const viz_style *st = canon[i];
+        bool present = false;
+        for (int q = 0; q < nstyles && !present; q++) present = styles[q] == st;
+        if (!present) continue;
+        snprintf(name, sizeof name, "legend%d", i);
+        snprintf(id, sizeof id, "legend-%s", st->key);
+        viz_dot_box(dot, name, id, "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, st, "", 7, NULL);
+        double tw = text_pt(st->what, 8) + 4;
+        snprintf(name, sizeof name, "legendtext%d", i);
+        viz_dot_text(dot, name, NULL, x + sw + 4 + tw / 2, legend_y, st->what, 8, 'l', tw / VIZ_PT, NULL);
+        x += sw + 4 + tw + 12;
+    }
+    if (any_comm_lane) {
+        viz_style lane = {"lane", "#fdfaf2", "black", "dashed", ""};
+        viz_dot_box(dot, "legend_commlane", "legend-commlane", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT,
+                    &lane, "", 7, "color=\"#c8c8c8\"");
+        const char *txt = "communication lane";
+        double tw = text_pt(txt, 8) + 4;
+        viz_dot_text(dot, "legendtext_commlane", NULL, x + sw + 4 + tw / 2, legend_y, txt, 8, 'l', tw / VIZ_PT, NULL);
+    }
+    base_buf_puts(dot, "}\n");
+    free(nin);
+    free(ncomm);
+    free(ly);
+    return 0;
+}

@@ -1,0 +1,157 @@
+/* viz.h — the contract of piper's figures (piper-viz): the global DAG, the per-rank schedule grid
+ * of pipeline papers, and the timeline of a Chrome trace, rendered by Graphviz into SVG, PDF, PNG
+ * or dot.
+ *
+ * Every figure is made in two steps that are separately testable: a builder turns piper's data (a
+ * DAG, a plan, a trace) into Graphviz's dot language, and viz_render lays it out and renders it.
+ * The DAG uses the `dot` layout; the grid and the timeline place every box themselves (pos="x,y!")
+ * and use the `nop` layout, so that a box's x is its start time and its width its duration.
+ *
+ * Every box of a grid or timeline carries an SVG id and class (schedule: id "r2-F-5" = rank 2,
+ * forward, micro-batch 5, class "box F"; timeline: id "ev-PID-TID-K", class "event"; lanes, legend
+ * entries and axis ticks likewise), so that tests and scripts can read figures back.
+ *
+ * The Chrome-trace *writer* that sim/ and exec/ use is viz/trace.h, a separate library
+ * (piper_trace) that needs neither the compiler nor Graphviz. */
+#ifndef PIPER_VIZ_H
+#define PIPER_VIZ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sched/sched.h"
+
+/* ---------------------------------------------------------------- rendering */
+
+typedef enum { VIZ_FMT_SVG, VIZ_FMT_PDF, VIZ_FMT_PNG, VIZ_FMT_DOT, VIZ_NFMT } viz_format;
+
+const char *viz_format_name(viz_format f);
+/* "svg", "pdf", "png", "dot" (case-insensitive); -1 when none of these. */
+int viz_format_parse(const char *name);
+/* The format a file name's extension asks for; -1 when it names none. */
+int viz_format_of_path(const char *path);
+
+/* Lays out `dot` (a graph in Graphviz's language) with `engine` ("dot" or "nop") and renders it
+ * as `fmt` into the file `path`. Graphviz's own complaints become the error message. */
+int viz_render_file(const char *dot, const char *engine, viz_format fmt, const char *path, base_error *e);
+/* The same into memory (out is appended to; binary formats included). */
+int viz_render_data(const char *dot, const char *engine, viz_format fmt, base_buf *out, base_error *e);
+
+/* ---------------------------------------------------------------- the DAG */
+
+enum {
+    VIZ_COLLAPSE_MB = 1 << 0,     /* one node per region and pass across micro-batches */
+    VIZ_COLLAPSE_LAYERS = 1 << 1  /* the layers of a stage merged into one node per pass */
+};
+
+typedef struct viz_dag_options {
+    int device;          /* draw only what this device runs; -1: everything */
+    unsigned collapse;   /* VIZ_COLLAPSE_* */
+    int max_nodes;       /* refuse figures with more nodes than this (0: 600), naming the options
+                            that make them smaller: dot's layout time grows steeply with a
+                            training DAG's long edges (F to B of a region spans the whole step),
+                            from seconds at 300 nodes to many minutes at 1,000 */
+    const char *title;   /* NULL: one that says what is drawn */
+} viz_dag_options;
+
+/* "mb", "layers", "mb,layers" -> VIZ_COLLAPSE_*; -1 with a message otherwise. */
+int viz_collapse_parse(const char *s, unsigned *out, base_error *e);
+
+/* The global DAG of a compiled program: compute nodes are boxes filled by pass, communication nodes
+ * are ellipses (p2p) and hexagons (collectives) with dashed outlines, ORDER dummies points; data
+ * edges solid, temporal edges dashed; one cluster per placement. Writes dot for the `dot` engine. */
+int viz_dag_from_ir(const ir_dag *g, const viz_dag_options *o, base_buf *dot, base_error *e);
+/* The instruction dependency graph of a plan: per device (one cluster each), its compute and
+ * communication instructions; data edges from the last writer of a buffer to its readers and from
+ * a send to its receive, temporal edges for stream order and record/wait pairs. In both, columns
+ * come from data edges (and ORDER dummies); other temporal edges are drawn over the layout
+ * without constraining it. */
+int viz_dag_from_plan(const sched_plan *p, const viz_dag_options *o, base_buf *dot, base_error *e);
+
+/* ---------------------------------------------------------------- the schedule grid */
+
+/* An overlapped F&B pair: two actions (stage, pass, micro-batch) a rank runs interleaved. */
+typedef struct viz_action {
+    int32_t stage, mb;
+    uint8_t pass;        /* plan_pass */
+} viz_action;
+typedef struct viz_pair {
+    viz_action a, b;
+} viz_pair;
+
+typedef struct viz_schedule_options {
+    bool unit;           /* every box one unit wide, positions from a replay with unit costs */
+    const char *title;   /* drawn above the grid when not NULL */
+    int npairs;          /* overlapped pairs known from the program (order groups of two) */
+    const viz_pair *pairs;
+} viz_schedule_options;
+
+/* The overlapped pairs a compiled program asked for: its order groups (schedules expanded) that
+ * name exactly two compute actions. *pairs is malloc'd (free it); *n may be 0. */
+void viz_pairs_from_program(const sched_compilation *c, viz_pair **pairs, int *n);
+
+/* The per-rank schedule grid of a plan: one row per pipeline rank (devices with the same stages
+ * are one rank; the row shows the lowest of them), one box per (stage, pass, micro-batch) of its
+ * compute instructions, labelled with the micro-batch; F, B, BI, BW and R boxes coloured by pass
+ * (and told apart in greyscale by lightness and outline), a legend, idle time as gaps. Boxes are
+ * placed by the plan's static timing (sched_plan_check_timed: the header's GPU roofline and the
+ * check's nominal links), so widths are costs; with o->unit, by a replay in which every box takes
+ * one unit. An overlapped pair (o->pairs, or two actions whose instructions interleave in the
+ * launch order) is two half-height boxes in one slot. If the plan's static run fails (a deadlock),
+ * boxes are placed by the replay with the roofline costs and a warning says so. */
+int viz_schedule(const sched_plan *p, const viz_schedule_options *o, base_buf *dot, base_error *e);
+
+/* ---------------------------------------------------------------- Chrome traces and the timeline */
+
+/* The subset of the Chrome trace format piper writes: "X" (complete) events with ts and dur in
+ * microseconds, one pid per GPU and one tid per stream, and "M" metadata naming them
+ * (process_name, thread_name, process_sort_index, thread_sort_index). Other phases are counted and
+ * skipped. Either a bare array of events or an object with "traceEvents". */
+typedef struct viz_chrome_event {
+    double ts, dur;      /* microseconds */
+    int lane;            /* index into lanes */
+    const char *name, *cat;
+} viz_chrome_event;
+
+typedef struct viz_chrome_lane {
+    int64_t pid, tid;
+    const char *process, *thread; /* names from metadata; NULL when none */
+    int64_t psort, tsort;         /* sort indices (default: pid, tid) */
+    int nevents;
+} viz_chrome_lane;
+
+typedef struct viz_chrome {
+    int nlanes;
+    viz_chrome_lane *lanes;        /* sorted: by process sort index, pid, thread sort index, tid */
+    int nevents;
+    viz_chrome_event *events;      /* grouped by lane, each lane's in time order */
+    int skipped;                  /* events of other phases */
+    int overlaps;                 /* events that start before the previous one of their lane ends
+                                     (piper's traces have none: a stream runs one thing at a time) */
+    base_arena arena;             /* owns everything above */
+} viz_chrome;
+
+void viz_chrome_init(viz_chrome *t);
+void viz_chrome_free(viz_chrome *t);
+/* Parses a trace; errors name "file:line:col". On failure *t is left empty. */
+int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t len, base_error *e);
+int viz_chrome_read_file(viz_chrome *t, const char *path, base_error *e);
+
+typedef struct viz_timeline_options {
+    bool window;         /* draw only [t0, t1] */
+    double t0_us, t1_us;
+    const char *title;
+} viz_timeline_options;
+
+/* "START:END" with units ("2ms:3.5ms", "1500us:2s"; a bare number is microseconds, the trace's
+ * unit; either side may be empty: ":5ms"). */
+int viz_window_parse(const char *s, double *t0_us, double *t1_us, base_error *e);
+
+/* One lane per (pid, tid) in the trace's order, labelled with the process and thread names; a time
+ * axis with units; compute events filled by pass (from their names: "F", "B", "BI", "BW", "R"),
+ * communication (by category or stream name) in the communication colours, on lanes shaded as
+ * communication lanes. */
+int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *dot, base_error *e);
+
+#endif
