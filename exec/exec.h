@@ -76,6 +76,14 @@ void exec_interp_free(exec_interp *it);
  * for communication that never completes. */
 int exec_interp_run(exec_interp *it, double timeout_s, base_error *e);
 
+/* Observing runs (piper-exec --trace): `fn` is called after each compute, collective, transfer or
+ * sendrecv group finishes (n > 1: the group's members, consecutive on their stream; instrs
+ * their indices), with the exec_now() times at which its stream started it and saw it finish.
+ * A stream runs one at a time, so one stream's intervals never overlap. NULL stops observing. */
+typedef void (*exec_interp_observer)(void *ctx, int stream, const int *instrs, int n, double t_start,
+                                     double t_end);
+void exec_interp_observe(exec_interp *it, exec_interp_observer fn, void *ctx);
+
 /* Per-stream figures of the last run. */
 typedef struct exec_stream_stats {
     const char *name;

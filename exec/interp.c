@@ -42,7 +42,15 @@ struct exec_interp {
     stream_q *sq;
     int *wait_target;   /* WAIT i: index of the RECORD it waits for */
     bool *ran;          /* instruction i has finished in this run */
+    exec_interp_observer obs;
+    void *obs_ctx;
 };
+
+void exec_interp_observe(exec_interp *it, exec_interp_observer fn, void *ctx)
+{
+    it->obs = fn;
+    it->obs_ctx = ctx;
+}
 
 void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size_t n)
 {
@@ -229,7 +237,9 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
             }
             if (q->npending > 0) return 0;
             for (int k = 0; k < q->span; k++) it->ran[q->idx[q->cur + k]] = true;
-            q->st.busy_s += exec_now() - q->started;
+            double t1 = exec_now();
+            q->st.busy_s += t1 - q->started;
+            if (it->obs) it->obs(it->obs_ctx, s, &q->idx[q->cur], q->span, q->started, t1);
             q->st.instrs += q->span;
             q->cur += q->span;
             q->nreq = q->span = 0;
@@ -253,7 +263,9 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
         case PLAN_COMPUTE: {
             double t0 = exec_now();
             if (b->compute(b->ctx, i, in, e)) return fail_at(it, i, e);
-            q->st.busy_s += exec_now() - t0;
+            double t1 = exec_now();
+            q->st.busy_s += t1 - t0;
+            if (it->obs) it->obs(it->obs_ctx, s, &i, 1, t0, t1);
             q->st.instrs++;
             it->ran[i] = true;
             q->cur++;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cpu/cpu_exec.h"
+#include "sim_predict.h"
 
 static void usage(FILE *f)
 {
@@ -35,15 +36,27 @@ static void usage(FILE *f)
             "  --dump-grads DIR   each rank writes the gradients its optimizer steps see in step 1\n"
             "                     (DIR/grads.devD.txt)\n"
             "  --dump-params DIR  each rank writes its parameters after the last step\n"
+            "  --data SRC         tokens: synthetic (default), corpus (the bundled text, byte-level\n"
+            "                     tokens), uint16:PATH or uint32:PATH (a pre-tokenised file of\n"
+            "                     little-endian tokens)\n"
+            "  --save DIR         after the last step, write a sharded checkpoint to DIR\n"
+            "                     (parameters, optimizer state, step, seed, data source)\n"
+            "  --resume DIR       start from a checkpoint (written under any strategy of the same\n"
+            "                     model): run --steps more steps after its step\n"
+            "  --trace FILE       write what every rank ran as a Chrome trace (the format of\n"
+            "                     piper-sim --trace: a process per rank, a thread per stream)\n"
+            "  --no-sim           do not print piper-sim's prediction of the plan next to the\n"
+            "                     measurement at the end (it runs the piper-sim found next to\n"
+            "                     piper-exec; never with -q)\n"
             "  --memory           each rank prints its buffers' bytes by category, as the plan\n"
             "                     sizes them and as the executor holds them\n"
             "  -q                 print only the per-step lines\n");
 }
 
 typedef struct args {
-    const char *plan, *log, *dump_params;
+    const char *plan, *log, *dump_params, *save, *resume, *data, *trace;
     int64_t steps;
-    bool quiet, memory;
+    bool quiet, memory, seed_given, no_sim;
     exec_cpu_options o;
 } args;
 
@@ -89,6 +102,7 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
             NUMBER(a->steps, 1);
         } else if (strcmp(s, "--seed") == 0) {
             NUMBER(a->o.seed, 0);
+            a->seed_given = true;
         } else if (strcmp(s, "--timeout") == 0) {
             NUMBER(a->o.timeout_s, 0);
         } else if (strcmp(s, "--lr") == 0) {
@@ -128,6 +142,20 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
         } else if (strcmp(s, "--dump-params") == 0) {
             NEED_VALUE;
             a->dump_params = v;
+        } else if (strcmp(s, "--data") == 0) {
+            NEED_VALUE;
+            a->data = v;
+        } else if (strcmp(s, "--trace") == 0) {
+            NEED_VALUE;
+            a->trace = v;
+        } else if (strcmp(s, "--save") == 0) {
+            NEED_VALUE;
+            a->save = v;
+        } else if (strcmp(s, "--resume") == 0) {
+            NEED_VALUE;
+            a->resume = v;
+        } else if (strcmp(s, "--no-sim") == 0) {
+            a->no_sim = true;
         } else if (strcmp(s, "--memory") == 0) {
             a->memory = true;
         } else if (strcmp(s, "-q") == 0) {
@@ -163,6 +191,43 @@ static int agree(int rank, int size, const base_error *e, char *msg, size_t n)
 
 static double fmt_mib(double b) { return b / (1024.0 * 1024.0); }
 
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The same plan's piper-sim prediction next to the measurement: the step time (the median of
+ * the steps after the first, which warms caches and allocates) and each rank's peak memory,
+ * measured both as the plan sizes its buffers (what the simulator replays) and as the executor
+ * holds them (the CPU kernels' layouts). */
+static void print_prediction(const args *a, int size, const double *times, const double *peaks)
+{
+    exec_sim_prediction sp;
+    base_error e;
+    base_error_clear(&e);
+    if (exec_sim_predict(a->plan, size, &sp, &e)) {
+        printf("no piper-sim prediction: %s\n", e.msg);
+        return;
+    }
+    int64_t n = a->steps > 1 ? a->steps - 1 : 1;
+    double *t = base_xcalloc((size_t)n, sizeof *t);
+    memcpy(t, times + (a->steps > 1 ? 1 : 0), (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    printf("piper-sim's prediction of this plan next to the measurement:\n");
+    printf("  step time: predicted %.2f ms, measured %.2f ms (median of %s); ratio %.2f\n",
+           sp.step_seconds * 1e3, med * 1e3, a->steps > 1 ? "the steps after the first" : "one step",
+           sp.step_seconds > 0 ? med / sp.step_seconds : 0.0);
+    printf("  peak memory (MiB), predicted / measured as the plan sizes buffers / as the executor "
+           "holds them:");
+    for (int k = 0; k < size; k++)
+        printf(" r%d %.2f/%.2f/%.2f", k, fmt_mib(sp.peak[k]), fmt_mib(peaks[2 * k + 1]), fmt_mib(peaks[2 * k]));
+    printf("\n");
+    exec_sim_prediction_free(&sp);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -189,8 +254,33 @@ int main(int argc, char **argv)
     sched_plan_init(&plan);
     exec_cpu *c = NULL;
     exec_interp *it = NULL;
-    if (sched_plan_read_file(&plan, a.plan, &e) == 0) {
-        if (size > plan.ndevices)
+    exec_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    const char *optim_name = a.o.optim.kind == EXEC_SGD ? "sgd" : "adamw";
+    exec_data data;
+    memset(&data, 0, sizeof data);
+    char data_name[4300] = "synthetic";
+    /* a checkpoint gives the seed (data and dropout streams) and the step to continue from */
+    if (a.resume && exec_ckpt_read(&ck, a.resume, &e) == 0) {
+        if (a.seed_given && a.o.seed != ck.seed)
+            base_errorf(&e, "--seed %llu, but the checkpoint %s was written with seed %llu; a resumed "
+                            "run continues its data and dropout streams (leave --seed out)",
+                        (unsigned long long)a.o.seed, a.resume, (unsigned long long)ck.seed);
+        else if (strcmp(ck.optimizer, optim_name) != 0)
+            base_errorf(&e, "--optimizer %s, but the checkpoint %s holds %s state; resume with "
+                            "--optimizer %s",
+                        optim_name, a.resume, ck.optimizer, ck.optimizer);
+        a.o.seed = ck.seed;
+    }
+    if (!e.set && sched_plan_read_file(&plan, a.plan, &e) == 0 &&
+        exec_data_open(&data, a.data, plan.model.vocab, plan.model.seq, &e) == 0) {
+        exec_data_describe(&data, data_name, sizeof data_name);
+        a.o.data = &data;
+        if (a.resume && strcmp(ck.data, data_name) != 0)
+            base_errorf(&e, "the checkpoint %s was trained on data '%s', this run reads '%s'; resume "
+                            "with the same --data",
+                        a.resume, ck.data, data_name);
+        if (!e.set && size > plan.ndevices)
             base_errorf(&e, "%d ranks run but the plan has %d devices; start at most %d ranks", size,
                         plan.ndevices, plan.ndevices);
         for (int d = size; d < plan.ndevices && !e.set; d++)
@@ -199,7 +289,9 @@ int main(int argc, char **argv)
                                 "rank per device (mpirun -np %d)",
                             d, size, d + 1);
         if (!e.set) exec_cpu_open(&c, &plan, rank, size, &a.o, &e);
+        if (!e.set && a.resume) exec_cpu_resume(c, &ck, &e);
     }
+    const int64_t first_step = a.resume && !e.set ? ck.step + 1 : 1;
     char msg[BASE_ERROR_MAX];
     int bad = agree(rank, size, &e, msg, sizeof msg);
     if (bad < 0) {
@@ -215,9 +307,12 @@ int main(int argc, char **argv)
         exec_interp_free(it);
         exec_cpu_close(c);
         sched_plan_free(&plan);
+        exec_ckpt_free(&ck);
+        exec_data_close(&data);
         MPI_Finalize();
         return 1;
     }
+    exec_ckpt_free(&ck);
 
     const plan_model *m = &plan.model;
     const int64_t tokens = m->global_batch * m->seq;
@@ -263,7 +358,18 @@ int main(int argc, char **argv)
     }
     enum { NV = 6 };
     double *all = rank == 0 ? base_xcalloc((size_t)size * NV, sizeof(double)) : NULL;
-    for (int64_t step = 1; step <= a.steps; step++) {
+    /* rank 0: each step's time and every rank's peaks over the run, for the prediction */
+    double *times = rank == 0 ? base_xcalloc((size_t)a.steps, sizeof(double)) : NULL;
+    double *peaks = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof(double)) : NULL;
+    exec_cpu_trace tr;
+    memset(&tr, 0, sizeof tr);
+    if (a.trace) {
+        exec_cpu_trace_init(&tr, c);
+        exec_interp_observe(it, exec_cpu_trace_observer, &tr);
+    }
+    if (rank == 0 && !a.quiet && a.resume)
+        printf("resumed from %s after step %lld\n", a.resume, (long long)(first_step - 1));
+    for (int64_t step = first_step; step < first_step + a.steps; step++) {
         exec_cpu_step_stats st;
         if (exec_cpu_step(c, it, step, &st, &e)) {
             base_error_prefix(&e, "step %lld: ", (long long)step);
@@ -282,6 +388,11 @@ int main(int argc, char **argv)
             if (all[k * NV + 3] > t) t = all[k * NV + 3];
         }
         double loss = ce + aux;
+        times[step - first_step] = t;
+        for (int k = 0; k < size; k++) {
+            if (all[k * NV + 4] > peaks[2 * k]) peaks[2 * k] = all[k * NV + 4];
+            if (all[k * NV + 5] > peaks[2 * k + 1]) peaks[2 * k + 1] = all[k * NV + 5];
+        }
         char nbuf[32] = "-";
         if (norm >= 0) snprintf(nbuf, sizeof nbuf, "%.6f", sqrt(norm));
         printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
@@ -297,16 +408,45 @@ int main(int argc, char **argv)
         }
     }
     if (a.dump_params && exec_cpu_dump_params(c, a.dump_params, &e)) goto fail;
+    if (a.trace) {
+        if (exec_cpu_trace_write(&tr, a.trace, &e)) goto fail;
+        exec_cpu_trace_free(&tr);
+        if (rank == 0 && !a.quiet) printf("trace written to %s\n", a.trace);
+    }
+    if (a.save) {
+        /* every rank its shard; rank 0 the manifest, once all are written */
+        uint64_t mine[2] = {0, 0};
+        if (exec_cpu_save_shard(c, a.save, &mine[0], &mine[1], &e)) goto fail;
+        uint64_t *sh = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof *sh) : NULL;
+        MPI_Request r;
+        MPI_Igather(mine, 2, MPI_UINT64_T, sh, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
+        if (exec_cpu_wait(c, &r, "gathering the checkpoint's shards", &e)) goto fail;
+        if (rank == 0) {
+            uint64_t *bytes = base_xcalloc((size_t)size, sizeof *bytes), *sums = base_xcalloc((size_t)size, sizeof *sums);
+            for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
+            exec_ckpt_meta meta = {first_step + a.steps - 1, a.o.seed, optim_name, data_name};
+            int src = exec_ckpt_write_manifest(a.save, &plan, c->dt, &meta, size, bytes, sums, &e);
+            free(bytes);
+            free(sums);
+            free(sh);
+            if (src) goto fail;
+            if (!a.quiet) printf("checkpoint after step %lld written to %s\n", (long long)meta.step, a.save);
+        }
+    }
     {
         MPI_Request r;
         MPI_Ibarrier(MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "the final barrier", &e)) goto fail;
     }
+    if (rank == 0 && !a.quiet && !a.no_sim) print_prediction(&a, size, times, peaks);
+    free(times);
+    free(peaks);
     free(all);
     if (log) fclose(log);
     exec_interp_free(it);
     exec_cpu_close(c);
     sched_plan_free(&plan);
+    exec_data_close(&data);
     MPI_Finalize();
     return 0;
 

@@ -87,7 +87,7 @@ run_case() { # name gpus description [extra piper-sim args]
   wall=$(echo "$out" | awk '/^TIME/{print $2}')
   rss=$(echo "$out" | awk '/^TIME/{printf "%.0f MiB", $3/1024}')
   acts=$(echo "$out" | sed -n 's/.*piper-sim: \([0-9]*\) simulated activities.*/\1/p')
-  rate=$(awk -v a="$acts" -v w="$wall" 'BEGIN{printf "%.0f", w > 0 ? a / w : 0}')
+  rate=$(awk -v a="$acts" -v w="$wall" 'BEGIN{printf "%.0f", (w > 0 ? a / w : 0)}')
   folded=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['fold']; print('%dx' % f['replicas'] if f['replicas'] > 1 else 'no')" "$work/$name.json")
   printf '%-8s %-44s %9.2f %9.2f %12s %12s %10s %8s\n' "$gpus" "$what$([ $# -gt 0 ] && echo " $*")" \
     "$(cat "$work/$name.compile")" "$wall" "$acts" "$rate" "$rss" "$folded"

@@ -389,21 +389,26 @@ static void embed_bw(kbuild *kb, const ir_model *m)
         mem(kb, "position_grad", bsh * d->e + (double)m->seq * (double)d->h * d->pe, bsh);
 }
 
-/* Cross-entropy keeps fp32 probabilities of the vocab slice (Megatron's vocab-parallel loss). */
+/* Cross-entropy keeps fp32 probabilities of the vocab slice (Megatron's vocab-parallel loss). Its
+ * bytes are those of Megatron's loss as it runs, in separate fp32 passes over the logits slice:
+ * cast to fp32 (2 + 4 bytes per element), max (4), subtract (4 + 4), exp (4 + 4), sum (4), divide
+ * (4 + 4): e + 36 bytes; the backward scales the saved probabilities (4 + 4) and casts them back
+ * (4 + e): e + 12. At GPT vocabularies this is the largest memory-bound kernel of a step (the
+ * calibration's pipeline rows, whose last stage holds the head, showed it: docs/calibration.md). */
 static void head_f(kbuild *kb, const ir_model *m)
 {
     const ir_dims *d = kb->d;
     double bv = (double)d->bs * (double)d->v_dev;
     norm_f(kb, m, d->tl);
     gemm(kb, "lm_head", d->bs, d->v_dev, d->h);
-    mem(kb, "cross_entropy", bv * (d->e + 4.0), 5.0 * bv);
+    mem(kb, "cross_entropy", bv * (d->e + 36.0), 5.0 * bv);
 }
 
 static void head_bi(kbuild *kb, const ir_model *m)
 {
     const ir_dims *d = kb->d;
     double bv = (double)d->bs * (double)d->v_dev;
-    mem(kb, "cross_entropy_grad", bv * (d->e + 4.0), 2.0 * bv);
+    mem(kb, "cross_entropy_grad", bv * (d->e + 12.0), 2.0 * bv);
     gemm(kb, "lm_head_dx", d->bs, d->h, d->v_dev);
     norm_bi(kb, m, d->tl);
 }

@@ -228,6 +228,16 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
 {
     static const sched_options defaults;
     if (!o) o = &defaults;
+    /* a schedule that assumes asynchronous sends gets one p2p stream per channel from the start
+     * (sched_dir_schedule says which); the single shared stream would serialise them */
+    sched_options with_channels;
+    if (o->p2p_per_channel) c->p2p_per_channel = true;
+    if (c->p2p_channels_for && !o->p2p_per_channel && !o->no_sendrecv_groups) {
+        with_channels = *o;
+        with_channels.p2p_per_channel = true;
+        o = &with_channels;
+        c->p2p_per_channel = true;
+    }
     sched_ctx x;
     memset(&x, 0, sizeof x);
     x.c = c;
@@ -295,9 +305,12 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
             (long long)c->dag.num_microbatches, (long long)c->dp_degree);
     fprintf(f, "  DAG %d nodes; %d distinct instruction lists; %d communication groups\n",
             ir_dag_live_nodes(&c->dag), p->nlists, p->ngroups);
-    if (c->p2p_per_channel)
-        fprintf(f, "  p2p: one stream per peer and direction (one shared p2p stream could "
-                   "deadlock under this schedule)\n");
+    if (c->p2p_per_channel && c->p2p_channels_for)
+        fprintf(f, "  p2p: one stream per peer and direction (%s sends ahead of its neighbours' "
+                   "receives; one shared p2p stream would serialise them)\n", c->p2p_channels_for);
+    else if (c->p2p_per_channel)
+        fprintf(f, "  p2p: one stream per peer and direction (asked for, or one shared p2p "
+                   "stream could deadlock under this schedule)\n");
     if (c->default_schedule)
         fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
                 c->default_schedule);

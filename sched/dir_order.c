@@ -152,6 +152,41 @@ static const int32_t *index_candidates(const node_index *x, const ir_filter *fs,
     return x->ids + x->off[key];
 }
 
+/* A group of several filters is an overlapped group (DualPipe's F&B pair): its members run as
+ * one unit, as DualPipe's overlapped_forward_backward does. No member computes before every
+ * member's inputs from other devices have arrived, and no member sends before every member's
+ * compute is done; in between, their compute and collectives (an EP all-to-all on its own
+ * stream) may interleave freely. Without this the pair's halves would run as two independent
+ * actions, each starting when its own input arrives, which is a different (and faster) schedule
+ * than the one written and than DualPipe's closed forms (formulas.md). The constraints are
+ * direct temporal edges, receive -> first compute of each action and last compute of each
+ * action -> send, which the lowering turns into record/wait across streams. Needs the
+ * adjacency of the data edges. */
+static void overlap_group(ir_dag *g, const int32_t *mem, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int32_t v = mem[i];
+        if (IR_OP_INFO[g->nodes[v].op].kind != IR_KIND_COMPUTE) continue;
+        /* a source (sink) has no data predecessor (successor) among the group's compute */
+        bool src = true, sink = true;
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && src; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            for (int j = 0; j < n && src && ed->kind == IR_EDGE_DATA; j++)
+                src = !(mem[j] == ed->src && IR_OP_INFO[g->nodes[mem[j]].op].kind == IR_KIND_COMPUTE);
+        }
+        for (int32_t k = g->out_off[v]; k < g->out_off[v + 1] && sink; k++) {
+            const ir_edge *ed = &g->edges[g->out_edge[k]];
+            for (int j = 0; j < n && sink && ed->kind == IR_EDGE_DATA; j++)
+                sink = !(mem[j] == ed->dst && IR_OP_INFO[g->nodes[mem[j]].op].kind == IR_KIND_COMPUTE);
+        }
+        for (int j = 0; j < n; j++) {
+            int32_t u = mem[j];
+            if (src && g->nodes[u].op == IR_OP_RECV) ir_dag_add_edge(g, u, v, -1, IR_EDGE_TEMPORAL);
+            if (sink && g->nodes[u].op == IR_OP_SEND) ir_dag_add_edge(g, v, u, -1, IR_EDGE_TEMPORAL);
+        }
+    }
+}
+
 int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
 {
     ir_dag *g = x->g;
@@ -192,11 +227,18 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
                 if (!sched_filter_match(g, (int32_t)v, &d->groups[k][j])) continue;
                 if (g->nodes[v].flags & IR_NODE_DP_SYNC) break; /* per-step sync is not ordered by hand */
                 BASE_VEC_PUSH(s, (int32_t)v);
+                if (d->group_nfilters[k] >= 2) {
+                    sched_compilation *c = x->c;
+                    c->overlap = base_arena_grow(&c->arena, c->overlap, &c->cap_overlap, c->noverlap + 1,
+                                                 sizeof *c->overlap);
+                    c->overlap[c->noverlap++] = (struct sched_overlap_member){(int32_t)v, c->noverlap_groups, j};
+                }
                 break;
             }
         }
         members[k] = s.v;
         nmembers[k] = (int)s.n;
+        if (d->group_nfilters[k] >= 2) x->c->noverlap_groups++;
         if (!s.n) {
             const ir_filter *f = d->group_nfilters[k] ? &d->groups[k][0] : NULL;
             rc = base_error_at(e, d->file, f ? f->line : d->line, f ? f->col : d->col,
@@ -221,6 +263,14 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
         }
     }
     if (!rc) {
+        bool overlapped = false;
+        for (int k = 0; k < d->ngroups; k++) overlapped |= d->group_nfilters[k] >= 2;
+        if (overlapped) {
+            ir_dag_build_adjacency(g);
+            for (int k = 0; k < d->ngroups; k++)
+                if (d->group_nfilters[k] >= 2) overlap_group(g, members[k], nmembers[k]);
+            g->adj_valid = false;
+        }
         for (int k = 0; k + 1 < d->ngroups; k++) {
             int32_t dummy = ir_dag_add_node(g, IR_OP_ORDER);
             g->nodes[dummy].place = place;

@@ -263,6 +263,18 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             if (u->stream != g->nodes[v].stream) L->need_record[ed->src] = 1;
         }
     }
+    /* direct temporal edges between two lowered nodes on different streams (an overlapped
+     * order group's receive -> compute -> send barrier, dir_order.c) become record/wait like
+     * data edges; order edges through ORDER dummies only shape the launch order */
+    for (int i = 0; i < nn; i++) {
+        int32_t v = nodes[i];
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            if (ed->kind == IR_EDGE_TEMPORAL && L->launch[ed->src] >= 0 &&
+                g->nodes[ed->src].stream != g->nodes[v].stream)
+                L->need_record[ed->src] = 1;
+        }
+    }
     /* consumers on other streams than the last use must be recorded so the free can wait */
     for (int i = 0; i < nn; i++) {
         int32_t v = nodes[i];
@@ -314,12 +326,12 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         /* 1. waits for inputs made on other streams */
         for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
             const ir_edge *ed = &g->edges[g->in_edge[k]];
-            if (ed->kind != IR_EDGE_DATA) continue;
+            if (ed->kind != IR_EDGE_DATA && ed->kind != IR_EDGE_TEMPORAL) continue;
             int32_t u = ed->src;
             if (L->launch[u] < 0 || g->nodes[u].stream == n->stream || L->event_of[u] < 0) continue;
             bool dup = false;
             for (int32_t q = g->in_off[v]; q < k; q++)
-                dup |= g->edges[g->in_edge[q]].src == u && g->edges[g->in_edge[q]].kind == IR_EDGE_DATA;
+                dup |= g->edges[g->in_edge[q]].src == u;
             if (!dup) emit_wait(&B, s, L->event_of[u]);
         }
         /* 2. buffers this node fills */
@@ -431,8 +443,17 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 if (!dup) BASE_VEC_PUSH(rd, b);
             }
             /* ZeRO-3's gathers read nothing in the DAG: they gather the region's shard */
-            if (!rd.n && n->region >= 0 && rb[n->region].param >= 0 && in.coll == PLAN_ALL_GATHER)
+            if (!rd.n && n->region >= 0 && rb[n->region].param >= 0 && in.coll == PLAN_ALL_GATHER) {
                 BASE_VEC_PUSH(rd, rb[n->region].param);
+                /* tied embeddings with the embedding's optimizer step on this device: the head
+                 * reads the embedding's token table, a ZeRO-3 shard too, so the head's gather
+                 * carries it after the head's own parameters (sizes.c counts its bytes) */
+                if (m->tied_embeddings && (n->flags & IR_NODE_JIT) &&
+                    g->regions[n->region].kind == IR_REGION_HEAD)
+                    for (int r = 0; r < g->nregions; r++)
+                        if (g->regions[r].kind == IR_REGION_EMBED && rb[r].param >= 0)
+                            BASE_VEC_PUSH(rd, rb[r].param);
+            }
             for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
                 const ir_edge *ed = &g->edges[g->out_edge[k]];
                 int32_t b = ed->kind == IR_EDGE_DATA ? L->buf_of[ed->tensor] : -1;

@@ -38,6 +38,7 @@ static int32_t mb_key(const ir_node *n) { return n->mb < 0 ? INT32_MAX : n->mb; 
 typedef struct heap_item {
     int cat;
     int32_t mb;
+    int32_t sub;   /* overlapped order groups: the member's turn (overlap_keys); 0 otherwise */
     double bl;
     int32_t v;
 } heap_item;
@@ -46,8 +47,71 @@ static bool before(const heap_item *a, const heap_item *b)
 {
     if (a->cat != b->cat) return a->cat < b->cat;
     if (a->mb != b->mb) return a->mb < b->mb;
+    if (a->sub != b->sub) return a->sub < b->sub;
     if (a->bl != b->bl) return a->bl > b->bl;
     return a->v < b->v;
+}
+
+/* Overlapped order groups (dir_order.c: several filters in one group, DualPipe's F&B pair) run
+ * their members in turns: a turn is one member's compute up to its next collective, so that one
+ * member's all-to-all (EP dispatch or combine, on its own stream) is in flight while the other
+ * member computes, as DualPipe's overlapped_forward_backward interleaves them. A node's turn is
+ * segment * members + member, its segment the number of collectives on its member's path
+ * before it; the first-named member (the forward, in PyTorch's (F;B) spelling) goes first. The
+ * whole group ranks by its earliest micro-batch. Without collectives every member runs whole,
+ * in the order written. mbk[v] and sub[v] are the keys (mbk -2 when v is in no group). */
+static void overlap_keys(const sched_compilation *c, const ir_dag *g, int32_t *mbk, int32_t *sub)
+{
+    size_t N = g->nnodes;
+    for (size_t v = 0; v < N; v++) mbk[v] = -2, sub[v] = 0;
+    if (!c || !c->noverlap) return;
+    int32_t G = c->noverlap_groups;
+    int32_t *grp = base_xmalloc(N * sizeof *grp), *mem = base_xmalloc(N * sizeof *mem);
+    int32_t *gmin = base_xmalloc((size_t)(G ? G : 1) * sizeof *gmin);
+    int32_t *gmembers = base_xcalloc((size_t)(G ? G : 1), sizeof *gmembers);
+    for (size_t v = 0; v < N; v++) grp[v] = -1;
+    for (int32_t k = 0; k < G; k++) gmin[k] = INT32_MAX;
+    for (size_t i = 0; i < c->noverlap; i++) {
+        const struct sched_overlap_member *o = &c->overlap[i];
+        if ((size_t)o->node >= N || g->nodes[o->node].dead || o->group >= G) continue;
+        grp[o->node] = o->group;
+        mem[o->node] = o->member;
+        int32_t mb = g->nodes[o->node].mb;
+        if (mb >= 0 && mb < gmin[o->group]) gmin[o->group] = mb;
+        if (o->member + 1 > gmembers[o->group]) gmembers[o->group] = o->member + 1;
+    }
+    /* segments by relaxation: a group is a few dozen nodes deep */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < c->noverlap; i++) {
+            int32_t v = c->overlap[i].node;
+            if ((size_t)v >= N || grp[v] < 0) continue;
+            int32_t seg = 0;
+            for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+                const ir_edge *ed = &g->edges[g->in_edge[k]];
+                int32_t u = ed->src;
+                if (ed->kind != IR_EDGE_DATA || grp[u] != grp[v] || mem[u] != mem[v]) continue;
+                int32_t s = sub[u] + (IR_OP_INFO[g->nodes[u].op].kind == IR_KIND_COLL);
+                if (s > seg) seg = s;
+            }
+            if (seg != sub[v]) sub[v] = seg, changed = true;
+        }
+    }
+    for (size_t v = 0; v < N; v++) {
+        if (grp[v] < 0) continue;
+        mbk[v] = gmin[grp[v]] == INT32_MAX ? g->nodes[v].mb : gmin[grp[v]];
+        sub[v] = sub[v] * gmembers[grp[v]] + mem[v];
+    }
+    free(grp);
+    free(mem);
+    free(gmin);
+    free(gmembers);
+}
+
+static heap_item item_of(const ir_dag *g, const int32_t *mbk, const int32_t *sub, const double *bl, int32_t v)
+{
+    const ir_node *n = &g->nodes[v];
+    return (heap_item){category(n), mbk[v] != -2 ? mbk[v] : mb_key(n), sub[v], bl[v], v};
 }
 
 typedef BASE_VEC(heap_item) heap;
@@ -162,6 +226,9 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
     free(outdeg);
     free(stack);
 
+    int32_t *mbk = base_xmalloc((N ? N : 1) * sizeof *mbk), *sub = base_xmalloc((N ? N : 1) * sizeof *sub);
+    overlap_keys(x->c, g, mbk, sub);
+
     /* per class: which placements belong to it */
     o->class_nnodes = base_arena_calloc(g->arena, (size_t)o->nclasses, sizeof(int));
     o->class_nodes = base_arena_calloc(g->arena, (size_t)o->nclasses, sizeof(int32_t *));
@@ -204,7 +271,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 if (indeg[n->link] != jit_wait[n->link]) continue;
                 state[v] |= 2;
             }
-            heap_push(&h, (heap_item){category(n), mb_key(n), bl[v], (int32_t)v});
+            heap_push(&h, item_of(g, mbk, sub, bl, (int32_t)v));
         }
         int32_t *out = base_arena_calloc(g->arena, members ? members : 1, sizeof *out);
         size_t nout = 0, emitted = 0;
@@ -242,7 +309,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                 const ir_node *wn = &g->nodes[w];
                 bool wjit = (wn->flags & IR_NODE_JIT) && wn->link >= 0 && (state[wn->link] & 1);
                 if (indeg[w] == 0 && (!wjit || (state[w] & 2)))
-                    heap_push(&h, (heap_item){category(wn), mb_key(wn), bl[w], w});
+                    heap_push(&h, item_of(g, mbk, sub, bl, w));
                 /* w's remaining inputs are all just-in-time nodes: release them */
                 if (jit_wait[w] > 0 && indeg[w] == jit_wait[w]) {
                     for (int32_t q = g->in_off[w]; q < g->in_off[w + 1]; q++) {
@@ -250,7 +317,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
                         const ir_node *jn = &g->nodes[j];
                         if (!(state[j] & 1) || (state[j] & 2) || !(jn->flags & IR_NODE_JIT) || jn->link != w) continue;
                         state[j] |= 2;
-                        if (indeg[j] == 0) heap_push(&h, (heap_item){category(jn), mb_key(jn), bl[j], j});
+                        if (indeg[j] == 0) heap_push(&h, item_of(g, mbk, sub, bl, j));
                     }
                 }
             }
@@ -269,5 +336,7 @@ int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e)
     free(jit_wait);
     free(state);
     free(bl);
+    free(mbk);
+    free(sub);
     return rc;
 }

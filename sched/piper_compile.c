@@ -28,6 +28,9 @@ static void usage(FILE *f)
             "                        (0F7;7B3)OVERLAP_F_B) of a pipelined program; - = stdout\n"
             "  --allow-oom           keep plans that exceed device memory (what-if analysis)\n"
             "  --no-sendrecv-groups  lower without pairing opposite sends and receives\n"
+            "  --p2p-per-channel     one p2p stream per peer, direction and flow (asynchronous\n"
+            "                        sends, as pipeline runtimes post them); default: one\n"
+            "                        shared stream unless it could deadlock\n"
             "  --no-check            skip the static deadlock and memory check (debugging)\n"
             "  -q, --quiet           no summary\n"
             "  -h, --help            this help\n"
@@ -70,6 +73,8 @@ int main(int argc, char **argv)
             opt.allow_oom = true;
         } else if (!strcmp(a, "--no-sendrecv-groups")) {
             opt.no_sendrecv_groups = true;
+        } else if (!strcmp(a, "--p2p-per-channel")) {
+            opt.p2p_per_channel = true;
         } else if (!strcmp(a, "--no-check")) {
             opt.no_check = true;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {

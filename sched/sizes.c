@@ -134,7 +134,10 @@ void sched_update_sizes(sched_ctx *x)
             } else if (n->flags & IR_NODE_DP_SYNC) {
                 if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg) { /* ZeRO-3 */
                     n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb;
-                    if (tied_split && reg->kind == IR_REGION_HEAD)
+                    /* the head reads the token table: its own copy (tied_split) or the
+                     * embedding's, a ZeRO-3 shard on this placement (lower.c: the gather reads
+                     * both parameter buffers); either way the gather carries it */
+                    if (m->tied_embeddings && reg->kind == IR_REGION_HEAD)
                         n->bytes += (double)ir_model_tied_copy_params_per_device(m, &s) * pb;
                 }
                 else if (n->op == IR_OP_ALL_GATHER)

@@ -108,7 +108,8 @@ static int group_rings_uniform(const sched_plan *p, const sim_options *o, int g)
     int n = grp->n;
     int32_t *ring = base_xcalloc((size_t)n + 1, sizeof *ring);
     for (int r = 0; r < n; r++) ring[r] = r;
-    int ok = 1;
+    /* a tree's members do not all send alike (leaves, inner nodes, roots): never folded */
+    int ok = o->coll != SIM_COLL_TREE || n <= 1;
     sim_group_grid gg;
     sim_group_grid_init(p, g, &gg);
     if (gg.hier && o->coll == SIM_COLL_AUTO) {
@@ -190,8 +191,8 @@ static int try_shift(const sched_plan *p, const sim_options *o, const gindex *ix
             }
         free(cnt);
         if (!rc && !group_rings_uniform(p, o, g)) {
-            snprintf(f->reason, sizeof f->reason, "group %d (%s) spans replicas with rings that mix NVLink and NIC hops",
-                     g, grp->name ? grp->name : "?");
+            snprintf(f->reason, sizeof f->reason, "group %d (%s) spans replicas with %s", g, grp->name ? grp->name : "?",
+                     o->coll == SIM_COLL_TREE ? "tree all-reduces" : "rings that mix NVLink and NIC hops");
             rc = -1;
         }
     }

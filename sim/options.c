@@ -82,7 +82,10 @@ void sim_options_init(sim_options *o, const sched_plan *p)
 
 const char *sim_coll_name(sim_coll_algo a)
 {
-    return a == SIM_COLL_RING ? "ring" : a == SIM_COLL_RING_STEPS ? "ring-steps" : "auto";
+    return a == SIM_COLL_RING         ? "ring"
+           : a == SIM_COLL_RING_STEPS ? "ring-steps"
+           : a == SIM_COLL_TREE       ? "tree"
+                                      : "auto";
 }
 
 /* ---------------------------------------------------------------- value parsing */

@@ -45,7 +45,8 @@ static void usage(FILE *f)
             "                      cluster file's calibration and --costs apply over it\n"
             "  --coll ALGO         auto (default: rings; across nodes, rings inside each node and\n"
             "                      rings across nodes, as NCCL), ring (one flat ring) or ring-steps\n"
-            "                      (one flat ring in lock-step phases of bytes/n)\n"
+            "                      (one flat ring in lock-step phases of bytes/n) or tree\n"
+            "                      (all-reduce over NCCL's double binary tree; others: one ring)\n"
             "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
             "                      process per GPU, one thread per stream\n"
             "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
@@ -164,8 +165,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (coll && strcmp(coll, "auto") && strcmp(coll, "ring") && strcmp(coll, "ring-steps")) {
-        fprintf(stderr, "piper-sim: --coll %s: unknown algorithm; use auto, ring or ring-steps\n", coll);
+    if (coll && strcmp(coll, "auto") && strcmp(coll, "ring") && strcmp(coll, "ring-steps") && strcmp(coll, "tree")) {
+        fprintf(stderr, "piper-sim: --coll %s: unknown algorithm; use auto, ring, ring-steps or tree\n", coll);
         return 2;
     }
 
@@ -212,6 +213,7 @@ int main(int argc, char **argv)
     o.progress = isatty(STDERR_FILENO);
     if (coll && !strcmp(coll, "ring-steps")) o.coll = SIM_COLL_RING_STEPS;
     if (coll && !strcmp(coll, "ring")) o.coll = SIM_COLL_RING;
+    if (coll && !strcmp(coll, "tree")) o.coll = SIM_COLL_TREE;
     /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */
     if (!calib || strcmp(calib, "none")) {
         base_buf text = {0};

@@ -48,10 +48,11 @@ typedef struct sim_links {
 typedef enum {
     SIM_COLL_AUTO,       /* rings; hierarchical (node rings, then cross-node rings) across nodes */
     SIM_COLL_RING,       /* one flat ring: every member streams its ring volume to its neighbour */
-    SIM_COLL_RING_STEPS  /* one flat ring in 2(n-1) (or n-1) lock-step phases of bytes/n */
+    SIM_COLL_RING_STEPS, /* one flat ring in 2(n-1) (or n-1) lock-step phases of bytes/n */
+    SIM_COLL_TREE        /* all-reduce over NCCL's double binary tree (other kinds: flat ring) */
 } sim_coll_algo;
 
-/* "auto", "ring", "ring-steps" */
+/* "auto", "ring", "ring-steps", "tree" */
 const char *sim_coll_name(sim_coll_algo a);
 
 /* What-if overrides (--costs). */

@@ -200,6 +200,29 @@ static char *seg_base(exec_cpu *c, const cpu_seg *s, bool grads, base_error *e)
     return exec_cpu_buf(c, grads ? R->grad_buf : R->param_buf, grads ? "the gradients" : "the parameters", e);
 }
 
+/* A ZeRO segment's piece on rank k of g: the rank's piece of the region's whole storage
+ * (exec_cpu_piece) cut to the segment, so that a segment that is part of a region (the head's
+ * gather of the tied token table) moves the same elements the region's reduce-scatter gave. */
+static void seg_piece(const exec_cpu *c, const cpu_seg *S, int k, int g, int64_t *lo, int64_t *hi)
+{
+    exec_cpu_piece(c->reg[S->region].nstore, k, g, lo, hi);
+    if (*lo < S->off) *lo = S->off;
+    if (*hi > S->off + S->n) *hi = S->off + S->n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* The elements each rank sends for a segment: its largest piece (the rest is padding). */
+static int64_t seg_chunk(const exec_cpu *c, const cpu_seg *S, int g)
+{
+    int64_t m = 0;
+    for (int k = 0; k < g; k++) {
+        int64_t lo, hi;
+        seg_piece(c, S, k, g, &lo, &hi);
+        if (hi - lo > m) m = hi - lo;
+    }
+    return m;
+}
+
 static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cpu *c = ctx;
@@ -269,30 +292,28 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     }
     case CC_GRAD_SCATTER:
     case CC_PARAM_GATHER: {
-        /* one piece of ceil(n / size) per region and rank; the send (scatter) or receive
-         * (gather) side is laid out rank by rank, each rank's pieces region by region */
+        /* one piece per segment and rank (seg_piece); the send (scatter) or receive (gather)
+         * side is laid out rank by rank, each rank's pieces segment by segment */
         const int g = C->gsize;
         const bool grads = C->kind == CC_GRAD_SCATTER;
         int64_t per = 0;
-        for (int s = 0; s < C->nseg; s++) per += (c->reg[C->seg[s].region].nstore + g - 1) / g;
+        for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
         if (int_count(per * g, "a ZeRO bucket", e)) return -1;
         R->staging_bytes = (int64_t)(g + 1) * per * (int64_t)es;
         R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
         char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
         int64_t off = 0;
         for (int s = 0; s < C->nseg; s++) {
-            const cpu_region *G = &c->reg[C->seg[s].region];
             char *b = seg_base(c, &C->seg[s], grads, e);
             if (!b) return -1;
-            int64_t cr = (G->nstore + g - 1) / g;
             for (int k = 0; k < g; k++) {
                 if (!grads && k != C->grank) continue;
                 int64_t lo, hi;
-                exec_cpu_piece(G->nstore, k, g, &lo, &hi);
+                seg_piece(c, &C->seg[s], k, g, &lo, &hi);
                 char *dst = grads ? all + (size_t)(k * per + off) * es : mine + (size_t)off * es;
                 memcpy(dst, b + lo * es, (size_t)(hi - lo) * es);
             }
-            off += cr;
+            off += seg_chunk(c, &C->seg[s], g);
         }
         if (grads)
             EXEC_MPI(MPI_Ireduce_scatter_block(all, mine, (int)per, c->mdt, MPI_SUM, comm, &R->r), e);
@@ -321,22 +342,25 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
         const int g = C->gsize;
         const bool grads = C->kind == CC_GRAD_SCATTER;
         int64_t per = 0;
-        for (int s = 0; s < C->nseg; s++) per += (c->reg[C->seg[s].region].nstore + g - 1) / g;
+        for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
         char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
-        int64_t off = 0;
+        int64_t off = 0, outoff = 0;
         for (int s = 0; s < C->nseg; s++) {
-            const cpu_region *G = &c->reg[C->seg[s].region];
-            char *b = !grads && C->out >= 0 ? exec_cpu_buf(c, C->out, "the gathered parameters", e)
-                                            : seg_base(c, &C->seg[s], grads, e);
+            const cpu_seg *S = &C->seg[s];
+            /* a ZeRO-3 gathered buffer holds the segments one after the other */
+            const bool out = !grads && C->out >= 0;
+            char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);
             if (!b) return -1;
+            if (out) b += (size_t)(outoff - S->off) * es;
             for (int k = 0; k < g; k++) {
                 if (grads && k != C->grank) continue;
                 int64_t lo, hi;
-                exec_cpu_piece(G->nstore, k, g, &lo, &hi);
+                seg_piece(c, S, k, g, &lo, &hi);
                 const char *src = grads ? mine + (size_t)off * es : all + (size_t)(k * per + off) * es;
                 memcpy(b + lo * es, src, (size_t)(hi - lo) * es);
             }
-            off += (G->nstore + g - 1) / g;
+            off += seg_chunk(c, S, g);
+            outoff += S->n;
         }
     }
     return 0;

@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "../exec.h"
+#include "data.h"
 #include "kernels.h"
 
 /* Calls MPI and turns a failure into a base_error naming the call, file and line. */
@@ -58,6 +59,8 @@ typedef struct cpu_buf {
     char *p;            /* storage (kept across steps for params, grads, optimizer state) */
     bool live;
     bool init;          /* parameters: initialised */
+    bool table;         /* GATHERED for the head: the embedding's token table follows the head's
+                           parameters (tied embeddings, ZeRO-3, both on this device) */
 } cpu_buf;
 
 typedef struct cpu_region {
@@ -138,6 +141,7 @@ typedef struct exec_cpu_options {
     double grad_clip;       /* max global norm when the plan has aux.grad_norm; <= 0: off */
     double timeout_s;
     const char *dump_grads; /* directory: after step 1, the gradients each optimizer step sees */
+    const exec_data *data;  /* the token source; NULL: synthetic */
 } exec_cpu_options;
 
 typedef struct exec_cpu {
@@ -219,6 +223,62 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
 void exec_cpu_print_memory(const exec_cpu *c, FILE *f);
 /* Writes every parameter tensor this device updates (its ZeRO shard) to dir/params.dev<d>.txt. */
 int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e);
+
+/* ---------------------------------------------------------------- checkpoint.c */
+
+/* What a checkpoint records besides the tensors (exec/README.md, "Checkpoints"). */
+typedef struct exec_ckpt_meta {
+    int64_t step;           /* the last step it includes */
+    uint64_t seed;          /* initialisation, data and dropout */
+    const char *optimizer;  /* "adamw" | "sgd" */
+    const char *data;       /* the token source (exec_data_describe) */
+} exec_ckpt_meta;
+
+/* A checkpoint's manifest, read. */
+typedef struct exec_ckpt {
+    char dir[4096];
+    char *model;            /* the model line */
+    plan_dtype dtype;
+    int64_t step;
+    uint64_t seed;
+    char optimizer[32], data[4200];
+    int nshards;
+    struct { char *file; uint64_t bytes, sum; } *shard;
+} exec_ckpt;
+
+/* Writes this device's shard (DIR/shard.devD.bin, creating DIR) after c->step; *bytes and *sum
+ * are what the manifest records of it. */
+int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t *sum, base_error *e);
+/* Rank 0, once every shard is written: DIR/manifest.txt, which completes the checkpoint. */
+int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt,
+                             const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
+                             const uint64_t *sums, base_error *e);
+/* Reads and checks DIR's manifest; exec_ckpt_free releases it. */
+int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
+void exec_ckpt_free(exec_ckpt *ck);
+/* Fails, naming the first difference, when the checkpoint's model is not the plan's. */
+int exec_ckpt_check_plan(const exec_ckpt *ck, const sched_plan *p, base_error *e);
+/* Loads the parameters and optimizer state this device holds from every shard (any strategy's),
+ * checking sizes, checksums, shapes and that every element it needs is present. Before step 1. */
+int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e);
+
+/* ---------------------------------------------------------------- trace.c */
+
+/* piper-exec --trace: the events of every step, recorded by the interpreter's observer. */
+typedef struct exec_cpu_trace {
+    exec_cpu *c;
+    double t0;              /* rank 0's start: the trace's time 0 */
+    int64_t n, cap;
+    double *ev;             /* per event: stream, instruction, members, step, start, end */
+} exec_cpu_trace;
+
+/* Collective (rank 0 broadcasts the start time). */
+void exec_cpu_trace_init(exec_cpu_trace *t, exec_cpu *c);
+/* The exec_interp_observer; ctx is the exec_cpu_trace. */
+void exec_cpu_trace_observer(void *ctx, int stream, const int *instrs, int n, double t_start, double t_end);
+/* Collective: rank 0 gathers every rank's events and writes the Chrome trace to path. */
+int exec_cpu_trace_write(exec_cpu_trace *t, const char *path, base_error *e);
+void exec_cpu_trace_free(exec_cpu_trace *t);
 
 /* ---------------------------------------------------------------- backend_mpi.c */
 

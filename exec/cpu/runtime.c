@@ -217,14 +217,25 @@ static int read_computes(exec_cpu *c, base_error *e)
      * region's whole parameters, which the kernels read instead of the device's piece */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads != 1 || in->nwrites != 1 ||
-            L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM || L->bufs[in->writes[0]].mem != PLAN_MEM_COMM ||
-            in->region < 0 || in->region >= c->nreg)
+        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads < 1 || in->nreads > 2 ||
+            in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM ||
+            L->bufs[in->writes[0]].mem != PLAN_MEM_COMM || in->region < 0 || in->region >= c->nreg)
             continue;
         cpu_buf *B = &c->buf[in->writes[0]];
         B->role = CB_GATHERED;
         B->region = in->region;
         B->bytes = c->reg[in->region].nstore * (int64_t)es;
+        /* a second parameter buffer: the head's gather carries the embedding's token table */
+        if (in->nreads == 2) {
+            if (L->bufs[in->reads[1]].mem != PLAN_MEM_PARAM || c->reg[in->region].kind != EXEC_HEAD ||
+                !c->cfg.tied || c->embed_region < 0 || !c->reg[c->embed_region].here) {
+                base_errorf(e, "an all-gather of two parameter buffers that is not the head's "
+                               "gather of the tied token table");
+                return instr_err(c, i, e);
+            }
+            B->table = true;
+            B->bytes += c->reg[c->embed_region].par[0].count * (int64_t)es;
+        }
     }
     int *act_cur = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_cur);
     for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = -1;
@@ -352,11 +363,11 @@ static int read_computes(exec_cpu *c, base_error *e)
         }
         if (R->kind == EXEC_HEAD && c->cfg.tied && !R->ncopy && c->embed_region >= 0 && (fwd || bwd)) {
             /* the head reads the embedding's token table; under ZeRO-3 only a gathered copy of it
-             * is whole, and the plan must gather it for the head */
+             * is whole, and the plan must gather it for the head (with the head's parameters) */
             bool gathered = false;
             for (int q = 0; q < c->L->nbufs; q++)
                 gathered |= c->buf[q].role == CB_GATHERED && c->buf[q].region == c->embed_region;
-            if (gathered) {
+            if (gathered && (b->pb < 0 || !c->buf[b->pb].table)) {
                 base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
                                "shards gathered for the embedding only; the plan does not gather "
                                "them for the head (a compiler gap), so the head would read stale "
@@ -619,11 +630,20 @@ static int read_collectives(exec_cpu *c, base_error *e)
         } else if (in->coll == PLAN_ALL_GATHER && !grads) {
             C->kind = CC_PARAM_GATHER;
             if (in->nwrites == 1 && c->buf[in->writes[0]].role == CB_GATHERED) {
-                if (C->nseg != 1) {
+                C->out = in->writes[0];
+                if (c->buf[C->out].table) {
+                    /* [head's parameters | the embedding's token table] */
+                    const cpu_region *E = &c->reg[c->embed_region];
+                    if (C->nseg != 2 || C->seg[0].region != in->region || C->seg[1].region != c->embed_region) {
+                        base_errorf(e, "the head's gather of the tied token table reads buffers "
+                                       "other than the head's and the embedding's parameters");
+                        return instr_err(c, i, e);
+                    }
+                    C->seg[1] = (cpu_seg){c->embed_region, E->par[0].offset, E->par[0].count};
+                } else if (C->nseg != 1) {
                     base_errorf(e, "a ZeRO-3 gather of %d regions; the CPU executor gathers one", C->nseg);
                     return instr_err(c, i, e);
                 }
-                C->out = in->writes[0];
             }
         } else {
             base_errorf(e, "a %s of %s; the CPU executor knows all-reduce and reduce-scatter of "
@@ -1096,9 +1116,14 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
             if (call.grad) call.lm_grad = (char *)call.grad + (size_t)R->nkern * es;
         } else {
             const cpu_region *E = &c->reg[c->embed_region];
-            char *ep = exec_cpu_buf(c, E->param_buf, "the embedding's token table", e);
-            if (!ep) return -1;
-            call.lm_w = ep + (size_t)E->par[0].offset * es;
+            if (b->pb >= 0 && c->buf[b->pb].table) {
+                /* ZeRO-3: the gathered table follows the head's gathered parameters */
+                call.lm_w = (char *)call.param + (size_t)R->nkern * es;
+            } else {
+                char *ep = exec_cpu_buf(c, E->param_buf, "the embedding's token table", e);
+                if (!ep) return -1;
+                call.lm_w = ep + (size_t)E->par[0].offset * es;
+            }
             if (bwd) {
                 char *eg = exec_cpu_buf(c, E->grad_buf, "the embedding's gradients", e);
                 if (!eg) return -1;
@@ -1164,8 +1189,13 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
     for (int64_t k = 0; k < c->nmb; k++)
         for (int64_t t = 0; t < c->T; t++) {
             int64_t sample = (c->dp_rank * c->nmb + k) * c->cfg.b + t / c->cfg.s, pos = t % c->cfg.s;
-            c->tokens[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos, c->cfg.vocab);
-            c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);
+            if (c->o.data) {
+                c->tokens[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos);
+                c->targets[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos + 1);
+            } else {
+                c->tokens[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos, c->cfg.vocab);
+                c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);
+            }
         }
     if (c->o.dump_grads && step == 1 && open_dump(c, c->o.dump_grads, "grads", &c->dump, e)) return -1;
     double t0 = exec_now();

@@ -9,9 +9,14 @@
 #
 # The folder:
 #   bin/check_kernels       the check (debug info stripped)
+#   bin/piper-exec-cuda     the plan runtime (one GPU: needs neither MPI nor NCCL)
+#   compare_losses.awk      compares its per-step log with the CPU executor's
 #   lib/*.gz                non-system libraries ldd resolves here (OpenBLAS and its Fortran
 #                           runtime), compressed: the working tree that travels is capped
 #   data/qwen3_1b_<GPU>.plan, data/prediction_<GPU>.tsv, data/sim_<GPU>.txt
+#   data/train_<name>.plan, data/train_<name>.cpu.log: small one-device plans and the CPU
+#                           executor's 10 steps of them (piper-exec, fp32: it needs MPI and
+#                           OpenBLAS, so it runs here), for the GPU run to compare with
 #   run                     wrapper: unpacks lib/ once, finds the CUDA libraries on the machine
 #                           (the toolkit, or the nvidia-* Python wheels), runs a bin/ program
 #   MANIFEST                what was built, where, and what the GPU machine must provide
@@ -29,7 +34,7 @@ if [ ! -x "$build/tests/gpu/check_kernels" ]; then
   echo "bundle: $build/tests/gpu/check_kernels is not built (CUDA backend: $status)" >&2
   exit 1
 fi
-for tool in piper-compile; do
+for tool in piper-compile piper-exec; do
   [ -x "$build/$tool" ] || { echo "bundle: $build/$tool is not built" >&2; exit 1; }
 done
 
@@ -37,10 +42,18 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
 cp "$build/tests/gpu/check_kernels" "$out/bin/"
 strip --strip-debug "$out/bin/check_kernels"
+progs=(check_kernels)
+if [ -x "$build/piper-exec-cuda" ]; then
+  cp "$build/piper-exec-cuda" "$out/bin/"
+  strip --strip-debug "$out/bin/piper-exec-cuda"
+  progs+=(piper-exec-cuda)
+fi
+cp "$here/compare_losses.awk" "$out/"
 
 # Libraries: the C and C++ runtimes are on every Linux machine (and newer there); CUDA's come
 # with the GPU machine's toolkit; everything else travels.
 expected=()
+for prog in "${progs[@]}"; do
 while read -r name arrow path rest; do
   [ "$arrow" = "=>" ] || continue
   case "$name" in
@@ -53,8 +66,10 @@ while read -r name arrow path rest; do
     echo "bundle: $name is not found here; cannot bundle it" >&2
     exit 1
   fi
-  gzip -9 -c "$(readlink -f "$path")" > "$out/lib/$name.gz"
-done < <(ldd "$out/bin/check_kernels")
+  [ -e "$out/lib/$name.gz" ] || gzip -9 -c "$(readlink -f "$path")" > "$out/lib/$name.gz"
+done < <(ldd "$out/bin/$prog")
+done
+mapfile -t expected < <(printf '%s\n' ${expected[@]+"${expected[@]}"} | sed '/^$/d' | sort -u)
 
 # The benchmark's plan and piper-sim's prediction, per GPU type the machine may be.
 tmp="$(mktemp -d)"
@@ -78,6 +93,18 @@ for gpu in H200 H100 A100-80GB; do
   fi
 done
 [ ${#predicted[@]} -gt 0 ] || echo "bundle: gpu_predict is not built (no SimGrid?): no predictions" >&2
+
+# The training comparison: small one-device plans (both families, clipping on the dense one)
+# and the CPU executor's 10 steps of each, with the options check.sh gives piper-exec-cuda.
+train_opts="--steps 10 --seed 3 --lr 3e-3 --grad-clip 1 -q"
+for prog in gpt_single_clip moe_single; do
+  "$build/piper-compile" -q "$root/tests/exec_mpi/programs/$prog.yaml" -o "$out/data/train_$prog.plan" \
+    > "$tmp/compile.log" 2>&1 || { cat "$tmp/compile.log" >&2; echo "bundle: $prog does not compile" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  "$build/piper-exec" "$out/data/train_$prog.plan" $train_opts --log "$out/data/train_$prog.cpu.log" \
+    > "$tmp/cpu.log" 2>&1 || { cat "$tmp/cpu.log" >&2; echo "bundle: piper-exec fails on $prog" >&2; exit 1; }
+done
+echo "$train_opts" > "$out/data/train_options.txt"
 
 cat > "$out/run" <<'EOF'
 #!/usr/bin/env bash

@@ -6,9 +6,13 @@
 # ./gpu-check-<time>:
 #   env.txt      the GPU, driver and bundle
 #   kernels.txt  (a) each CUDA kernel against the fp32 CPU kernels, with tolerances
-#   train.txt    (b) 10 training steps on one GPU against the CPU
+#   runtime.txt  (b) 10 training steps on one GPU through the plan runtime (piper-exec-cuda)
+#                against piper-exec's losses, computed on the build machine
+#   train.txt    (b) 10 training steps of the regions chained by check_kernels, CPU vs GPU
 #   bench.txt    (c) qwen3_1b's kernels timed: TFLOP/s against the GPU's peak, next to
 #                piper-sim's prediction made on the build machine
+#   step.txt     (d) a qwen3_1b training step through the plan runtime: step time, tokens/s, MFU,
+#                peak memory, next to piper-sim's prediction of the same plan
 #   summary.txt  one line per part
 #
 #   on the build machine:  tests/gpu/check.sh --dry-run [--build DIR] [--no-build]
@@ -45,15 +49,15 @@ summary="$outdir/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 # Time limits of the GPU run's parts (seconds): under 5 minutes together, with room for startup.
-T_KERNELS=100 T_TRAIN=40 T_BENCH=110
+T_KERNELS=90 T_RUNTIME=30 T_TRAIN=30 T_BENCH=80 T_STEP=50
 
 if [ $dry = 1 ]; then
   echo "== check.sh --dry-run: build, bundle, list (nothing runs on a GPU)"
   if [ $build_it = 1 ]; then
     [ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
     targets="piper-compile"
-    grep -q "^built" "$build/cuda_backend.txt" 2>/dev/null && targets="$targets check_kernels"
-    cmake --build "$build" --target $targets gpu_predict piper-sim -j"$(nproc)" >/dev/null || exit 1
+    grep -q "^built" "$build/cuda_backend.txt" 2>/dev/null && targets="$targets check_kernels piper-exec-cuda"
+    cmake --build "$build" --target $targets piper-exec gpu_predict piper-sim -j"$(nproc)" >/dev/null || exit 1
   fi
   status="$(cat "$build/cuda_backend.txt" 2>/dev/null || echo "unknown: $build is not configured")"
   note "CUDA backend: $status"
@@ -71,19 +75,28 @@ if [ $dry = 1 ]; then
   else
     cat "$outdir/list.txt"; note "bundle: check_kernels does not start"; exit 1
   fi
-  for f in "$bundle"/data/prediction_*.tsv; do
-    [ -e "$f" ] || { note "no piper-sim prediction in the bundle"; exit 1; }
+  if PIPER_BUNDLE_TMP="$outdir/lib" "$bundle/run" piper-exec-cuda --help > "$outdir/runtime_help.txt" 2>&1; then
+    note "bundle starts: piper-exec-cuda --help ran through the wrapper (no MPI, no NCCL needed)"
+  else
+    cat "$outdir/runtime_help.txt"; note "bundle: piper-exec-cuda does not start"; exit 1
+  fi
+  for f in "$bundle"/data/prediction_*.tsv "$bundle"/data/train_*.cpu.log; do
+    [ -e "$f" ] || { note "the bundle lacks $f (piper-sim's prediction or the CPU's losses)"; exit 1; }
   done
   echo "== on a GPU machine, with $bundle carried, check.sh would run (in order, each part with its time limit):"
   echo "   env:      nvidia-smi, nvcc --version, the bundle's MANIFEST                    -> env.txt"
   echo "   (a) ${T_KERNELS}s: run check_kernels --kernels                                      -> kernels.txt"
   sed 's/^/        /' "$outdir/list.txt"
-  echo "   (b) plan runtime on one GPU vs the CPU backend: not available in this build (no CUDA runtime yet)"
+  for f in "$bundle"/data/train_*.plan; do
+    g="$(basename "$f" .plan)"
+    echo "   (b) ${T_RUNTIME}s: run piper-exec-cuda data/$g.plan $(cat "$bundle/data/train_options.txt") vs data/$g.cpu.log -> runtime.txt"
+  done
   echo "       ${T_TRAIN}s: run check_kernels --train (regions chained by the check, CPU vs GPU) -> train.txt"
   for f in "$bundle"/data/prediction_*.tsv; do
     g="$(basename "$f" .tsv)"; g="${g#prediction_}"
     echo "   (c) ${T_BENCH}s on a $g: run check_kernels --bench data/qwen3_1b_$g.plan data/prediction_$g.tsv -> bench.txt"
     grep -E "^(step_seconds|tokens_per_second|mfu|peak_bytes)" "$f" | sed 's/^/          predicted /'
+    echo "   (d) ${T_STEP}s on a $g: run piper-exec-cuda data/qwen3_1b_$g.plan --steps 4 (step 4 measured) -> step.txt"
   done
   note "dry run: passed (results in $outdir)"
   exit 0
@@ -124,10 +137,29 @@ part() { # name, seconds, file, command...
 }
 
 part "(a) kernels vs CPU" $T_KERNELS kernels.txt "$bundle/run" check_kernels --kernels
+
+# (b) the plan runtime against the CPU executor's losses (computed on the build machine)
+runtime_train() {
+  local rc=0 f g
+  for f in "$bundle"/data/train_*.plan; do
+    g="$(basename "$f" .plan)"
+    # shellcheck disable=SC2046
+    if ! "$bundle/run" piper-exec-cuda "$f" $(cat "$bundle/data/train_options.txt") --log "$outdir/$g.cuda.log" \
+         --trace "$outdir/$g.trace.json"; then
+      echo "  FAIL $g: piper-exec-cuda failed"; rc=1; continue
+    fi
+    awk -v name="$g" -v tol=2e-2 -v steps=10 -f "$bundle/compare_losses.awk" "$bundle/data/$g.cpu.log" \
+      "$outdir/$g.cuda.log" || rc=1
+  done
+  return $rc
+}
+# the parts below run under timeout, which runs programs: the functions go through bash -c
+export -f runtime_train
+export bundle outdir
 if [ -x "$bundle/bin/piper-exec-cuda" ]; then
-  note "(b) plan runtime: present in the bundle but check.sh does not drive it yet"
+  part "(b) plan runtime (piper-exec-cuda) vs CPU" $T_RUNTIME runtime.txt bash -c runtime_train
 else
-  note "(b) 10 training steps through the plan runtime on one GPU vs the CPU backend: not available in this build (the CUDA runtime is not written yet)"
+  note "(b) the bundle has no piper-exec-cuda: the plan runtime is not checked"; fail=1
 fi
 part "(b) kernel-chain training vs CPU" $T_TRAIN train.txt "$bundle/run" check_kernels --train
 if [ -e "$bundle/data/prediction_$gpu.tsv" ]; then
@@ -135,6 +167,31 @@ if [ -e "$bundle/data/prediction_$gpu.tsv" ]; then
     "$bundle/run" check_kernels --bench "$bundle/data/qwen3_1b_$gpu.plan" "$bundle/data/prediction_$gpu.tsv"
 else
   note "(c) no prediction for $gpu in the bundle"; fail=1
+fi
+
+# (d) a qwen3_1b step through the plan runtime, next to piper-sim's prediction of the same plan
+runtime_step() {
+  local pred="$bundle/data/prediction_$gpu.tsv" log="$outdir/qwen3_1b.cuda.log"
+  "$bundle/run" piper-exec-cuda "$bundle/data/qwen3_1b_$gpu.plan" --steps 4 --memory --log "$log" \
+    --trace "$outdir/qwen3_1b.trace.json" || { echo "  FAIL piper-exec-cuda failed on qwen3_1b"; return 1; }
+  awk -v gpu="$gpu_name" '
+    FNR == 1 { f++ }
+    f == 1 && $1 == "step_seconds" { ps = $2 } f == 1 && $1 == "tokens_per_second" { pt = $2 }
+    f == 1 && $1 == "mfu" { pm = $2 } f == 1 && $1 == "peak_bytes" { pp = $2 }
+    f == 2 && !/^#/ { s = $6; t = $7; m = $9; p = $10; r = $11 }
+    END {
+      printf "     qwen3_1b step on %s    measured (step 4)   piper-sim\n", gpu
+      printf "     step time             %10.1f ms      %10.1f ms   (measured / predicted %.2f)\n", s * 1e3, ps * 1e3, s / ps
+      printf "     tokens/s              %10.0f         %10.0f\n", t, pt
+      printf "     MFU                   %10.1f %%       %10.1f %%\n", 100 * m, 100 * pm
+      printf "     peak memory           %10.2f GiB     %10.2f GiB   (allocator; %.2f GiB reserved from cudaMalloc)\n", p / 2^30, pp / 2^30, r / 2^30
+      if (s > 0) printf "  ok   qwen3_1b: a training step ran through the plan runtime\n"; else { printf "  FAIL no step time\n"; exit 1 }
+    }' "$pred" "$log"
+}
+export -f runtime_step
+export gpu gpu_name
+if [ -x "$bundle/bin/piper-exec-cuda" ] && [ -e "$bundle/data/prediction_$gpu.tsv" ]; then
+  part "(d) qwen3_1b step (piper-exec-cuda) vs piper-sim ($gpu)" $T_STEP step.txt bash -c runtime_step
 fi
 note "total: $(( $(date +%s) - start ))s; results in $outdir"
 exit $fail

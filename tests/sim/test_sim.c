@@ -1,7 +1,7 @@
 /* test_sim.c — the simulator against facts with known answers: the cost model's constants, the
  * option parsers and their messages, routes (intra-node transfers take NVLink, inter-node ones the
- * NIC, shared NICs contend), the alpha-beta ring formula for collectives, record/wait and
- * sendrecv semantics, memory by category in simulated time, and the closed forms of a 1F1B
+ * NIC, shared NICs contend), the alpha-beta ring and double-binary-tree formulas for collectives,
+ * record/wait and sendrecv semantics, memory by category in simulated time, and the closed forms of a 1F1B
  * pipeline with unit costs (formulas.md) through the real path: program -> piper-compile ->
  * plan -> piper-sim. Hand-built plans come from tests/sched_plan/plan_builder.c. */
 #include <math.h>
@@ -627,6 +627,22 @@ static void test_ring_across_nodes(void)
                 (anv + S / 2 / bnv) + (2 * anic + (S / 2) / bnic) + (anv + S / 2 / bnv), 0.01);
 }
 
+static void test_tree_all_reduce(void)
+{
+    /* NCCL's double binary tree on one NVSwitch (A100: 300 GB/s, 1 us): each tree carries S/2 up
+     * and down at once; the busiest GPU (inner node with a parent and two children in one tree, a
+     * leaf in the other) moves 4 halves each way, so T = 2 depth alpha + 2 S / beta */
+    double S = (double)(1 << 30), a = 1e-6, b = 300e9;
+    ASSERT_NEAR(simulate_ar(2, 8, SIM_COLL_TREE, 1 << 30), 2 * a + S / b, 0.01);     /* depth 1: as a ring */
+    ASSERT_NEAR(simulate_ar(4, 8, SIM_COLL_TREE, 1 << 30), 4 * a + 2 * S / b, 0.01); /* depth 2 */
+    ASSERT_NEAR(simulate_ar(8, 8, SIM_COLL_TREE, 1 << 30), 6 * a + 2 * S / b, 0.01); /* depth 3 */
+    ASSERT_NEAR(simulate_ar(7, 8, SIM_COLL_TREE, 1 << 30), 4 * a + 2 * S / b, 0.01); /* odd: shifted */
+    /* small buffers: latency-bound, the tree's log2 n steps beat the ring's 2 (n - 1) */
+    double s = 64 * 1024;
+    ASSERT_NEAR(simulate_ar(8, 8, SIM_COLL_TREE, 64 * 1024), 6 * a + 2 * s / b, 0.01);
+    ASSERT_NEAR(simulate_ar(8, 8, SIM_COLL_RING, 64 * 1024), 14 * a + 1.75 * s / b, 0.01);
+}
+
 static void test_two_nodes_vs_one(void)
 {
     /* the issue's check: a two-node all-reduce (2 x 8 GPUs) is slower than a one-node one (8 GPUs)
@@ -744,7 +760,9 @@ static void test_1f1b_bundled_closed_form(void) { check_pipeline("configs/progra
 static void test_gpipe_closed_form(void) { check_pipeline("tests/fixtures/sim/pp4_gpipe_tiny.yaml", 6, 1); }
 
 /* formulas.md: with one micro-batch, ZeRO-3 moves 3 parameter volumes per device (reduce-scatter
- * and two all-gathers) where ZeRO-0 moves 2 (one all-reduce): 1.5 times the bytes. */
+ * and two all-gathers) where ZeRO-0 moves 2 (one all-reduce): 1.5 times the bytes. With tied
+ * embeddings the head's two gathers also carry the token table T it shares with the embedding
+ * (which is gathered for the embedding's passes too): (3P + 2T) / 2P = 1.5 + T/P. */
 static void test_zero3_bytes(void)
 {
     double sent[2] = {0, 0};
@@ -766,7 +784,12 @@ static void test_zero3_bytes(void)
         sched_plan_free(&p);
     }
     CU_ASSERT(sent[0] > 0);
-    ASSERT_NEAR(sent[1] / sent[0], 1.5, 1e-12);
+    /* gpt_tiny4: vocab V 256, sequence S 32, hidden h 64, ffn f 256, 4 layers of attention
+     * (two norm vectors, QKV and output projections with biases: 4h^2 + 6h) and MLP (2hf + f +
+     * 3h), the final norm (2h), the token table Vh and positions Sh */
+    const double V = 256, S = 32, h = 64, f = 256;
+    const double P = V * h + S * h + 4 * (4 * h * h + 6 * h + 2 * h * f + f + 3 * h) + 2 * h;
+    ASSERT_NEAR(sent[1] / sent[0], 1.5 + V * h / P, 1e-12);
 }
 
 static char *slurp(const char *path)
@@ -1210,6 +1233,7 @@ int piper_tests_register(void)
         {"record/wait across streams; streams share the GPU", test_record_wait_and_sharing},
         {"compute slows while transfers run (comm_slowdown)", test_comm_slowdown},
         {"ring all-reduce matches the alpha-beta formula", test_ring_all_reduce},
+        {"tree all-reduce matches the double-binary-tree alpha-beta formula", test_tree_all_reduce},
         {"all-gather, reduce-scatter, all-to-all", test_ring_gather_scatter_a2a},
         {"across nodes: a flat ring at the NIC's pace, or hierarchical", test_ring_across_nodes},
         {"two-node all-reduce = one-node + the hierarchical cross-node term", test_two_nodes_vs_one},

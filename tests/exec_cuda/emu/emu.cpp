@@ -5,13 +5,27 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <vector>
 
 #include "emu.h"
 
+extern "C" {
+emu_async_hooks emu_async;
+}
+
 namespace emu {
+
+void sync_stream(cudaStream_t s)
+{
+    if (!emu_async.capture) return;
+    void *t = emu_async.capture((void *)s);
+    if (!t) return;
+    emu_async.wait(t);
+    emu_async.release(t);
+}
 
 dim3 g_block_idx, g_block_dim, g_grid_dim;
 cudaError_t g_last_error = cudaSuccess;
@@ -215,7 +229,86 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    emu::sync_stream(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    if (!emu_async.capture) return cudaSuccess;
+    void *t = emu_async.capture((void *)s);
+    if (!t) return cudaSuccess;
+    int done = emu_async.done(t);
+    emu_async.release(t);
+    return done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    emu::sync_stream(nullptr);
+    return cudaSuccess;
+}
+
+struct emu_event {
+    bool timing, recorded;
+    double t;
+    void *token; /* the stream's asynchronous work when recorded */
+};
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
+{
+    *ev = (cudaEvent_t)calloc(1, sizeof(emu_event));
+    (*ev)->timing = !(flags & cudaEventDisableTiming);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev)
+{
+    if (ev && ev->token) emu_async.release(ev->token);
+    free(ev);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
+{
+    if (ev->token) emu_async.release(ev->token);
+    ev->token = emu_async.capture ? emu_async.capture((void *)s) : nullptr;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ev->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ev->recorded = true;
+    return cudaSuccess;
+}
+
+/* Streams are immediate: the work after the wait runs now, so the event's work must be done. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
+{
     (void)s;
+    (void)flags;
+    if (!ev) return cudaErrorInvalidValue;
+    if (ev->token) emu_async.wait(ev->token);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t ev)
+{
+    if (!ev) return cudaErrorInvalidValue;
+    return !ev->token || emu_async.done(ev->token) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev)
+{
+    if (!ev) return cudaErrorInvalidValue;
+    if (ev->token) emu_async.wait(ev->token);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    /* as CUDA: both recorded, both with timing */
+    if (!a || !b || !a->timing || !b->timing || !a->recorded || !b->recorded)
+        return cudaErrorInvalidValue;
+    *ms = (float)((b->t - a->t) * 1e3);
     return cudaSuccess;
 }
 
@@ -235,20 +328,22 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMemset(void *p, int v, size_t bytes)
 {
+    emu::sync_stream(nullptr);
     memset(p, v, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
 {
-    (void)s;
-    return cudaMemset(p, v, bytes);
+    emu::sync_stream(s);
+    memset(p, v, bytes);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
                               cudaStream_t s)
 {
-    (void)s;
+    emu::sync_stream(s);
     if (width > pitch) return cudaErrorInvalidValue;
     for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
     return cudaSuccess;
@@ -257,6 +352,7 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
     (void)k;
+    emu::sync_stream(nullptr);
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -264,8 +360,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s)
 {
-    (void)s;
-    return cudaMemcpy(dst, src, bytes, k);
+    (void)k;
+    emu::sync_stream(s);
+    memmove(dst, src, bytes);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
@@ -290,6 +388,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInsufficientDriver: return "insufficient driver";
     case cudaErrorNoDevice: return "no device";
+    case cudaErrorNotReady: return "not ready";
     }
     return "unknown error";
 }
@@ -297,7 +396,7 @@ const char *cudaGetErrorString(cudaError_t e)
 /* ---------------------------------------------------------------- cuBLAS */
 
 struct emu_blas {
-    int unused;
+    cudaStream_t stream;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t *h)
@@ -312,7 +411,7 @@ cublasStatus_t cublasDestroy(cublasHandle_t h)
 }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
 {
-    (void)h, (void)s;
+    h->stream = s;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
@@ -387,7 +486,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             void *C, cudaDataType_t ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo)
 {
-    (void)h, (void)algo;
+    (void)algo;
+    emu::sync_stream(h->stream);
     cublasStatus_t s = check(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     return gemm1(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb,
@@ -402,7 +502,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           cudaDataType_t ct, int ldc, long long sc, int batch,
                                           cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
-    (void)h, (void)algo;
+    (void)algo;
+    emu::sync_stream(h->stream);
     cublasStatus_t s = check(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     const size_t ea = 2, eb = 2, ec = ct == CUDA_R_32F ? 4 : 2;

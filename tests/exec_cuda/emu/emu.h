@@ -50,8 +50,14 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
+    cudaErrorNotReady = 600,
 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
+/* Events: streams are immediate, so every recorded event has happened; a record keeps the host
+ * time, which is what elapsed times measure here. */
+typedef struct emu_event *cudaEvent_t;
+#define cudaEventDefault 0u
+#define cudaEventDisableTiming 2u
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost,
     cudaMemcpyHostToDevice,
@@ -99,9 +105,27 @@ inline float2 __bfloat1622float2(__nv_bfloat162 v)
     return float2{__bfloat162float(v.x), __bfloat162float(v.y)};
 }
 
-/* ---------------------------------------------------------------- the execution model */
+/* ---------------------------------------------------------------- asynchronous work */
+
+/* Work another library runs asynchronously on a stream (the emulated NCCL of emu/nccl_mpi.c:
+ * MPI's non-blocking operations). Everything the emulator runs on a stream first waits for that
+ * stream's pending work, an event records a token of it (queried by cudaEventQuery, waited for by
+ * cudaEventSynchronize and cudaStreamWaitEvent), and the legacy stream (NULL) waits for every
+ * stream. All NULL: nothing is asynchronous. */
+extern "C" {
+typedef struct emu_async_hooks {
+    void *(*capture)(void *stream); /* a token of the stream's pending work, NULL if none */
+    int (*done)(void *token);       /* 1 when the token's work has finished */
+    void (*wait)(void *token);
+    void (*release)(void *token);
+} emu_async_hooks;
+extern emu_async_hooks emu_async;
+}
 
 namespace emu {
+
+/* Waits for the pending asynchronous work of stream s (NULL: of every stream). */
+void sync_stream(cudaStream_t s);
 
 /* The running fiber's indices (one OS thread runs one block's fibers at a time). */
 extern dim3 g_block_idx, g_block_dim, g_grid_dim;
@@ -138,8 +162,10 @@ template <typename F, typename Tup> void body_of(void *p)
 template <typename F> struct launcher {
     F f;
     dim3 grid, block;
+    cudaStream_t stream;
     template <typename... A> void operator()(A &&...a)
     {
+        sync_stream(stream);
         typedef std::tuple<typename std::decay<A>::type...> Tup;
         launch_ctx<F, Tup> c{f, Tup(std::forward<A>(a)...)};
         run_grid(grid, block, &body_of<F, Tup>, &c);
@@ -156,8 +182,7 @@ template <typename F, typename G, typename B>
 launcher<F> launch(F f, G grid, B block, size_t smem = 0, cudaStream_t s = nullptr)
 {
     (void)smem;
-    (void)s;
-    return launcher<F>{f, as_dim3(grid), as_dim3(block)};
+    return launcher<F>{f, as_dim3(grid), as_dim3(block), s};
 }
 
 } // namespace emu
@@ -219,6 +244,15 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t ev);
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t ev);
+cudaError_t cudaEventSynchronize(cudaEvent_t ev);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 template <typename T> cudaError_t cudaMalloc(T **p, size_t bytes)
 {

@@ -1,0 +1,373 @@
+/* piper_exec_cuda.c — piper-exec-cuda: runs a compiled plan on GPUs, one rank per device, with
+ * the CUDA runtime (cuda_exec.h):
+ *   piper-exec-cuda PLAN [options]                       a one-device plan: no MPI, no NCCL
+ *   mpirun -np N piper-exec-cuda PLAN [options]          (or srun): rank r runs device r on GPU
+ *                                                        local_rank % GPUs
+ * and prints per step the loss, the gradient norm, the step time (the slowest rank's), tokens/s,
+ * TFLOP/s and MFU (the plan's kernel lists' arithmetic over the step time, against the plan's GPU
+ * peak) and every rank's peak memory, as the allocator held it and as the plan sizes it. The
+ * losses are the CPU executor's (piper-exec) up to bf16 rounding: same data, same initial
+ * parameters, same reading of the plan. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot.h"
+#include "cuda_exec.h"
+#include "nccl_dl.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: [mpirun -np N] piper-exec-cuda PLAN [options]\n"
+            "Runs a plan written by piper-compile -o on GPUs, one rank per device (rank r runs\n"
+            "device r on GPU local-rank %% GPUs; a one-device plan runs without mpirun).\n"
+            "  --steps K          training steps (default 5)\n"
+            "  --seed S           initialisation, data and dropout seed (default 1)\n"
+            "  --optimizer adamw|sgd   (default adamw)\n"
+            "  --lr X             learning rate (default 1e-3 for AdamW, 0.1 for SGD)\n"
+            "  --weight-decay X   decoupled weight decay of matrices (default 0.1)\n"
+            "  --beta1 X --beta2 X --eps X   AdamW (defaults 0.9, 0.95, 1e-8)\n"
+            "  --grad-clip X      clip to this global norm when the plan computes it (default 1)\n"
+            "  --timeout SEC      watchdog for communication (default 300; 0 disables)\n"
+            "  --gpu G            the GPU to use (default: local rank modulo the GPUs)\n"
+            "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
+            "                     seconds tokens_per_s tflops_per_s mfu peak_bytes reserved_bytes\n"
+            "  --trace FILE       the last step's instructions from CUDA events, Chrome format\n"
+            "                     (rank r > 0 writes FILE.rank<r>)\n"
+            "  --no-nvtx          no NVTX ranges (default: one per instruction)\n"
+            "  --memory           each rank prints its buffers' bytes by category\n"
+            "  --check            read the plan, set the device up and stop before the first step\n"
+            "  --device D         with --check, in one process: read device D of the plan (its\n"
+            "                     buffers, bindings, collectives), without communicators\n"
+            "  -q                 print only the per-step lines\n");
+}
+
+typedef struct args {
+    const char *plan, *log, *trace;
+    int64_t steps;
+    int gpu, device;
+    bool quiet, memory, check;
+    exec_cuda_options o;
+} args;
+
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return errno || end == s || *end ? -1 : 0;
+}
+
+static int parse_args(int argc, char **argv, args *a, base_error *e)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 5;
+    a->gpu = -1;
+    a->device = -1;
+    a->o.seed = 1;
+    a->o.timeout_s = 300;
+    a->o.grad_clip = 1.0;
+    a->o.nvtx = true;
+    a->o.optim.kind = EXEC_ADAMW;
+    a->o.optim.lr = -1;
+    a->o.optim.beta1 = 0.9;
+    a->o.optim.beta2 = 0.95;
+    a->o.optim.eps = 1e-8;
+    a->o.optim.weight_decay = 0.1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+#define NEED_VALUE                                                                            \
+    do {                                                                                      \
+        if (!v) return base_errorf(e, "%s needs a value", s);                                 \
+        i++;                                                                                  \
+    } while (0)
+#define NUMBER(dst, lo)                                                                       \
+    do {                                                                                      \
+        NEED_VALUE;                                                                           \
+        if (parse_double(v, &d) || !(d >= (lo)))                                              \
+            return base_errorf(e, "%s takes a number >= %g, not '%s'", s, (double)(lo), v);   \
+        dst = d;                                                                              \
+    } while (0)
+        if (strcmp(s, "--steps") == 0) {
+            NUMBER(a->steps, 1);
+        } else if (strcmp(s, "--seed") == 0) {
+            NUMBER(a->o.seed, 0);
+        } else if (strcmp(s, "--timeout") == 0) {
+            NUMBER(a->o.timeout_s, 0);
+        } else if (strcmp(s, "--lr") == 0) {
+            NUMBER(a->o.optim.lr, 0);
+        } else if (strcmp(s, "--weight-decay") == 0) {
+            NUMBER(a->o.optim.weight_decay, 0);
+        } else if (strcmp(s, "--beta1") == 0) {
+            NUMBER(a->o.optim.beta1, 0);
+        } else if (strcmp(s, "--beta2") == 0) {
+            NUMBER(a->o.optim.beta2, 0);
+        } else if (strcmp(s, "--eps") == 0) {
+            NUMBER(a->o.optim.eps, 0);
+        } else if (strcmp(s, "--grad-clip") == 0) {
+            NUMBER(a->o.grad_clip, 0);
+        } else if (strcmp(s, "--gpu") == 0) {
+            NUMBER(a->gpu, 0);
+        } else if (strcmp(s, "--optimizer") == 0) {
+            NEED_VALUE;
+            if (strcmp(v, "adamw") == 0)
+                a->o.optim.kind = EXEC_ADAMW;
+            else if (strcmp(v, "sgd") == 0)
+                a->o.optim.kind = EXEC_SGD;
+            else
+                return base_errorf(e, "--optimizer takes adamw or sgd, not '%s'", v);
+        } else if (strcmp(s, "--log") == 0) {
+            NEED_VALUE;
+            a->log = v;
+        } else if (strcmp(s, "--trace") == 0) {
+            NEED_VALUE;
+            a->trace = v;
+            a->o.trace = true;
+        } else if (strcmp(s, "--no-nvtx") == 0) {
+            a->o.nvtx = false;
+        } else if (strcmp(s, "--memory") == 0) {
+            a->memory = true;
+        } else if (strcmp(s, "--check") == 0) {
+            a->check = true;
+        } else if (strcmp(s, "--device") == 0) {
+            NUMBER(a->device, 0);
+        } else if (strcmp(s, "-q") == 0) {
+            a->quiet = true;
+        } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            return 1;
+        } else if (s[0] == '-') {
+            return base_errorf(e, "unknown option %s; see piper-exec-cuda --help", s);
+        } else if (a->plan) {
+            return base_errorf(e, "two plans given (%s and %s); piper-exec-cuda runs one", a->plan, s);
+        } else {
+            a->plan = s;
+        }
+#undef NUMBER
+#undef NEED_VALUE
+    }
+    if (!a->plan) return base_errorf(e, "no plan given; see piper-exec-cuda --help");
+    if (a->device >= 0 && !a->check)
+        return base_errorf(e, "--device D reads one device of a plan in one process: it needs --check");
+    if (a->o.optim.lr < 0) a->o.optim.lr = a->o.optim.kind == EXEC_SGD ? 0.1 : 1e-3;
+    return 0;
+}
+
+static double mib(double b) { return b / (1024.0 * 1024.0); }
+
+/* The world communicator: rank 0's unique id to every rank through MPI. */
+static int world_comm(exec_boot *b, void **comm, base_error *e)
+{
+    *comm = NULL;
+    if (b->size <= 1) return 0;
+    char id[EXEC_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    int ok = b->rank == 0 ? exec_nccl_unique_id(id, e) : exec_nccl_load(e);
+    /* everyone learns whether rank 0 has an id (a zero first byte after the broadcast would be a
+     * legal id, so a flag travels with it) */
+    char buf[EXEC_NCCL_ID_BYTES + 1];
+    memcpy(buf, id, sizeof id);
+    buf[EXEC_NCCL_ID_BYTES] = (char)(b->rank == 0 && ok == 0);
+    if (exec_boot_bcast(b, buf, sizeof buf, 0, e)) return -1;
+    if (ok) return -1;
+    if (!buf[EXEC_NCCL_ID_BYTES]) return base_errorf(e, "rank 0 could not create NCCL's unique id");
+    return exec_nccl_init_rank(comm, b->size, buf, b->rank, e);
+}
+
+int main(int argc, char **argv)
+{
+    base_error e;
+    base_error_clear(&e);
+    exec_boot boot;
+    if (exec_boot_init(&boot, &argc, &argv, &e)) {
+        fprintf(stderr, "piper-exec-cuda: %s\n", e.msg);
+        return 1;
+    }
+    int rank = boot.rank, size = boot.size;
+    args a;
+    int prc = parse_args(argc, argv, &a, &e);
+    if (prc) {
+        if (rank == 0) {
+            if (prc > 0)
+                usage(stdout);
+            else
+                fprintf(stderr, "piper-exec-cuda: %s\n", e.msg);
+        }
+        exec_boot_finalize(&boot);
+        return prc > 0 ? 0 : 2;
+    }
+
+    sched_plan plan;
+    sched_plan_init(&plan);
+    exec_cuda_rt *r = NULL;
+    exec_interp *it = NULL;
+    void *world = NULL;
+    char gpu_desc[256] = "?";
+    int gpu = -1;
+    if (sched_plan_read_file(&plan, a.plan, &e) == 0) {
+        if (a.device >= 0) {
+            /* one device of a plan read on its own (--check): this process plays it */
+            if (size > 1)
+                base_errorf(&e, "--device reads one device in one process; start it without mpirun");
+            else if (a.device >= plan.ndevices)
+                base_errorf(&e, "--device %d, but the plan has %d devices", a.device, plan.ndevices);
+            rank = a.device;
+            size = plan.ndevices;
+        }
+        if (!e.set && size > plan.ndevices)
+            base_errorf(&e, "%d ranks run but the plan has %d devices; start at most %d ranks", size,
+                        plan.ndevices, plan.ndevices);
+        for (int d = size; d < plan.ndevices && !e.set; d++)
+            if (sched_plan_list(&plan, d)->n > 0)
+                base_errorf(&e, "device %d of the plan has work but only %d ranks run; start one "
+                                "rank per device (mpirun -np %d)",
+                            d, size, d + 1);
+        int ngpus = 0;
+        if (!e.set && exec_cuda_device_count(&ngpus, &e) == 0) {
+            if (ngpus < 1) base_errorf(&e, "no CUDA device is visible");
+            gpu = a.gpu >= 0 ? a.gpu : boot.local_rank % (ngpus > 0 ? ngpus : 1);
+            if (!e.set && gpu >= ngpus)
+                base_errorf(&e, "--gpu %d, but only %d GPUs are visible", gpu, ngpus);
+            if (!e.set) exec_cuda_device_describe(gpu, gpu_desc, sizeof gpu_desc, &e);
+        }
+        if (!e.set) exec_cuda_rt_open(&r, &plan, rank, size, gpu, &a.o, &e);
+    }
+    char msg[BASE_ERROR_MAX];
+    int bad = exec_boot_agree(&boot, &e, msg, sizeof msg);
+    if (bad < 0 && a.device >= 0) {
+        exec_interp_new(&it, &plan, rank, exec_cuda_rt_backend(r), &e);
+        bad = e.set ? rank : -1;
+        if (e.set) snprintf(msg, sizeof msg, "%s", e.msg);
+    } else if (bad < 0) {
+        if (world_comm(&boot, &world, &e) == 0 && exec_cuda_rt_connect(r, world, &e) == 0)
+            exec_interp_new(&it, &plan, rank, exec_cuda_rt_backend(r), &e);
+        bad = exec_boot_agree(&boot, &e, msg, sizeof msg);
+    }
+    if (bad >= 0) {
+        if (boot.rank == bad)
+            fprintf(stderr, "piper-exec-cuda: rank %d (device %d) failed: %s\n", rank, rank, msg);
+        else
+            fprintf(stderr, "piper-exec-cuda: rank %d: stopping because rank %d (device %d) failed: %s\n",
+                    rank, bad, bad, msg);
+        exec_interp_free(it);
+        exec_cuda_rt_close(r);
+        exec_nccl_destroy(world);
+        sched_plan_free(&plan);
+        exec_boot_finalize(&boot);
+        return 1;
+    }
+
+    const plan_model *m = &plan.model;
+    const int64_t tokens = m->global_batch * m->seq;
+    double flops = 0;
+    for (int d = 0; d < plan.ndevices; d++) {
+        const plan_list *L = sched_plan_list(&plan, d);
+        for (int i = 0; i < L->n; i++)
+            if (L->ins[i].op == PLAN_COMPUTE && L->ins[i].kernels >= 0) {
+                const plan_kernel_list *kl = &plan.kernel_lists[L->ins[i].kernels];
+                for (int k = 0; k < kl->n; k++) flops += kl->k[k].flops;
+            }
+    }
+    const double peak = plan.gpu.peak_flops[PLAN_BF16] * (double)plan.ndevices;
+    FILE *log = NULL;
+    if (rank == 0 && a.log && !(log = fopen(a.log, "w"))) {
+        base_errorf(&e, "cannot write %s: %s", a.log, strerror(errno));
+        goto fail;
+    }
+    if (rank == 0 && !a.quiet) {
+        printf("piper-exec-cuda: %s (%s), %d rank%s on %s (plan's GPU: %s), bf16 with fp32 "
+               "master weights, %s lr %g, %lld steps of %lld sequences (micro-batch %lld x %lld x "
+               "data-parallel %lld) = %lld tokens\n",
+               m->name ? m->name : "?", a.plan, size, size == 1 ? "" : "s", gpu_desc,
+               plan.gpu.name ? plan.gpu.name : "?", a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
+               a.o.optim.lr, (long long)a.steps, (long long)m->global_batch,
+               (long long)m->micro_batch, (long long)m->num_microbatches,
+               (long long)exec_cuda_rt_dp_size(r), (long long)tokens);
+        printf("%-5s %-11s %-10s %-10s %-10s %-8s %-6s %s\n", "step", "loss", "grad norm", "time",
+               "tokens/s", "TFLOP/s", "MFU", "peak memory per rank, allocator / plan (MiB)");
+    }
+    if (log)
+        fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s tflops_per_s mfu "
+                     "peak_bytes reserved_bytes plan_peak_bytes\n");
+    if (a.memory) {
+        for (int k = 0; k < size; k++) {
+            if (k == rank) {
+                exec_cuda_rt_print_memory(r, stdout);
+                fflush(stdout);
+            }
+            exec_boot_barrier(&boot);
+        }
+    }
+    if (a.check) {
+        if (rank == 0 && !a.quiet) printf("plan read and device set up; --check: no step run\n");
+        a.steps = 0;
+    }
+    enum { NV = 7 };
+    double *all = base_xcalloc((size_t)size * NV, sizeof(double));
+    for (int64_t step = 1; step <= a.steps; step++) {
+        exec_cuda_step_stats st;
+        if (exec_cuda_rt_step(r, it, step, &st, &e)) {
+            base_error_prefix(&e, "step %lld: ", (long long)step);
+            goto fail;
+        }
+        double v[NV] = {st.loss, st.aux_loss, st.grad_norm, st.seconds, st.peak, st.plan_peak, st.reserved};
+        if (exec_boot_gather(&boot, v, NV, all, &e)) goto fail;
+        if (rank != 0) continue;
+        double ce = 0, aux = 0, norm = -1, t = 0, pk = 0, res = 0, ppk = 0;
+        for (int k = 0; k < size; k++) {
+            ce += all[k * NV + 0];
+            aux += all[k * NV + 1];
+            if (all[k * NV + 2] > norm) norm = all[k * NV + 2];
+            if (all[k * NV + 3] > t) t = all[k * NV + 3];
+            if (all[k * NV + 4] > pk) pk = all[k * NV + 4];
+            if (all[k * NV + 5] > ppk) ppk = all[k * NV + 5];
+            if (all[k * NV + 6] > res) res = all[k * NV + 6];
+        }
+        double loss = ce + aux, mfu = peak > 0 ? flops / t / peak : 0;
+        char nbuf[32] = "-";
+        if (norm >= 0) snprintf(nbuf, sizeof nbuf, "%.6f", sqrt(norm));
+        printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.1f %5.1f%%", (long long)step, loss, nbuf,
+               t * 1e3, (double)tokens / t, flops / t * 1e-12, 100 * mfu);
+        for (int k = 0; k < size; k++)
+            printf(" r%d %.1f/%.1f", k, mib(all[k * NV + 4]), mib(all[k * NV + 5]));
+        printf("\n");
+        fflush(stdout);
+        if (log) {
+            fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n",
+                    (long long)step, loss, ce, aux, norm >= 0 ? sqrt(norm) : -1.0, t,
+                    (double)tokens / t, flops / t * 1e-12, mfu, pk, res, ppk);
+            fflush(log);
+        }
+    }
+    if (a.trace) {
+        char path[4096];
+        if (rank == 0)
+            snprintf(path, sizeof path, "%s", a.trace);
+        else
+            snprintf(path, sizeof path, "%s.rank%d", a.trace, rank);
+        viz_trace t;
+        if (viz_trace_open(&t, path, &e)) goto fail;
+        int rc = exec_cuda_rt_trace(r, &t, &e);
+        if (viz_trace_close(&t, rc ? &(base_error){0} : &e) || rc) goto fail;
+        if (rank == 0 && !a.quiet) printf("trace of step %lld: %s\n", (long long)a.steps, path);
+    }
+    exec_boot_barrier(&boot);
+    free(all);
+    if (log) fclose(log);
+    exec_interp_free(it);
+    exec_cuda_rt_close(r);
+    exec_nccl_destroy(world);
+    sched_plan_free(&plan);
+    exec_boot_finalize(&boot);
+    return 0;
+
+fail:
+    fprintf(stderr, "piper-exec-cuda: rank %d (device %d) failed: %s\n", rank, rank, e.msg);
+    fflush(stderr);
+    exec_boot_abort(&boot, 1);
+    return 1;
+}

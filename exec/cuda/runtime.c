@@ -1,0 +1,1735 @@
+/* runtime.c — the CUDA plan runtime (cuda_exec.h): its reading of a plan for one device (regions,
+ * buffer roles and CUDA sizes, compute bindings, boundary slots, collectives, data-parallel
+ * rank: the CPU executor's rules, exec/cpu/runtime.c), and the exec_backend over CUDA streams,
+ * events, the caching allocator and NCCL. Plain C: CUDA is reached through rt_cuda.h and the
+ * kernels' C interface, NCCL through nccl_dl.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_exec.h"
+#include "nccl_dl.h"
+#include "rt_cuda.h"
+#include "rt_host.h"
+
+/* ---------------------------------------------------------------- the runtime's state */
+
+typedef enum { RB_NONE, RB_PARAM, RB_GRAD, RB_OPT, RB_ACT, RB_COMM } rt_role;
+
+typedef struct rt_buf {
+    rt_role role;
+    int region;
+    int64_t bytes;          /* the runtime's size */
+    void *p;
+    bool live, init;
+} rt_buf;
+
+typedef struct rt_region {
+    const char *name;
+    exec_region_kind kind;
+    int layer;
+    bool here, upd;
+    int tp_group, ep_group;
+    exec_shard sh;
+    exec_cuda_sizes sz;
+    exec_param par[EXEC_MAX_REGION_PARAMS];
+    int npar;
+    int64_t nkern;          /* elements of the kernels' parameter block */
+    int64_t ncopy;          /* head on a stage without the embedding, tied: the token table's
+                               copy, appended after the kernels' block (as piper-exec keeps it) */
+    exec_param copy;        /* the block of embed.tok it holds (offset = nkern) */
+    int64_t n;              /* parameter storage: nkern + ncopy */
+    int64_t upd_lo, upd_hi; /* the elements the optimizer step here updates: a ZeRO piece */
+    int scatter_group;      /* the group whose reduce-scatter makes the piece, -1 */
+    int param_buf, grad_buf, opt_buf;
+    bool norm_skip, tp_copy;
+} rt_region;
+
+enum { SLOT_X, SLOT_ROUTE, SLOT_DY, SLOT_DROUTE, NSLOT };
+
+typedef struct rt_bind {
+    int region, mb;
+    const exec_cuda_kernel *k;
+    int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
+    int act, xb, yb, dyb, dxb;
+    int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s;
+} rt_bind;
+
+typedef struct rt_seg {
+    int region;
+    int64_t off, n;
+} rt_seg;
+
+typedef enum { RC_NONE, RC_ACT, RC_GRAD_SUM, RC_GRAD_SCATTER, RC_PARAM_GATHER, RC_SCALAR } rt_coll_kind;
+
+typedef struct rt_coll {
+    rt_coll_kind kind;
+    int group, gsize, grank;
+    int comm;               /* key index, -1 for a group of one */
+    int in, out;
+    int nseg;
+    rt_seg *seg;            /* GRAD_SUM: what is summed; SCATTER / GATHER: one per region */
+    int64_t chunk;          /* SCATTER / GATHER: elements per rank in the staging buffer */
+} rt_coll;
+
+typedef struct rt_req {
+    bool used;
+    int instr;              /* its completion is done_ev[last member] */
+} rt_req;
+
+/* Device scalars of a step (doubles): the head's loss per micro-batch, each gate's aux loss per
+ * (micro-batch, region), the norm, a scratch output, one clipping coefficient per region. */
+typedef struct rt_scalars {
+    double *base;
+    int64_t n;
+    double *loss, *gate, *norm, *scratch, *coef, *norm_part;
+} rt_scalars;
+
+struct exec_cuda_rt {
+    const sched_plan *p;
+    int dev, world, gpu;
+    const plan_list *L;
+    exec_cuda_options o;
+    exec_cfg cfg;
+    int64_t nmb, dp_size, dp_rank, T;
+    int nreg;
+    rt_region *reg;
+    int embed_region, head_region;
+    bool **holds;
+    rt_buf *buf;
+    rt_bind *bind;
+    rt_coll *coll;
+    void **slot;
+    int64_t *slot_bytes;
+    int *slot_last;
+    /* CUDA */
+    exec_cuda_streams sm;
+    void **stream;          /* per plan stream */
+    exec_cuda_ctx **ctx;    /* per plan stream with computes (ctx[0] always: initialisation) */
+    void **rec_ev;          /* per RECORD instruction */
+    void **done_ev;         /* per communication instruction (and, traced, every compute) */
+    void **start_ev;        /* traced: per instruction with an end event */
+    void *step_ev;          /* traced: the step's start, on stream 0 */
+    int *sr_first, *sr_last;
+    exec_cuda_pool pool;
+    int32_t **tokens, **targets; /* device, per micro-batch */
+    int32_t *htok, *htgt;   /* host staging */
+    rt_scalars sc;
+    bool have_norm;
+    /* communicators */
+    exec_cuda_comm_key *keys;
+    int nkeys;
+    void **comm;            /* per key, NULL where not a member */
+    int head_comm;
+    rt_req *req;
+    int nreq;
+    /* figures */
+    int64_t step;
+    double plan_live, plan_peak;
+    bool traced;            /* the last step was timed */
+    exec_backend be;
+};
+
+static const char *buf_name(const exec_cuda_rt *r, int b)
+{
+    return b >= 0 && b < r->L->nbufs && r->L->bufs[b].name ? r->L->bufs[b].name : "?";
+}
+
+static int instr_err(const exec_cuda_rt *r, int i, base_error *e)
+{
+    char d[256];
+    exec_instr_describe(r->p, r->dev, i, d, sizeof d);
+    base_error_prefix(e, "device %d, %s: ", r->dev, d);
+    return -1;
+}
+
+static int group_pos(const sched_plan *p, int g, int dev)
+{
+    for (int i = 0; i < p->groups[g].n; i++)
+        if (p->groups[g].devices[i] == dev) return i;
+    return -1;
+}
+
+static const char *stream_name(const plan_list *L, int s)
+{
+    return s >= 0 && s < L->nstreams && L->streams[s] ? L->streams[s] : "";
+}
+
+static int64_t slot_index(const exec_cuda_rt *r, int reg, int mb, int kind)
+{
+    return ((int64_t)reg * r->nmb + mb) * NSLOT + kind;
+}
+
+/* "L3.attn" -> layer 3, attn; "embed" / "head" -> layer -1. */
+static int parse_region(const char *name, int *layer, exec_region_kind *kind)
+{
+    const char *k = name;
+    *layer = -1;
+    if (name[0] == 'L' && name[1] >= '0' && name[1] <= '9') {
+        char *end;
+        long l = strtol(name + 1, &end, 10);
+        if (*end != '.') return -1;
+        *layer = (int)l;
+        k = end + 1;
+    }
+    for (int i = 0; i < EXEC_NREGION_KINDS; i++)
+        if (strcmp(k, exec_region_kind_name((exec_region_kind)i)) == 0) {
+            *kind = (exec_region_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* The element range [lo, hi) of a region's storage in group position k of n (ZeRO pieces of
+ * ceil(n / size), as piper-exec cuts them). */
+static void exec_cuda_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi)
+{
+    int64_t c = size > 0 ? (n + size - 1) / size : n;
+    *lo = (int64_t)k * c;
+    if (*lo > n) *lo = n;
+    *hi = *lo + c > n ? n : *lo + c;
+}
+
+/* bf16 parameters, then the fp32 master copy at a 256-byte boundary */
+static int64_t master_offset(int64_t n) { return (2 * n + 255) / 256 * 256; }
+
+/* ---------------------------------------------------------------- reading the plan */
+
+static int read_regions(exec_cuda_rt *r, base_error *e)
+{
+    const sched_plan *p = r->p;
+    r->nreg = p->nregions;
+    r->reg = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof *r->reg);
+    r->embed_region = r->head_region = -1;
+    for (int k = 0; k < r->nreg; k++) {
+        rt_region *R = &r->reg[k];
+        R->name = p->regions[k];
+        R->tp_group = R->ep_group = R->param_buf = R->grad_buf = R->opt_buf = -1;
+        R->scatter_group = -1;
+        if (!R->name || parse_region(R->name, &R->layer, &R->kind))
+            return base_errorf(e, "plan region %d is named '%s', which the CUDA runtime cannot "
+                                  "read; it expects embed, head or L<layer>.<kind>",
+                               k, R->name ? R->name : "(null)");
+        if (R->kind == EXEC_EMBED) r->embed_region = k;
+        if (R->kind == EXEC_HEAD) r->head_region = k;
+    }
+    for (int i = 0; i < r->L->n; i++) {
+        const plan_instr *in = &r->L->ins[i];
+        if (in->op != PLAN_COMPUTE || in->region < 0 || in->region >= r->nreg) continue;
+        rt_region *R = &r->reg[in->region];
+        R->here = true;
+        if (in->pass == PLAN_PASS_UPD) R->upd = true;
+        int tg = in->tp_group >= 0 ? p->devices[r->dev].group_slots[in->tp_group] : -1;
+        int eg = in->ep_group >= 0 ? p->devices[r->dev].group_slots[in->ep_group] : -1;
+        if (tg >= 0) R->tp_group = tg;
+        if (eg >= 0) R->ep_group = eg;
+    }
+    for (int k = 0; k < r->nreg; k++) {
+        rt_region *R = &r->reg[k];
+        if (!R->here) continue;
+        int tp = 1, tpr = 0, ep = 1, epr = 0;
+        if (R->tp_group >= 0) tp = p->groups[R->tp_group].n, tpr = group_pos(p, R->tp_group, r->dev);
+        if (R->ep_group >= 0) ep = p->groups[R->ep_group].n, epr = group_pos(p, R->ep_group, r->dev);
+        if (tpr < 0 || epr < 0)
+            return base_errorf(e, "device %d runs region %s on a TP/EP group it is not a member "
+                                  "of; the plan is inconsistent",
+                               r->dev, R->name);
+        if (exec_shard_init(&r->cfg, tp, tpr, ep, epr, &R->sh, e) ||
+            exec_cuda_region_sizes(&r->cfg, &R->sh, R->kind, &R->sz, e) ||
+            (R->npar = exec_region_params(&r->cfg, &R->sh, R->kind, R->par, e)) < 0) {
+            base_error_prefix(e, "region %s on device %d: ", R->name, r->dev);
+            return -1;
+        }
+        R->n = R->nkern = R->sz.params;
+    }
+    /* the head's copy of a tied token table lives with the head when the embedding is elsewhere */
+    if (r->cfg.tied && r->head_region >= 0 && r->reg[r->head_region].here &&
+        (r->embed_region < 0 || !r->reg[r->embed_region].here)) {
+        rt_region *H = &r->reg[r->head_region];
+        exec_param ep[EXEC_MAX_REGION_PARAMS];
+        if (exec_region_params(&r->cfg, &H->sh, EXEC_EMBED, ep, e) < 0) return -1;
+        H->copy = ep[0]; /* "tok", vocabulary-sharded as the head is */
+        H->copy.offset = H->nkern;
+        H->ncopy = H->copy.count;
+        H->n = H->nkern + H->ncopy;
+    }
+    for (int k = 0; k < r->nreg; k++) r->reg[k].upd_hi = r->reg[k].n;
+    r->holds = base_xcalloc((size_t)p->ndevices, sizeof *r->holds);
+    for (int d = 0; d < p->ndevices; d++) {
+        r->holds[d] = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof **r->holds);
+        const plan_list *Ld = sched_plan_list(p, d);
+        for (int i = 0; i < Ld->n; i++)
+            if (Ld->ins[i].op == PLAN_COMPUTE && Ld->ins[i].region >= 0 && Ld->ins[i].region < r->nreg)
+                r->holds[d][Ld->ins[i].region] = true;
+    }
+    int tpg = -1;
+    for (int k = 0; k < r->nreg && tpg < 0; k++)
+        if (r->reg[k].here) tpg = r->reg[k].tp_group;
+    for (int k = 0; k < r->nreg && tpg >= 0; k++) {
+        rt_region *R = &r->reg[k];
+        if (!R->here || R->tp_group >= 0 || group_pos(p, tpg, r->dev) == 0) continue;
+        bool all = true;
+        for (int m = 0; m < p->groups[tpg].n; m++) all &= r->holds[p->groups[tpg].devices[m]][k];
+        R->tp_copy = all;
+    }
+    return 0;
+}
+
+static int set_role(exec_cuda_rt *r, int i, int b, rt_role role, int region, int64_t bytes,
+                    base_error *e)
+{
+    rt_buf *B = &r->buf[b];
+    if (B->role != RB_NONE && (B->role != role || (role != RB_COMM && B->region != region))) {
+        base_errorf(e, "buffer %d (%s) is used as two different things; the CUDA runtime gives a "
+                       "buffer one role",
+                    b, buf_name(r, b));
+        return instr_err(r, i, e);
+    }
+    B->role = role;
+    B->region = region;
+    if (bytes > B->bytes) B->bytes = bytes;
+    return 0;
+}
+
+static int read_computes(exec_cuda_rt *r, base_error *e)
+{
+    const sched_plan *p = r->p;
+    const plan_list *L = r->L;
+    /* ZeRO-3: computes read the parameters an all-gather puts into a comm buffer */
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op == PLAN_COLL && in->coll == PLAN_ALL_GATHER && in->nreads == 1 &&
+            in->nwrites == 1 && L->bufs[in->reads[0]].mem == PLAN_MEM_PARAM &&
+            L->bufs[in->writes[0]].mem == PLAN_MEM_COMM) {
+            base_errorf(e, "an all-gather of parameters into a communication buffer: ZeRO-3 is "
+                           "not supported by the CUDA runtime yet (ZeRO-1 and 2 are); compile "
+                           "with a lower ZeRO stage, or run the plan with piper-exec");
+            return instr_err(r, i, e);
+        }
+    }
+    int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
+    for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = -1;
+    int rc = 0;
+    for (int i = 0; i < L->n && !rc; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE) continue;
+        rt_bind *b = &r->bind[i];
+        b->region = in->region;
+        b->mb = in->mb;
+        const char *kid = in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : NULL;
+        if (kid && strcmp(kid, "aux.grad_norm") == 0) {
+            b->aux = 1;
+            r->have_norm = true;
+            continue;
+        }
+        if (kid && strcmp(kid, "aux.aux_loss") == 0) {
+            b->aux = 2;
+            if (in->mb < 0 || in->mb >= r->nmb) {
+                base_errorf(e, "aux.aux_loss without a micro-batch in [0, %lld)", (long long)r->nmb);
+                rc = instr_err(r, i, e);
+            }
+            continue;
+        }
+        b->k = exec_cuda_kernel_find(kid);
+        if (!b->k) {
+            base_errorf(e, "kernel identity '%s' is unknown to the CUDA backend; the plan was "
+                           "written by a newer compiler, or the table lacks it",
+                        kid ? kid : "(none)");
+            rc = instr_err(r, i, e);
+            break;
+        }
+        int g = in->region;
+        if (g < 0 || g >= r->nreg || b->k->kind != (int)r->reg[g].kind ||
+            b->k->family != (r->cfg.gpt ? 0 : 1)) {
+            base_errorf(e, "kernel %s does not fit region %s of the %s model", kid,
+                        g >= 0 && g < r->nreg ? r->reg[g].name : "(none)", r->cfg.gpt ? "gpt" : "llama");
+            rc = instr_err(r, i, e);
+            break;
+        }
+        rt_region *R = &r->reg[g];
+        plan_pass pass = (plan_pass)in->pass;
+        bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
+        bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
+        if ((fwd || bwd) && (in->mb < 0 || in->mb >= r->nmb)) {
+            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", sched_plan_pass_name(pass),
+                        (long long)r->nmb);
+            rc = instr_err(r, i, e);
+            break;
+        }
+        int mb = in->mb;
+        for (int side = 0; side < 2 && !rc; side++) {
+            int n = side == 0 ? in->nreads : in->nwrites;
+            const int32_t *v = side == 0 ? in->reads : in->writes;
+            for (int q = 0; q < n && !rc; q++) {
+                int bb = v[q];
+                plan_mem m = (plan_mem)L->bufs[bb].mem;
+                if (m == PLAN_MEM_PARAM) {
+                    rc = set_role(r, i, bb, RB_PARAM, g, 0, e);
+                    R->param_buf = bb;
+                } else if (m == PLAN_MEM_GRAD) {
+                    rc = set_role(r, i, bb, RB_GRAD, g, 0, e);
+                    R->grad_buf = bb;
+                } else if (m == PLAN_MEM_OPT) {
+                    rc = set_role(r, i, bb, RB_OPT, g, 0, e);
+                    R->opt_buf = bb;
+                } else if (m == PLAN_MEM_ACT) {
+                    if (pass == PLAN_PASS_UPD) continue;
+                    if (fwd && side == 1) {
+                        rc = set_role(r, i, bb, RB_ACT, g, R->sz.act_bytes, e);
+                        act_cur[g * r->nmb + mb] = bb;
+                        b->act = bb;
+                    } else if (bwd && side == 0) {
+                        int cur = act_cur[g * r->nmb + mb];
+                        if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
+                    }
+                } else {
+                    int64_t xb = R->sz.x_bytes, yb = R->sz.y_bytes;
+                    int64_t sz = fwd ? (side == 0 ? xb : yb) : (side == 0 ? yb : xb);
+                    rc = set_role(r, i, bb, RB_COMM, g, sz, e);
+                    int *dst = fwd ? (side == 0 ? &b->xb : &b->yb) : (side == 0 ? &b->dyb : &b->dxb);
+                    if (!rc && *dst >= 0) {
+                        base_errorf(e, "%s reads or writes more than one communication buffer on "
+                                       "one side (%s and %s)",
+                                    kid, buf_name(r, *dst), buf_name(r, bb));
+                        rc = instr_err(r, i, e);
+                    }
+                    *dst = bb;
+                }
+            }
+        }
+        if (rc) break;
+        if (pass == PLAN_PASS_UPD) {
+            if (R->param_buf < 0 || R->grad_buf < 0 || R->opt_buf < 0) {
+                base_errorf(e, "the optimizer step of %s does not name its parameter, gradient and "
+                               "optimizer buffers",
+                            R->name);
+                rc = instr_err(r, i, e);
+            }
+            continue;
+        }
+        if (fwd && b->act < 0) {
+            base_errorf(e, "the %s pass of %s writes no activation buffer", sched_plan_pass_name(pass),
+                        R->name);
+            rc = instr_err(r, i, e);
+            break;
+        }
+        if (bwd && b->act < 0) b->act = act_cur[g * r->nmb + mb];
+        if (bwd && b->act < 0) {
+            base_errorf(e, "the backward of %s (micro-batch %d) runs before any forward of it",
+                        R->name, mb);
+            rc = instr_err(r, i, e);
+            break;
+        }
+        if (fwd) {
+            if (b->xb < 0 && R->kind != EXEC_EMBED) b->xs = (int)slot_index(r, g, mb, SLOT_X);
+            if (R->kind == EXEC_MOE_COMBINE) b->x2s = (int)slot_index(r, g, mb, SLOT_ROUTE);
+            if (pass == PLAN_PASS_F) {
+                if (b->yb < 0 && R->kind != EXEC_HEAD) {
+                    if (g + 1 >= r->nreg) {
+                        base_errorf(e, "region %s has no next region for its output", R->name);
+                        rc = instr_err(r, i, e);
+                        break;
+                    }
+                    b->ys = (int)slot_index(r, g + 1, mb, SLOT_X);
+                }
+                if (R->kind == EXEC_MOE_GATE) {
+                    if (g + 2 >= r->nreg || r->reg[g + 2].kind != EXEC_MOE_COMBINE) {
+                        base_errorf(e, "gate %s is not followed by experts and combine", R->name);
+                        rc = instr_err(r, i, e);
+                        break;
+                    }
+                    b->y2s = (int)slot_index(r, g + 2, mb, SLOT_ROUTE);
+                }
+            }
+        } else if (pass == PLAN_PASS_BW) {
+            if (R->kind == EXEC_EMBED && b->dyb < 0) b->dys = (int)slot_index(r, g, mb, SLOT_DY);
+        } else {
+            if (b->dyb < 0 && R->kind != EXEC_HEAD) b->dys = (int)slot_index(r, g, mb, SLOT_DY);
+            if (R->kind == EXEC_MOE_GATE) b->dy2s = (int)slot_index(r, g, mb, SLOT_DROUTE);
+            if (b->dxb < 0 && R->kind != EXEC_EMBED) {
+                if (g < 1) {
+                    base_errorf(e, "region %s has no previous region for its input gradient", R->name);
+                    rc = instr_err(r, i, e);
+                    break;
+                }
+                b->dxs = (int)slot_index(r, g - 1, mb, SLOT_DY);
+            }
+            if (R->kind == EXEC_MOE_COMBINE) {
+                if (g < 2 || r->reg[g - 2].kind != EXEC_MOE_GATE) {
+                    base_errorf(e, "combine %s does not follow a gate and experts", R->name);
+                    rc = instr_err(r, i, e);
+                    break;
+                }
+                b->dx2s = (int)slot_index(r, g - 2, mb, SLOT_DROUTE);
+            }
+        }
+        const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+        for (size_t q = 0; q < BASE_COUNT(reads); q++)
+            if (reads[q] >= 0) r->slot_last[reads[q]] = i;
+        if (b->xs >= 0) r->slot_bytes[b->xs] = R->sz.x_bytes;
+        if (b->dys >= 0) r->slot_bytes[b->dys] = R->sz.y_bytes;
+        if (b->x2s >= 0) r->slot_bytes[b->x2s] = R->sz.route_bytes;
+        if (b->dy2s >= 0) r->slot_bytes[b->dy2s] = R->sz.route_bytes;
+    }
+    free(act_cur);
+    if (rc) return -1;
+    for (int i = 0; i < L->n; i++) {
+        const rt_bind *b = &r->bind[i];
+        if (L->ins[i].op != PLAN_COMPUTE || b->aux || !b->k) continue;
+        const rt_region *R = &r->reg[b->region];
+        const int w[] = {b->ys, b->y2s, b->dxs, b->dx2s};
+        const int64_t sz[] = {R->sz.y_bytes, R->sz.route_bytes, R->sz.x_bytes, R->sz.route_bytes};
+        for (size_t q = 0; q < BASE_COUNT(w); q++) {
+            if (w[q] < 0) continue;
+            if (r->slot_last[w[q]] < 0) {
+                base_errorf(e, "%s of %s has no reader on this device; the plan lacks a transfer",
+                            q % 2 == 0 ? "the output" : "the route", R->name);
+                return instr_err(r, i, e);
+            }
+            if (r->slot_bytes[w[q]] != sz[q]) {
+                base_errorf(e, "%s writes %lld bytes into a boundary tensor its reader takes as %lld",
+                            R->name, (long long)sz[q], (long long)r->slot_bytes[w[q]]);
+                return instr_err(r, i, e);
+            }
+        }
+    }
+    return 0;
+}
+
+static int read_collectives(exec_cuda_rt *r, base_error *e)
+{
+    const sched_plan *p = r->p;
+    const plan_list *L = r->L;
+    for (int pass = 0; pass < 8; pass++) {
+        bool changed = false;
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COLL) continue;
+            int g = sched_plan_group(p, r->dev, in), n = p->groups[g].n;
+            int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+            int ob = in->nwrites > 0 ? in->writes[0] : ib;
+            if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
+            rt_buf *I = &r->buf[ib], *O = &r->buf[ob];
+            int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1, div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
+            if (I->bytes && !O->bytes) {
+                O->bytes = I->bytes * mul / div, O->role = RB_COMM, O->region = I->region;
+                changed = true;
+            } else if (O->bytes && !I->bytes) {
+                I->bytes = O->bytes * div / mul, I->role = RB_COMM, I->region = O->region;
+                changed = true;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL) continue;
+        rt_coll *C = &r->coll[i];
+        C->in = C->out = C->comm = -1;
+        C->group = sched_plan_group(p, r->dev, in);
+        C->gsize = p->groups[C->group].n;
+        C->grank = group_pos(p, C->group, r->dev);
+        if (C->grank < 0) {
+            base_errorf(e, "device %d is not a member of group %d", r->dev, C->group);
+            return instr_err(r, i, e);
+        }
+        if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0) {
+            if (in->coll != PLAN_ALL_REDUCE) {
+                base_errorf(e, "a %s without buffers; the CUDA runtime reads a bufferless collective "
+                               "as the sum of the gradient norm",
+                            sched_plan_coll_name((plan_coll)in->coll));
+                return instr_err(r, i, e);
+            }
+            C->kind = RC_SCALAR;
+            continue;
+        }
+        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+        plan_mem m = (plan_mem)L->bufs[ib].mem;
+        if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) {
+            C->kind = RC_ACT;
+            C->in = ib;
+            C->out = in->nwrites > 0 ? in->writes[0] : ib;
+            if (in->nreads > 1 || in->nwrites > 1 || in->coll > PLAN_ALL_TO_ALL) {
+                base_errorf(e, "a %s over %d buffers; the CUDA runtime moves one activation buffer "
+                               "with all-reduce, reduce-scatter, all-gather or all-to-all",
+                            sched_plan_coll_name((plan_coll)in->coll), in->nreads);
+                return instr_err(r, i, e);
+            }
+            if (!r->buf[C->in].bytes || !r->buf[C->out].bytes) {
+                base_errorf(e, "no compute on this device tells the size of buffer %s",
+                            buf_name(r, r->buf[C->in].bytes ? C->out : C->in));
+                return instr_err(r, i, e);
+            }
+            continue;
+        }
+        const bool grads = m == PLAN_MEM_GRAD;
+        if (grads && in->coll == PLAN_ALL_REDUCE)
+            C->kind = RC_GRAD_SUM;
+        else if (grads && in->coll == PLAN_REDUCE_SCATTER)
+            C->kind = RC_GRAD_SCATTER;
+        else if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER && in->nwrites == 0)
+            C->kind = RC_PARAM_GATHER;
+        else {
+            base_errorf(e, "a %s of %s buffers; the CUDA runtime knows all-reduce and "
+                           "reduce-scatter of gradients and all-gather of parameters in place",
+                        sched_plan_coll_name((plan_coll)in->coll), sched_plan_mem_name(m));
+            return instr_err(r, i, e);
+        }
+        C->seg = base_xcalloc((size_t)in->nreads * EXEC_MAX_REGION_PARAMS + 1, sizeof *C->seg);
+        int64_t total = 0;
+        for (int q = 0; q < in->nreads; q++) {
+            int bb = in->reads[q];
+            const rt_buf *B = &r->buf[bb];
+            if (B->role != (grads ? RB_GRAD : RB_PARAM) || B->region < 0) {
+                base_errorf(e, "buffer %s of a %s collective is not a region's %s buffer",
+                            buf_name(r, bb), grads ? "gradient" : "parameter",
+                            grads ? "gradient" : "parameter");
+                return instr_err(r, i, e);
+            }
+            int g = B->region;
+            rt_region *R = &r->reg[g];
+            bool whole = true;
+            for (int k = 0; k < C->gsize; k++) whole &= r->holds[p->groups[C->group].devices[k]][g];
+            if (C->kind != RC_GRAD_SUM) {
+                /* ZeRO: a region's block cut in group-size pieces */
+                if (C->group == R->tp_group || C->group == R->ep_group || !whole || R->ncopy) {
+                    base_errorf(e, "%s of region %s over group %s: the CUDA runtime supports ZeRO "
+                                   "over data-parallel groups of regions without a tied copy only",
+                                sched_plan_coll_name((plan_coll)in->coll), R->name,
+                                p->groups[C->group].name ? p->groups[C->group].name : "?");
+                    return instr_err(r, i, e);
+                }
+                C->seg[C->nseg++] = (rt_seg){g, 0, R->n};
+            } else if (C->group == R->tp_group) {
+                for (int t = 0; t < R->npar; t++)
+                    if (R->par[t].replicated) C->seg[C->nseg++] = (rt_seg){g, R->par[t].offset, R->par[t].count};
+            } else if (!whole) {
+                if (R->kind == EXEC_EMBED && r->cfg.tied) {
+                    C->seg[C->nseg++] = (rt_seg){g, R->par[0].offset, R->par[0].count};
+                } else if (R->kind == EXEC_HEAD && R->ncopy) {
+                    C->seg[C->nseg++] = (rt_seg){g, R->copy.offset, R->ncopy};
+                } else {
+                    base_errorf(e, "region %s's gradient is summed over group %s, which has members "
+                                   "without the region, and it is not a tied embedding",
+                                R->name, p->groups[C->group].name ? p->groups[C->group].name : "?");
+                    return instr_err(r, i, e);
+                }
+            } else if (C->group == R->ep_group) {
+                base_errorf(e, "the plan sums region %s's gradients over its expert-parallel group; "
+                               "expert gradients may be summed only over devices that hold the "
+                               "same experts",
+                            R->name);
+                return instr_err(r, i, e);
+            } else {
+                C->seg[C->nseg++] = (rt_seg){g, 0, R->n};
+                if (C->grank > 0) R->norm_skip = true;
+            }
+        }
+        for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
+        if (C->kind != RC_GRAD_SUM) {
+            for (int s = 0; s < C->nseg; s++) {
+                C->chunk += (C->seg[s].n + C->gsize - 1) / C->gsize;
+                rt_region *R = &r->reg[C->seg[s].region];
+                if (C->kind == RC_GRAD_SCATTER) {
+                    R->scatter_group = C->group;
+                    exec_cuda_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
+                }
+            }
+            continue;
+        }
+        int gb = sched_plan_dtype_bytes((plan_dtype)p->grad_dtype);
+        /* the plan counts a stage's tied token-table copy in its memory but not in its bucket's
+         * bytes (piper-exec reads it the same way); the copy is summed all the same */
+        int64_t copies = 0;
+        for (int k = 0; k < C->nseg; k++)
+            if (C->seg[k].off == 0 && C->seg[k].n == r->reg[C->seg[k].region].n)
+                copies += r->reg[C->seg[k].region].ncopy;
+        if (in->bytes != total * gb && in->bytes != (total - copies) * gb) {
+            base_errorf(e, "the runtime sums %lld gradient elements (%lld bytes at the plan's %s) "
+                           "but the plan moves %lld bytes; the runtime's reading of this "
+                           "collective is wrong",
+                        (long long)total, (long long)(total * gb),
+                        sched_plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes);
+            return instr_err(r, i, e);
+        }
+    }
+    /* a parameter all-gather sends the pieces the reduce-scatter gave */
+    for (int i = 0; i < L->n; i++) {
+        const rt_coll *C = &r->coll[i];
+        if (L->ins[i].op != PLAN_COLL) continue;
+        if (C->kind == RC_GRAD_SCATTER && r->have_norm) {
+            base_errorf(e, "clipping by the global norm under ZeRO is not supported by the CUDA "
+                           "runtime yet (its norm kernel sums whole regions, not ZeRO pieces); "
+                           "run without clipping, or with piper-exec");
+            return instr_err(r, i, e);
+        }
+        if (C->kind != RC_PARAM_GATHER) continue;
+        for (int s = 0; s < C->nseg; s++)
+            if (r->reg[C->seg[s].region].scatter_group != C->group) {
+                base_errorf(e, "parameters of %s are gathered over a group their gradients were "
+                               "not reduce-scattered over",
+                            r->reg[C->seg[s].region].name);
+                return instr_err(r, i, e);
+            }
+    }
+    for (int k = 0; k < r->nreg; k++) {
+        rt_region *R = &r->reg[k];
+        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = master_offset(R->n) + 4 * R->n;
+        if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->n;
+        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = 8 * R->n;
+    }
+    return 0;
+}
+
+static int read_dp_rank(exec_cuda_rt *r, base_error *e)
+{
+    const sched_plan *p = r->p;
+    const plan_model *m = &p->model;
+    int64_t per = m->micro_batch * m->num_microbatches;
+    if (per <= 0 || m->global_batch % per)
+        return base_errorf(e, "the plan's global batch %lld is not a multiple of micro-batch %lld x "
+                              "%lld micro-batches",
+                           (long long)m->global_batch, (long long)m->micro_batch,
+                           (long long)m->num_microbatches);
+    r->dp_size = m->global_batch / per;
+    r->dp_rank = 0;
+    if (r->dp_size == 1) return 0;
+    int r0 = -1;
+    for (int i = 0; i < r->L->n && r0 < 0; i++)
+        if (r->L->ins[i].op == PLAN_COMPUTE && r->L->ins[i].pass == PLAN_PASS_F) r0 = r->L->ins[i].region;
+    if (r0 < 0) return 0;
+    const rt_region *R = &r->reg[r0];
+    for (int i = 0; i < r->L->n; i++) {
+        const plan_instr *in = &r->L->ins[i];
+        const rt_coll *C = &r->coll[i];
+        if (in->op != PLAN_COLL || (C->kind != RC_GRAD_SUM && C->kind != RC_GRAD_SCATTER)) continue;
+        if (C->group == R->tp_group || C->group == R->ep_group || C->gsize != r->dp_size) continue;
+        bool reads = false, all = true;
+        for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == R->grad_buf;
+        for (int k = 0; k < C->gsize; k++) all &= r->holds[p->groups[C->group].devices[k]][r0];
+        if (reads && all) {
+            r->dp_rank = C->grank;
+            return 0;
+        }
+    }
+    return base_errorf(e, "device %d: the plan has %lld data-parallel replicas but no gradient "
+                          "reduction of region %s over a group of that size that all run it, so "
+                          "the runtime cannot tell which samples this device holds",
+                       r->dev, (long long)r->dp_size, R->name);
+}
+
+/* ---------------------------------------------------------------- the allocator's device side */
+
+static int pool_raw_alloc(void *ctx, size_t bytes, void **p, base_error *e)
+{
+    (void)ctx;
+    return exec_cuda_malloc(p, bytes, e);
+}
+
+static void pool_raw_free(void *ctx, void *p)
+{
+    (void)ctx;
+    exec_cuda_free(p);
+}
+
+static int pool_fence_record(void *ctx, int stream, void **fence, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    if (exec_cuda_event_new(fence, false, e)) return -1;
+    if (exec_cuda_event_record(*fence, r->stream[stream], e)) {
+        exec_cuda_event_free(*fence);
+        *fence = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int pool_fence_done(void *ctx, void *fence, bool *done, base_error *e)
+{
+    (void)ctx;
+    return exec_cuda_event_query(fence, done, e);
+}
+
+static int pool_fence_wait(void *ctx, void *fence, base_error *e)
+{
+    (void)ctx;
+    return exec_cuda_event_sync(fence, e);
+}
+
+static void pool_fence_free(void *ctx, void *fence)
+{
+    (void)ctx;
+    exec_cuda_event_free(fence);
+}
+
+/* ---------------------------------------------------------------- open and close */
+
+static int create_cuda(exec_cuda_rt *r, base_error *e)
+{
+    const plan_list *L = r->L;
+    const int ns = r->sm.nstreams;
+    if (exec_cuda_set_device(r->gpu, e)) return -1;
+    r->stream = base_xcalloc((size_t)ns, sizeof *r->stream);
+    r->ctx = base_xcalloc((size_t)ns, sizeof *r->ctx);
+    for (int s = 0; s < ns; s++)
+        if (exec_cuda_stream_new(&r->stream[s], e)) return -1;
+    bool *has = base_xcalloc((size_t)ns, sizeof *has);
+    has[0] = true;
+    for (int i = 0; i < L->n; i++)
+        if (L->ins[i].op == PLAN_COMPUTE) has[L->ins[i].stream] = true;
+    int rc = 0;
+    for (int s = 0; s < ns && !rc; s++)
+        if (has[s]) rc = exec_cuda_ctx_new(&r->ctx[s], r->gpu, r->stream[s], e);
+    free(has);
+    if (rc) return -1;
+    r->rec_ev = base_xcalloc((size_t)(r->sm.nrecords + 1), sizeof *r->rec_ev);
+    for (int k = 0; k < r->sm.nrecords; k++)
+        if (exec_cuda_event_new(&r->rec_ev[k], false, e)) return -1;
+    const int n = L->n > 0 ? L->n : 1;
+    r->done_ev = base_xcalloc((size_t)n, sizeof *r->done_ev);
+    if (r->o.trace) r->start_ev = base_xcalloc((size_t)n, sizeof *r->start_ev);
+    for (int i = 0; i < L->n; i++) {
+        plan_op op = (plan_op)L->ins[i].op;
+        bool comm = op == PLAN_SEND || op == PLAN_RECV || op == PLAN_COLL;
+        if (!comm && !(r->o.trace && op == PLAN_COMPUTE)) continue;
+        if (exec_cuda_event_new(&r->done_ev[i], r->o.trace, e)) return -1;
+        if (r->o.trace && exec_cuda_event_new(&r->start_ev[i], true, e)) return -1;
+    }
+    if (r->o.trace && exec_cuda_event_new(&r->step_ev, true, e)) return -1;
+    exec_cuda_pool_ops ops = {r, pool_raw_alloc, pool_raw_free, pool_fence_record,
+                              pool_fence_done, pool_fence_wait, pool_fence_free};
+    exec_cuda_pool_init(&r->pool, &ops);
+    /* data and scalars */
+    r->tokens = base_xcalloc((size_t)r->nmb, sizeof *r->tokens);
+    r->targets = base_xcalloc((size_t)r->nmb, sizeof *r->targets);
+    for (int64_t k = 0; k < r->nmb; k++)
+        if (exec_cuda_malloc((void **)&r->tokens[k], (size_t)r->T * 4, e) ||
+            exec_cuda_malloc((void **)&r->targets[k], (size_t)r->T * 4, e))
+            return -1;
+    r->htok = base_xcalloc((size_t)r->T, sizeof *r->htok);
+    r->htgt = base_xcalloc((size_t)r->T, sizeof *r->htgt);
+    rt_scalars *sc = &r->sc;
+    sc->n = r->nmb + r->nmb * r->nreg + 2 + r->nreg + 2;
+    if (exec_cuda_malloc((void **)&sc->base, (size_t)sc->n * sizeof(double), e)) return -1;
+    sc->loss = sc->base;
+    sc->gate = sc->loss + r->nmb;
+    sc->norm = sc->gate + r->nmb * r->nreg;
+    sc->scratch = sc->norm + 1;
+    sc->coef = sc->scratch + 1;
+    sc->norm_part = sc->coef + r->nreg;
+    return 0;
+}
+
+int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int world, int gpu,
+                      const exec_cuda_options *o, base_error *e)
+{
+    *out = NULL;
+    if (device < 0 || device >= p->ndevices)
+        return base_errorf(e, "rank %d has no device: the plan has %d devices; start at most that "
+                              "many ranks",
+                           device, p->ndevices);
+    exec_cuda_rt *r = base_xcalloc(1, sizeof *r);
+    r->p = p;
+    r->dev = device;
+    r->world = world;
+    r->gpu = gpu;
+    r->L = sched_plan_list(p, device);
+    r->o = *o;
+    r->head_comm = -1;
+    int rc = 0;
+    const plan_list *L = r->L;
+    if ((rc = exec_cfg_from_plan(&p->model, o->seed, &r->cfg, e))) goto done;
+    r->nmb = p->model.num_microbatches > 0 ? p->model.num_microbatches : 1;
+    r->T = r->cfg.b * r->cfg.s;
+    if ((rc = read_regions(r, e))) goto done;
+    r->buf = base_xcalloc((size_t)(L->nbufs + 1), sizeof *r->buf);
+    for (int b = 0; b < L->nbufs; b++) r->buf[b].region = -1;
+    r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
+    for (int i = 0; i < L->n; i++) {
+        rt_bind *b = &r->bind[i];
+        b->act = b->xb = b->yb = b->dyb = b->dxb = -1;
+        b->xs = b->x2s = b->ys = b->y2s = b->dys = b->dy2s = b->dxs = b->dx2s = -1;
+    }
+    r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
+    int64_t nslots = (int64_t)r->nreg * r->nmb * NSLOT;
+    r->slot = base_xcalloc((size_t)nslots + 1, sizeof *r->slot);
+    r->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_bytes);
+    r->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_last);
+    for (int64_t s = 0; s < nslots; s++) r->slot_last[s] = -1;
+    if ((rc = read_computes(r, e)) || (rc = read_collectives(r, e)) || (rc = read_dp_rank(r, e)))
+        goto done;
+    r->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * r->cfg.s);
+    r->cfg.aux_weight = 1.0 / (double)(r->nmb * r->dp_size);
+    for (int b = 0; b < L->nbufs; b++)
+        if (r->buf[b].role == RB_NONE) r->buf[b].bytes = L->bufs[b].bytes;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
+            (in->buf < 0 || r->buf[in->buf].role != RB_COMM)) {
+            base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
+                        sched_plan_op_name((plan_op)in->op));
+            rc = instr_err(r, i, e);
+            goto done;
+        }
+    }
+    if ((rc = exec_cuda_streams_init(&r->sm, L, e))) goto done;
+    r->sr_first = base_xcalloc((size_t)(L->n + 1), sizeof(int));
+    r->sr_last = base_xcalloc((size_t)(L->n + 1), sizeof(int));
+    exec_cuda_sendrecv_spans(L, r->sr_first, r->sr_last);
+    if ((rc = exec_cuda_comm_keys(p, r->head_region, &r->keys, &r->nkeys, e))) goto done;
+    rc = create_cuda(r, e);
+done:
+    if (rc) {
+        exec_cuda_rt_close(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void exec_cuda_rt_close(exec_cuda_rt *r)
+{
+    if (!r) return;
+    base_error e;
+    base_error_clear(&e);
+    if (r->stream)
+        for (int s = 0; s < r->sm.nstreams; s++)
+            if (r->stream[s]) exec_cuda_stream_sync(r->stream[s], &e);
+    if (r->comm)
+        for (int k = 0; k < r->nkeys; k++) exec_nccl_destroy(r->comm[k]);
+    free(r->comm);
+    exec_cuda_comm_keys_free(r->keys, r->nkeys);
+    if (r->buf) {
+        for (int b = 0; b < r->L->nbufs; b++)
+            if (r->buf[b].p) exec_cuda_pool_free(&r->pool, r->buf[b].p, (size_t)r->buf[b].bytes, -1, &e);
+    }
+    if (r->slot)
+        for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * NSLOT; s++)
+            if (r->slot[s]) exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->slot_bytes[s], -1, &e);
+    if (r->stream) exec_cuda_pool_destroy(&r->pool);
+    free(r->buf);
+    if (r->coll)
+        for (int i = 0; i < r->L->n; i++) free(r->coll[i].seg);
+    free(r->coll);
+    free(r->bind);
+    free(r->slot);
+    free(r->slot_bytes);
+    free(r->slot_last);
+    if (r->holds)
+        for (int d = 0; d < r->p->ndevices; d++) free(r->holds[d]);
+    free(r->holds);
+    if (r->tokens)
+        for (int64_t k = 0; k < r->nmb; k++) exec_cuda_free(r->tokens[k]), exec_cuda_free(r->targets[k]);
+    free(r->tokens);
+    free(r->targets);
+    free(r->htok);
+    free(r->htgt);
+    exec_cuda_free(r->sc.base);
+    if (r->rec_ev)
+        for (int k = 0; k < r->sm.nrecords; k++) exec_cuda_event_free(r->rec_ev[k]);
+    free(r->rec_ev);
+    for (int i = 0; i < r->L->n; i++) {
+        if (r->done_ev) exec_cuda_event_free(r->done_ev[i]);
+        if (r->start_ev) exec_cuda_event_free(r->start_ev[i]);
+    }
+    free(r->done_ev);
+    free(r->start_ev);
+    exec_cuda_event_free(r->step_ev);
+    if (r->ctx)
+        for (int s = 0; s < r->sm.nstreams; s++) exec_cuda_ctx_free(r->ctx[s]);
+    free(r->ctx);
+    if (r->stream)
+        for (int s = 0; s < r->sm.nstreams; s++) exec_cuda_stream_free(r->stream[s]);
+    free(r->stream);
+    exec_cuda_streams_free(&r->sm);
+    free(r->sr_first);
+    free(r->sr_last);
+    free(r->req);
+    free(r->reg);
+    free(r);
+}
+
+int64_t exec_cuda_rt_dp_size(const exec_cuda_rt *r) { return r->dp_size; }
+
+/* ---------------------------------------------------------------- communicators */
+
+int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
+{
+    r->comm = base_xcalloc((size_t)(r->nkeys + 1), sizeof *r->comm);
+    if (r->nkeys == 0) return 0;
+    /* a group of one needs no communicator (its collectives are copies); every other key is
+     * split from the world communicator by every rank, in the keys' order */
+    bool need = false;
+    for (int k = 0; k < r->nkeys; k++) need |= r->keys[k].nmembers > 1;
+    if (need && !world_comm)
+        return base_errorf(e, "the plan communicates between devices but this run has no world "
+                              "communicator; start one rank per device (mpirun -np %d)",
+                           r->p->ndevices);
+    for (int k = 0; k < r->nkeys; k++) {
+        if (r->keys[k].nmembers <= 1) continue;
+        int rank = exec_cuda_comm_rank(&r->keys[k], r->dev);
+        if (exec_nccl_split(world_comm, rank >= 0 ? k : -1, rank >= 0 ? rank : 0, &r->comm[k], e)) {
+            base_error_prefix(e, "creating the communicator of %s: ",
+                              r->keys[k].kind == EXEC_CUDA_COMM_GROUP ? "a group" : "a transfer");
+            return -1;
+        }
+    }
+    for (int i = 0; i < r->L->n; i++) {
+        const plan_instr *in = &r->L->ins[i];
+        if (in->op == PLAN_COLL) {
+            rt_coll *C = &r->coll[i];
+            if (C->gsize > 1) C->comm = exec_cuda_comm_find_group(r->keys, r->nkeys, C->group, stream_name(r->L, in->stream));
+        }
+    }
+    if (r->head_region >= 0 && r->reg[r->head_region].tp_group >= 0 &&
+        r->p->groups[r->reg[r->head_region].tp_group].n > 1)
+        r->head_comm = exec_cuda_comm_find_group(r->keys, r->nkeys, r->reg[r->head_region].tp_group,
+                                                 EXEC_CUDA_REDUCE_STREAM);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
+{
+    char name[160];
+    uint16_t *w = p;
+    float *master = (float *)((char *)p + master_offset(R->n));
+    for (int t = 0; t < R->npar; t++) {
+        snprintf(name, sizeof name, "%s.%s", R->name, R->par[t].name);
+        if (exec_cuda_param_init(r->ctx[0], r->cfg.seed, name, &R->par[t], w + R->par[t].offset,
+                                 master + R->par[t].offset, e))
+            return -1;
+    }
+    if (R->ncopy) {
+        /* the same name as the embedding's own table, so both copies start equal */
+        const char *en = r->embed_region >= 0 ? r->reg[r->embed_region].name : "embed";
+        snprintf(name, sizeof name, "%s.%s", en, R->copy.name);
+        if (exec_cuda_param_init(r->ctx[0], r->cfg.seed, name, &R->copy, w + R->copy.offset,
+                                 master + R->copy.offset, e))
+            return -1;
+    }
+    /* once, before any stream reads them */
+    return exec_cuda_stream_sync(r->stream[0], e);
+}
+
+static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    rt_buf *B = &r->buf[b];
+    if (B->live) return base_errorf(e, "buffer %s is already live", buf_name(r, b));
+    if (!B->p && exec_cuda_pool_alloc(&r->pool, (size_t)B->bytes, &B->p, e)) {
+        base_error_prefix(e, "buffer %s: ", buf_name(r, b));
+        return -1;
+    }
+    void *s = r->stream[r->L->ins[instr].stream];
+    if (B->role == RB_GRAD && exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
+    if (B->role == RB_OPT && !B->init) {
+        if (exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
+        B->init = true;
+    }
+    if (B->role == RB_PARAM && !B->init) {
+        if (init_params(r, &r->reg[B->region], B->p, e)) return -1;
+        B->init = true;
+    }
+    B->live = true;
+    r->plan_live += (double)plan_bytes;
+    if (r->plan_live > r->plan_peak) r->plan_peak = r->plan_live;
+    return 0;
+}
+
+static bool persistent(rt_role role) { return role == RB_PARAM || role == RB_GRAD || role == RB_OPT; }
+
+static int rt_release(void *ctx, int instr, int b, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    rt_buf *B = &r->buf[b];
+    if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(r, b));
+    B->live = false;
+    r->plan_live -= (double)r->L->bufs[b].bytes;
+    if (!persistent(B->role)) {
+        if (exec_cuda_pool_free(&r->pool, B->p, (size_t)B->bytes, r->L->ins[instr].stream, e)) return -1;
+        B->p = NULL;
+    }
+    return 0;
+}
+
+static void *buf_ptr(exec_cuda_rt *r, int b, const char *what, base_error *e)
+{
+    if (b < 0 || b >= r->L->nbufs) {
+        base_errorf(e, "%s: no buffer", what);
+        return NULL;
+    }
+    if (!r->buf[b].live || !r->buf[b].p) {
+        base_errorf(e, "%s: buffer %d (%s) is not live; the plan uses it outside its alloc/free",
+                    what, b, buf_name(r, b));
+        return NULL;
+    }
+    return r->buf[b].p;
+}
+
+static void *slot_get(exec_cuda_rt *r, int s, bool create, const char *what, base_error *e)
+{
+    if (!r->slot[s] && create &&
+        exec_cuda_pool_alloc(&r->pool, (size_t)r->slot_bytes[s], &r->slot[s], e))
+        return NULL;
+    if (!r->slot[s]) {
+        int g = (int)(s / NSLOT / r->nmb), mb = (int)(s / NSLOT % r->nmb);
+        base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device", what,
+                    r->reg[g].name, mb);
+    }
+    return r->slot[s];
+}
+
+static int slot_drop(exec_cuda_rt *r, int s, int stream, base_error *e)
+{
+    int rc = exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->slot_bytes[s], stream, e);
+    r->slot[s] = NULL;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- computes */
+
+/* The head's vocabulary-parallel reductions: NCCL all-reduces on the head's TP communicator, on
+ * the stream the head's kernels run on (device memory, fp32). */
+typedef struct head_reduce_ctx {
+    exec_cuda_rt *r;
+    void *stream;
+} head_reduce_ctx;
+
+static int head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_reduce_op op,
+                       base_error *e)
+{
+    head_reduce_ctx *h = ctx;
+    if (h->r->head_comm < 0 || !h->r->comm[h->r->head_comm])
+        return base_errorf(e, "the head's vocabulary-parallel reduction has no communicator");
+    return exec_nccl_all_reduce(buf, buf, (size_t)n, dt == PLAN_FP64 ? EXEC_NCCL_F64 : EXEC_NCCL_F32,
+                                op == EXEC_REDUCE_MAX ? EXEC_NCCL_MAX : EXEC_NCCL_SUM,
+                                h->r->comm[h->r->head_comm], h->stream, e);
+}
+
+static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bind *b, base_error *e)
+{
+    char *param = buf_ptr(r, R->param_buf, "the parameters", e);
+    char *grad = param ? buf_ptr(r, R->grad_buf, "the gradients", e) : NULL;
+    char *opt = grad ? buf_ptr(r, R->opt_buf, "the optimizer state", e) : NULL;
+    if (!opt) return -1;
+    exec_optim o = r->o.optim;
+    o.t = r->step;
+    o.grad_scale = 1.0;
+    exec_cuda_call call;
+    memset(&call, 0, sizeof call);
+    call.c.cfg = &r->cfg;
+    call.c.shard = &R->sh;
+    call.c.dtype = PLAN_BF16;
+    call.c.layer = R->layer;
+    call.c.step = r->step;
+    call.c.opt = &o;
+    call.c.param = param;
+    call.c.grad = grad;
+    call.c.opt_m = opt;
+    call.c.opt_v = opt + (size_t)R->n * 4;
+    call.master = (float *)(param + master_offset(R->n));
+    call.ctx = x;
+    call.c.upd_off = 0;
+    call.c.upd_n = R->nkern;
+    if (R->upd_lo > 0 || R->upd_hi < R->n) {
+        /* a ZeRO piece (never with a tied copy: refused at open); an empty one updates nothing
+         * (upd_n 0 would mean the whole block) */
+        const int64_t lo = R->upd_lo, n = R->upd_hi - R->upd_lo;
+        if (n <= 0) return 0;
+        call.c.param = param + (size_t)lo * 2;
+        call.c.grad = grad + (size_t)lo * 4;
+        call.c.opt_m = opt + (size_t)lo * 4;
+        call.c.opt_v = opt + ((size_t)R->n + (size_t)lo) * 4;
+        call.master += lo;
+        call.c.upd_off = lo;
+        call.c.upd_n = n;
+        if (r->have_norm && r->o.grad_clip > 0) return base_errorf(e, "clipping under ZeRO");
+        return exec_cuda_kernel_run(b->k, &call, e);
+    }
+    if (r->have_norm && r->o.grad_clip > 0) {
+        /* the coefficient on this stream, after the norm's all-reduce the plan orders before */
+        double *coef = r->sc.coef + (R - r->reg);
+        if (exec_cuda_clip_coef(x, r->sc.norm, r->o.grad_clip, coef, e)) return -1;
+        call.grad_scale = coef;
+    }
+    if (R->nkern > 0 && exec_cuda_kernel_run(b->k, &call, e)) return -1;
+    if (!R->ncopy) return 0;
+    /* the tied token table's copy: the embedding's update of its token table (a matrix, so it
+     * decays), on the head's vocabulary shard */
+    char id[64];
+    snprintf(id, sizeof id, "%s.embed.UPD", r->cfg.gpt ? "gpt" : "llama");
+    const size_t k = (size_t)R->nkern;
+    call.c.param = param + k * 2;
+    call.c.grad = grad + k * 4;
+    call.c.opt_m = opt + k * 4;
+    call.c.opt_v = opt + ((size_t)R->n + k) * 4;
+    call.master += k;
+    call.c.upd_n = R->ncopy;
+    return exec_cuda_kernel_run_id(id, &call, e);
+}
+
+/* The local part of the squared global norm (each element counted once in the world, as
+ * piper-exec counts it). The kernel counts a TP-replicated tensor on the first shard only, by the
+ * call's shard, so the regions go in two calls by whether this device is their first TP shard
+ * (a device may be first for an unsharded region and not for a sharded one), and the two parts
+ * are summed on the device. */
+static int run_grad_norm(exec_cuda_rt *r, exec_cuda_ctx *x, base_error *e)
+{
+    for (int first = 0; first < 2; first++) {
+        exec_grad_ref refs[256];
+        int n = 0;
+        const exec_shard *sh = NULL;
+        for (int k = 0; k < r->nreg; k++) {
+            rt_region *R = &r->reg[k];
+            if (!R->upd || R->norm_skip || R->tp_copy || R->n == 0 || R->sh.first != (first == 1))
+                continue;
+            if (n == (int)BASE_COUNT(refs))
+                return base_errorf(e, "more than %d regions in the gradient norm", n);
+            const void *g = buf_ptr(r, R->grad_buf, "the gradients", e);
+            if (!g) return -1;
+            sh = &R->sh;
+            refs[n++] = (exec_grad_ref){R->kind, g};
+        }
+        exec_shard whole;
+        if (!sh) {
+            if (exec_shard_init(&r->cfg, 1, 0, 1, 0, &whole, e)) return -1;
+            sh = &whole;
+        }
+        exec_cuda_call call;
+        memset(&call, 0, sizeof call);
+        call.c.cfg = &r->cfg;
+        call.c.shard = sh;
+        call.c.dtype = PLAN_BF16;
+        call.c.layer = -1;
+        call.c.nin = n;
+        call.c.grads_in = refs;
+        call.c.out = r->sc.norm_part + first;
+        call.ctx = x;
+        if (exec_cuda_kernel_run_id("aux.grad_norm", &call, e)) return -1;
+    }
+    /* norm = part 0 + part 1, with the sum of scalars aux.aux_loss computes */
+    exec_shard sh;
+    memset(&sh, 0, sizeof sh);
+    exec_cuda_call call;
+    memset(&call, 0, sizeof call);
+    call.c.cfg = &r->cfg;
+    call.c.shard = &sh;
+    call.c.layer = -1;
+    call.c.nin = 2;
+    call.c.scalars_in = r->sc.norm_part;
+    call.c.out = r->sc.norm;
+    call.ctx = x;
+    return exec_cuda_kernel_run_id("aux.aux_loss", &call, e);
+}
+
+static void range_name(const exec_cuda_rt *r, int i, char *buf, size_t n)
+{
+    viz_trace_instr_name(r->p, r->dev, &r->L->ins[i], buf, n);
+}
+
+static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *x, base_error *e)
+{
+    const rt_bind *b = &r->bind[i];
+    if (b->aux == 1) return run_grad_norm(r, x, e);
+    if (b->aux == 2) {
+        exec_cuda_call call;
+        memset(&call, 0, sizeof call);
+        exec_shard sh;
+        memset(&sh, 0, sizeof sh);
+        call.c.cfg = &r->cfg;
+        call.c.shard = &sh;
+        call.c.layer = -1;
+        call.c.nin = r->nreg;
+        call.c.scalars_in = r->sc.gate + (int64_t)b->mb * r->nreg;
+        call.c.out = r->sc.scratch;
+        call.ctx = x;
+        return exec_cuda_kernel_run_id("aux.aux_loss", &call, e);
+    }
+    rt_region *R = &r->reg[b->region];
+    if (in->pass == PLAN_PASS_UPD) return run_upd(r, x, R, b, e);
+    exec_cuda_call call;
+    memset(&call, 0, sizeof call);
+    exec_call *c = &call.c;
+    call.ctx = x;
+    c->cfg = &r->cfg;
+    c->shard = &R->sh;
+    c->dtype = PLAN_BF16;
+    c->layer = R->layer;
+    c->step = r->step;
+    c->sample0 = (r->dp_rank * r->nmb + b->mb) * r->cfg.b;
+    c->out = r->sc.scratch;
+    if (in->pass == PLAN_PASS_F && R->kind == EXEC_HEAD && !R->tp_copy) c->out = r->sc.loss + b->mb;
+    if (in->pass == PLAN_PASS_F && R->kind == EXEC_MOE_GATE && !R->tp_copy)
+        c->out = r->sc.gate + (int64_t)b->mb * r->nreg + b->region;
+    if (R->param_buf >= 0 && !(c->param = buf_ptr(r, R->param_buf, "the parameters", e))) return -1;
+    bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
+    if (bwd && R->grad_buf >= 0 && !(c->grad = buf_ptr(r, R->grad_buf, "the gradients", e))) return -1;
+    if (!(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
+    if (R->kind == EXEC_HEAD && r->cfg.tied && R->ncopy) {
+        c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
+        if (bwd) c->lm_grad = (char *)c->grad + (size_t)R->nkern * 4;
+    } else if (R->kind == EXEC_HEAD && r->cfg.tied) {
+        const rt_region *E = &r->reg[r->embed_region];
+        char *ep = buf_ptr(r, E->param_buf, "the embedding's token table", e);
+        if (!ep) return -1;
+        c->lm_w = ep + (size_t)E->par[0].offset * 2;
+        if (bwd) {
+            char *eg = buf_ptr(r, E->grad_buf, "the embedding's gradients", e);
+            if (!eg) return -1;
+            c->lm_grad = eg + (size_t)E->par[0].offset * 4;
+        }
+    }
+    head_reduce_ctx hr = {r, r->stream[in->stream]};
+    if (R->kind == EXEC_HEAD && R->sh.tp > 1) {
+        c->reduce = head_reduce;
+        c->reduce_ctx = &hr;
+    }
+    if (R->kind == EXEC_EMBED) c->tokens = r->tokens[b->mb];
+    if (R->kind == EXEC_HEAD) c->targets = r->targets[b->mb];
+    void *scratch_y = NULL, *scratch_y2 = NULL;
+    if (b->xb >= 0 && !(c->x = buf_ptr(r, b->xb, "the input", e))) return -1;
+    if (b->xs >= 0 && !(c->x = slot_get(r, b->xs, false, "the input", e))) return -1;
+    if (b->x2s >= 0 && !(c->x2 = slot_get(r, b->x2s, false, "the route", e))) return -1;
+    if (b->yb >= 0 && !(c->y = buf_ptr(r, b->yb, "the output", e))) return -1;
+    if (b->ys >= 0 && !(c->y = slot_get(r, b->ys, true, "the output", e))) return -1;
+    if (b->y2s >= 0 && !(c->y2 = slot_get(r, b->y2s, true, "the route", e))) return -1;
+    int rc = 0;
+    if (in->pass == PLAN_PASS_R) {
+        if (R->kind != EXEC_HEAD && !c->y) {
+            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.y_bytes, &scratch_y, e);
+            c->y = scratch_y;
+        }
+        if (!rc && R->kind == EXEC_MOE_GATE && !c->y2) {
+            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.route_bytes, &scratch_y2, e);
+            c->y2 = scratch_y2;
+        }
+    }
+    if (!rc && b->dyb >= 0 && !(c->dy = buf_ptr(r, b->dyb, "the output gradient", e))) rc = -1;
+    if (!rc && b->dys >= 0 && !(c->dy = slot_get(r, b->dys, false, "the output gradient", e))) rc = -1;
+    if (!rc && b->dy2s >= 0 && !(c->dy2 = slot_get(r, b->dy2s, false, "the route gradient", e))) rc = -1;
+    if (!rc && b->dxb >= 0 && !(c->dx = buf_ptr(r, b->dxb, "the input gradient", e))) rc = -1;
+    if (!rc && b->dxs >= 0 && !(c->dx = slot_get(r, b->dxs, true, "the input gradient", e))) rc = -1;
+    if (!rc && b->dx2s >= 0 && !(c->dx2 = slot_get(r, b->dx2s, true, "the route gradient", e))) rc = -1;
+    if (!rc) rc = exec_cuda_kernel_run(b->k, &call, e);
+    base_error e2;
+    base_error_clear(&e2);
+    if (scratch_y) exec_cuda_pool_free(&r->pool, scratch_y, (size_t)R->sz.y_bytes, in->stream, &e2);
+    if (scratch_y2) exec_cuda_pool_free(&r->pool, scratch_y2, (size_t)R->sz.route_bytes, in->stream, &e2);
+    if (rc) return -1;
+    const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+    for (size_t q = 0; q < BASE_COUNT(reads); q++)
+        if (reads[q] >= 0 && r->slot_last[reads[q]] == i && slot_drop(r, reads[q], in->stream, e)) return -1;
+    return 0;
+}
+
+static int rt_compute(void *ctx, int i, const plan_instr *in, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    exec_cuda_ctx *x = r->ctx[in->stream];
+    void *s = r->stream[in->stream];
+    char name[160];
+    if (r->o.nvtx) {
+        range_name(r, i, name, sizeof name);
+        exec_cuda_range_push(name);
+    }
+    int rc = 0;
+    if (r->o.trace) rc = exec_cuda_event_record(r->start_ev[i], s, e);
+    if (!rc) rc = compute(r, i, in, x, e);
+    if (!rc && r->o.trace) rc = exec_cuda_event_record(r->done_ev[i], s, e);
+    if (r->o.nvtx) exec_cuda_range_pop();
+    return rc;
+}
+
+/* ---------------------------------------------------------------- communication */
+
+static int req_new(exec_cuda_rt *r, int instr)
+{
+    for (int k = 0; k < r->nreq; k++)
+        if (!r->req[k].used) {
+            r->req[k] = (rt_req){true, instr};
+            return k;
+        }
+    r->req = base_xrealloc(r->req, (size_t)(r->nreq + 1) * sizeof *r->req);
+    r->req[r->nreq] = (rt_req){true, instr};
+    return r->nreq++;
+}
+
+static exec_nccl_dtype bytes_dtype(int64_t bytes, int64_t *count)
+{
+    /* bf16 where the size allows (the reductions sum bf16), else bytes */
+    if (bytes % 2 == 0) {
+        *count = bytes / 2;
+        return EXEC_NCCL_BF16;
+    }
+    *count = bytes;
+    return EXEC_NCCL_U8;
+}
+
+static int rt_p2p_start(void *ctx, int i, const plan_instr *in, int peer, int *req, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    void *s = r->stream[in->stream];
+    const bool send = in->op == PLAN_SEND;
+    const char *mine = stream_name(r->L, in->stream);
+    const char *theirs = exec_cuda_p2p_peer_stream(r->p, r->dev, i);
+    if (!theirs) return base_errorf(e, "no matching %s on device %d", send ? "receive" : "send", peer);
+    int k = send ? exec_cuda_comm_find_p2p(r->keys, r->nkeys, r->dev, peer, mine, theirs)
+                 : exec_cuda_comm_find_p2p(r->keys, r->nkeys, peer, r->dev, theirs, mine);
+    if (k < 0 || !r->comm || !r->comm[k])
+        return base_errorf(e, "no communicator for the transfer with device %d", peer);
+    void *buf = buf_ptr(r, in->buf, send ? "the data to send" : "the receive buffer", e);
+    if (!buf) return -1;
+    int64_t count;
+    exec_nccl_dtype dt = bytes_dtype(r->buf[in->buf].bytes, &count);
+    const bool first = r->sr_first[i] == i, last = r->sr_last[i] == i, grouped = !(first && last);
+    char name[160];
+    if (r->o.nvtx) {
+        range_name(r, i, name, sizeof name);
+        exec_cuda_range_push(name);
+    }
+    int rc = 0;
+    if (first && r->o.trace) rc = exec_cuda_event_record(r->start_ev[i], s, e);
+    if (!rc && first && grouped) rc = exec_nccl_group_start(e);
+    if (!rc) {
+        /* the peer's rank in the two-rank communicator: the sender is 0 */
+        rc = send ? exec_nccl_send(buf, (size_t)count, dt, 1, r->comm[k], s, e)
+                  : exec_nccl_recv(buf, (size_t)count, dt, 0, r->comm[k], s, e);
+    }
+    if (last && grouped) {
+        base_error e2;
+        base_error_clear(&e2);
+        /* close the group even after a failure, or NCCL stays in group mode */
+        if (exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
+    }
+    if (!rc && last) rc = exec_cuda_event_record(r->done_ev[i], s, e);
+    if (r->o.nvtx) exec_cuda_range_pop();
+    if (rc) return -1;
+    *req = req_new(r, i);
+    return 0;
+}
+
+static int coll_act(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, void *s, base_error *e)
+{
+    void *ib = buf_ptr(r, C->in, "the collective's input", e);
+    void *ob = ib ? buf_ptr(r, C->out, "the collective's output", e) : NULL;
+    if (!ob) return -1;
+    const int64_t inb = r->buf[C->in].bytes, outb = r->buf[C->out].bytes;
+    if (C->gsize == 1) return exec_cuda_copy_d2d(s, ob, ib, (size_t)(inb < outb ? inb : outb), e);
+    void *comm = r->comm[C->comm];
+    int64_t count;
+    switch ((plan_coll)in->coll) {
+    case PLAN_ALL_REDUCE:
+        if (bytes_dtype(inb, &count) != EXEC_NCCL_BF16)
+            return base_errorf(e, "an all-reduce of %lld bytes: not bf16 data", (long long)inb);
+        return exec_nccl_all_reduce(ib, ob, (size_t)count, EXEC_NCCL_BF16, EXEC_NCCL_SUM, comm, s, e);
+    case PLAN_REDUCE_SCATTER:
+        if (bytes_dtype(outb, &count) != EXEC_NCCL_BF16)
+            return base_errorf(e, "a reduce-scatter into %lld bytes: not bf16 data", (long long)outb);
+        return exec_nccl_reduce_scatter(ib, ob, (size_t)count, EXEC_NCCL_BF16, comm, s, e);
+    case PLAN_ALL_GATHER: {
+        exec_nccl_dtype dt = bytes_dtype(inb, &count);
+        return exec_nccl_all_gather(ib, ob, (size_t)count, dt, comm, s, e);
+    }
+    case PLAN_ALL_TO_ALL: {
+        /* block k of the input goes to rank k, block k of the output comes from it */
+        if (inb % C->gsize || outb % C->gsize)
+            return base_errorf(e, "an all-to-all of %lld bytes over %d ranks", (long long)inb, C->gsize);
+        const int64_t blk = inb / C->gsize;
+        exec_nccl_dtype dt = bytes_dtype(blk, &count);
+        if (exec_nccl_group_start(e)) return -1;
+        int rc = 0;
+        for (int k = 0; k < C->gsize && !rc; k++) {
+            rc = exec_nccl_send((char *)ib + k * blk, (size_t)count, dt, k, comm, s, e);
+            if (!rc) rc = exec_nccl_recv((char *)ob + k * blk, (size_t)count, dt, k, comm, s, e);
+        }
+        base_error e2;
+        base_error_clear(&e2);
+        if (exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
+        return rc;
+    }
+    default:
+        return base_errorf(e, "a %s of activations is not supported by the CUDA runtime",
+                           sched_plan_coll_name((plan_coll)in->coll));
+    }
+}
+
+static int coll_grads(exec_cuda_rt *r, const rt_coll *C, void *s, base_error *e)
+{
+    if (C->gsize == 1) return 0;
+    if (exec_nccl_group_start(e)) return -1;
+    int rc = 0;
+    for (int k = 0; k < C->nseg && !rc; k++) {
+        const rt_seg *g = &C->seg[k];
+        float *gr = buf_ptr(r, r->reg[g->region].grad_buf, "the gradients", e);
+        if (!gr) {
+            rc = -1;
+            break;
+        }
+        rc = exec_nccl_all_reduce(gr + g->off, gr + g->off, (size_t)g->n, EXEC_NCCL_F32, EXEC_NCCL_SUM,
+                                  r->comm[C->comm], s, e);
+    }
+    base_error e2;
+    base_error_clear(&e2);
+    if (exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
+    return rc;
+}
+
+/* ZeRO: the region blocks of the bucket, cut in pieces, staged rank by rank (each rank's chunk
+ * holds its piece of every region, padded to the chunk), reduce-scattered (gradients, fp32) or
+ * all-gathered (parameters, bf16), and copied back, all on the stream: the copies back follow the
+ * NCCL operation in stream order, so the host does not wait. */
+static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, void *s, int stream,
+                     base_error *e)
+{
+    if (C->gsize == 1) return 0;
+    const bool scatter = C->kind == RC_GRAD_SCATTER;
+    const size_t es = scatter ? 4 : 2, chunk = (size_t)C->chunk;
+    const size_t big = chunk * (size_t)C->gsize * es, small = chunk * es;
+    void *stage = NULL;
+    if (exec_cuda_pool_alloc(&r->pool, big + small, &stage, e)) return -1;
+    char *all = stage, *mine = (char *)stage + big;
+    int rc = exec_cuda_zero(s, stage, big + small, e);
+    /* pack: every rank's piece of every region (scatter), or this rank's (gather) */
+    for (int k = 0; k < C->gsize && !rc; k++) {
+        if (!scatter && k != C->grank) continue;
+        size_t off = 0;
+        for (int q = 0; q < C->nseg && !rc; q++) {
+            const rt_region *R = &r->reg[C->seg[q].region];
+            int64_t lo, hi;
+            exec_cuda_piece(R->n, k, C->gsize, &lo, &hi);
+            char *src = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, scatter ? "the gradients" : "the parameters", e);
+            if (!src) {
+                rc = -1;
+                break;
+            }
+            char *dst = scatter ? all + ((size_t)k * chunk + off) * es : mine + off * es;
+            rc = exec_cuda_copy_d2d(s, dst, src + (size_t)lo * es, (size_t)(hi - lo) * es, e);
+            off += (size_t)((R->n + C->gsize - 1) / C->gsize);
+        }
+    }
+    if (!rc)
+        rc = scatter ? exec_nccl_reduce_scatter(all, mine, chunk, EXEC_NCCL_F32, r->comm[C->comm], s, e)
+                     : exec_nccl_all_gather(mine, all, chunk, EXEC_NCCL_BF16, r->comm[C->comm], s, e);
+    /* unpack: this rank's summed piece (scatter), or every rank's updated piece (gather) */
+    for (int k = 0; k < C->gsize && !rc; k++) {
+        if (scatter && k != C->grank) continue;
+        size_t off = 0;
+        for (int q = 0; q < C->nseg && !rc; q++) {
+            const rt_region *R = &r->reg[C->seg[q].region];
+            int64_t lo, hi;
+            exec_cuda_piece(R->n, k, C->gsize, &lo, &hi);
+            char *dst = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, "the collective's region", e);
+            if (!dst) {
+                rc = -1;
+                break;
+            }
+            const char *src = scatter ? mine + off * es : all + ((size_t)k * chunk + off) * es;
+            rc = exec_cuda_copy_d2d(s, dst + (size_t)lo * es, src, (size_t)(hi - lo) * es, e);
+            off += (size_t)((R->n + C->gsize - 1) / C->gsize);
+        }
+    }
+    base_error e2;
+    base_error_clear(&e2);
+    if (exec_cuda_pool_free(&r->pool, stage, big + small, stream, rc ? &e2 : e)) rc = -1;
+    (void)in;
+    return rc;
+}
+
+static int rt_coll_start(void *ctx, int i, const plan_instr *in, int group, int *req, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    const rt_coll *C = &r->coll[i];
+    void *s = r->stream[in->stream];
+    if (C->gsize > 1 && (C->comm < 0 || !r->comm || !r->comm[C->comm]))
+        return base_errorf(e, "no communicator for group %d on stream %s", group,
+                           stream_name(r->L, in->stream));
+    char name[160];
+    if (r->o.nvtx) {
+        range_name(r, i, name, sizeof name);
+        exec_cuda_range_push(name);
+    }
+    int rc = 0;
+    if (r->o.trace) rc = exec_cuda_event_record(r->start_ev[i], s, e);
+    if (!rc) {
+        switch (C->kind) {
+        case RC_ACT: rc = coll_act(r, in, C, s, e); break;
+        case RC_GRAD_SUM: rc = coll_grads(r, C, s, e); break;
+        case RC_GRAD_SCATTER:
+        case RC_PARAM_GATHER: rc = coll_zero(r, in, C, s, in->stream, e); break;
+        case RC_SCALAR:
+            rc = C->gsize == 1 ? 0
+                               : exec_nccl_all_reduce(r->sc.norm, r->sc.norm, 1, EXEC_NCCL_F64,
+                                                      EXEC_NCCL_SUM, r->comm[C->comm], s, e);
+            break;
+        default: rc = base_errorf(e, "a collective the runtime did not read");
+        }
+    }
+    if (!rc) rc = exec_cuda_event_record(r->done_ev[i], s, e);
+    if (r->o.nvtx) exec_cuda_range_pop();
+    if (rc) return -1;
+    *req = req_new(r, i);
+    return 0;
+}
+
+static int rt_test(void *ctx, int k, bool *done, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    if (k < 0 || k >= r->nreq || !r->req[k].used) return base_errorf(e, "unknown request %d", k);
+    int i = r->req[k].instr;
+    const plan_instr *in = &r->L->ins[i];
+    int last = in->op == PLAN_COLL ? i : r->sr_last[i];
+    if (exec_cuda_event_query(r->done_ev[last], done, e)) return -1;
+    if (*done) r->req[k].used = false;
+    return 0;
+}
+
+static int rt_record(void *ctx, int stream, int event, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    int ev;
+    if (exec_cuda_streams_next_record(&r->sm, r->L, stream, event, &ev, e)) return -1;
+    return exec_cuda_event_record(r->rec_ev[ev], r->stream[stream], e);
+}
+
+static int rt_wait(void *ctx, int stream, int event, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    int ev;
+    if (exec_cuda_streams_next_wait(&r->sm, r->L, stream, event, &ev, e)) return -1;
+    return exec_cuda_stream_wait(r->stream[stream], r->rec_ev[ev], e);
+}
+
+static int rt_idle(void *ctx, int rounds, base_error *e)
+{
+    exec_cuda_rt *r = ctx;
+    /* communication that never completes: NCCL's asynchronous errors name a failed peer */
+    if ((rounds & 1023) == 0 && r->comm)
+        for (int k = 0; k < r->nkeys; k++)
+            if (r->comm[k] && exec_nccl_check(r->comm[k], e)) return -1;
+    return 0;
+}
+
+const exec_backend *exec_cuda_rt_backend(exec_cuda_rt *r)
+{
+    r->be = (exec_backend){.ctx = r,
+                           .name = "cuda",
+                           .alloc = rt_alloc,
+                           .release = rt_release,
+                           .compute = rt_compute,
+                           .p2p_start = rt_p2p_start,
+                           .coll_start = rt_coll_start,
+                           .test = rt_test,
+                           .record = rt_record,
+                           .wait = rt_wait,
+                           .idle = rt_idle};
+    return &r->be;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_step_stats *st,
+                      base_error *e)
+{
+    memset(st, 0, sizeof *st);
+    r->step = step;
+    r->plan_live = r->plan_peak = 0;
+    exec_cuda_pool_reset_peaks(&r->pool);
+    void *s0 = r->stream[0];
+    /* the data of the step: every device of a replica draws the same samples */
+    for (int64_t k = 0; k < r->nmb; k++) {
+        for (int64_t t = 0; t < r->T; t++) {
+            int64_t sample = (r->dp_rank * r->nmb + k) * r->cfg.b + t / r->cfg.s, pos = t % r->cfg.s;
+            r->htok[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos, r->cfg.vocab);
+            r->htgt[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos + 1, r->cfg.vocab);
+        }
+        if (exec_cuda_copy_h2d(s0, r->tokens[k], r->htok, (size_t)r->T * 4, e) ||
+            exec_cuda_copy_h2d(s0, r->targets[k], r->htgt, (size_t)r->T * 4, e) ||
+            exec_cuda_stream_sync(s0, e))
+            return -1;
+    }
+    if (exec_cuda_zero(s0, r->sc.base, (size_t)r->sc.n * sizeof(double), e) ||
+        exec_cuda_stream_sync(s0, e))
+        return -1;
+    exec_cuda_streams_reset(&r->sm);
+    if (r->o.trace && exec_cuda_event_record(r->step_ev, s0, e)) return -1;
+    double t0 = exec_now();
+    if (exec_interp_run(it, r->o.timeout_s, e)) return -1;
+    /* the step ends when every stream has drained; kernels' data errors surface here */
+    for (int s = 0; s < r->sm.nstreams; s++) {
+        if (exec_cuda_stream_sync(r->stream[s], e)) return -1;
+        if (r->ctx[s] && exec_cuda_ctx_sync(r->ctx[s], e)) return -1;
+    }
+    st->seconds = exec_now() - t0;
+    r->traced = r->o.trace;
+    for (int b = 0; b < r->L->nbufs; b++) {
+        rt_buf *B = &r->buf[b];
+        if (!B->live) continue;
+        B->live = false;
+        if (!persistent(B->role)) {
+            if (exec_cuda_pool_free(&r->pool, B->p, (size_t)B->bytes, -1, e)) return -1;
+            B->p = NULL;
+        }
+    }
+    for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * NSLOT; s++)
+        if (r->slot[s] && slot_drop(r, (int)s, -1, e)) return -1;
+    double *h = base_xcalloc((size_t)r->sc.n, sizeof *h);
+    int rc = exec_cuda_copy_d2h(s0, h, r->sc.base, (size_t)r->sc.n * sizeof(double), e) ||
+             exec_cuda_stream_sync(s0, e);
+    if (!rc) {
+        for (int64_t k = 0; k < r->nmb; k++) st->loss += h[k];
+        for (int64_t k = 0; k < r->nmb * r->nreg; k++) st->aux_loss += r->cfg.aux_weight * h[r->nmb + k];
+        st->grad_norm = r->have_norm ? h[r->nmb + r->nmb * r->nreg] : -1;
+    }
+    free(h);
+    st->peak = r->pool.peak_in_use;
+    st->reserved = r->pool.peak_reserved;
+    st->plan_peak = r->plan_peak;
+    return rc ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- trace and memory */
+
+int exec_cuda_rt_trace(exec_cuda_rt *r, viz_trace *t, base_error *e)
+{
+    if (!r->traced) return base_errorf(e, "no timed step to trace: open the runtime with trace on");
+    char name[256];
+    snprintf(name, sizeof name, "GPU %d", r->dev);
+    viz_trace_process(t, r->dev, name);
+    for (int s = 0; s < r->sm.nstreams; s++) viz_trace_thread(t, r->dev, s, stream_name(r->L, s));
+    for (int i = 0; i < r->L->n; i++) {
+        const plan_instr *in = &r->L->ins[i];
+        if (!r->start_ev[i] || !r->done_ev[i]) continue;
+        /* a sendrecv group is timed from its first member's start to its last member's end */
+        int a = i, b = i;
+        if (in->op == PLAN_SEND || in->op == PLAN_RECV) a = r->sr_first[i], b = r->sr_last[i];
+        float ms0 = 0, ms1 = 0;
+        if (exec_cuda_event_elapsed(r->step_ev, r->start_ev[a], &ms0, e) ||
+            exec_cuda_event_elapsed(r->step_ev, r->done_ev[b], &ms1, e))
+            return -1;
+        viz_trace_instr_name(r->p, r->dev, in, name, sizeof name);
+        viz_trace_arg arg = {"instr", NULL, (double)i};
+        viz_trace_complete(t, r->dev, in->stream, name, viz_trace_instr_cat(in),
+                           (int64_t)llround((double)ms0 * 1e6), (int64_t)llround((double)(ms1 - ms0) * 1e6),
+                           &arg, 1);
+    }
+    return 0;
+}
+
+void exec_cuda_rt_print_memory(const exec_cuda_rt *r, FILE *f)
+{
+    double plan[PLAN_NMEM] = {0}, mine[PLAN_NMEM] = {0};
+    for (int b = 0; b < r->L->nbufs; b++) {
+        int m = r->L->bufs[b].mem < PLAN_NMEM ? r->L->bufs[b].mem : PLAN_MEM_COMM;
+        plan[m] += (double)r->L->bufs[b].bytes;
+        mine[m] += (double)r->buf[b].bytes;
+    }
+    fprintf(f, "device %d buffers, plan / CUDA runtime:", r->dev);
+    for (int m = 0; m < PLAN_NMEM; m++) {
+        char a[32], b[32];
+        fprintf(f, " %s %s / %s;", sched_plan_mem_name((plan_mem)m), base_fmt_bytes(plan[m], a, sizeof a),
+                base_fmt_bytes(mine[m], b, sizeof b));
+    }
+    fprintf(f, " (parameters: bf16 + fp32 master; gradients and optimizer state fp32)\n");
+}
