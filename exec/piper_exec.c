@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "cpu/cpu_exec.h"
 #include "sim_predict.h"
 
@@ -54,126 +55,50 @@ static void usage(FILE *f)
 }
 
 typedef struct args {
-    const char *plan, *log, *dump_params, *save, *resume, *data, *trace;
-    int64_t steps;
-    bool quiet, memory, seed_given, no_sim;
+    exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
+    const char *dump_params, *save, *resume, *data;
+    bool no_sim;
     exec_cpu_options o;
 } args;
-
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return errno || end == s || *end ? -1 : 0;
-}
 
 static int parse_args(int argc, char **argv, args *a, base_error *e)
 {
     memset(a, 0, sizeof *a);
-    a->steps = 5;
-    a->o.seed = 1;
+    exec_cli_defaults(&a->c);
     a->o.dtype = -1;
-    a->o.timeout_s = 300;
-    a->o.grad_clip = 1.0;
-    a->o.optim.kind = EXEC_ADAMW;
-    a->o.optim.lr = -1;
-    a->o.optim.beta1 = 0.9;
-    a->o.optim.beta2 = 0.95;
-    a->o.optim.eps = 1e-8;
-    a->o.optim.weight_decay = 0.1;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double d;
-#define NEED_VALUE                                                                            \
-    do {                                                                                      \
-        if (!v) return base_errorf(e, "%s needs a value", s);                                 \
-        i++;                                                                                  \
-    } while (0)
-#define NUMBER(dst, lo)                                                                       \
-    do {                                                                                      \
-        NEED_VALUE;                                                                           \
-        if (parse_double(v, &d) || !(d >= (lo)))                                              \
-            return base_errorf(e, "%s takes a number >= %g, not '%s'", s, (double)(lo), v);   \
-        dst = d;                                                                              \
-    } while (0)
-        if (strcmp(s, "--steps") == 0) {
-            NUMBER(a->steps, 1);
-        } else if (strcmp(s, "--seed") == 0) {
-            NUMBER(a->o.seed, 0);
-            a->seed_given = true;
-        } else if (strcmp(s, "--timeout") == 0) {
-            NUMBER(a->o.timeout_s, 0);
-        } else if (strcmp(s, "--lr") == 0) {
-            NUMBER(a->o.optim.lr, 0);
-        } else if (strcmp(s, "--weight-decay") == 0) {
-            NUMBER(a->o.optim.weight_decay, 0);
-        } else if (strcmp(s, "--beta1") == 0) {
-            NUMBER(a->o.optim.beta1, 0);
-        } else if (strcmp(s, "--beta2") == 0) {
-            NUMBER(a->o.optim.beta2, 0);
-        } else if (strcmp(s, "--eps") == 0) {
-            NUMBER(a->o.optim.eps, 0);
-        } else if (strcmp(s, "--grad-clip") == 0) {
-            NUMBER(a->o.grad_clip, 0);
-        } else if (strcmp(s, "--dtype") == 0) {
-            NEED_VALUE;
+        const char *v;
+        if (strcmp(s, "--dtype") == 0) {
+            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
             if (strcmp(v, "fp32") == 0)
                 a->o.dtype = PLAN_FP32;
             else if (strcmp(v, "fp64") == 0)
                 a->o.dtype = PLAN_FP64;
             else
                 return base_errorf(e, "--dtype takes fp32 or fp64, not '%s'", v);
-        } else if (strcmp(s, "--optimizer") == 0) {
-            NEED_VALUE;
-            if (strcmp(v, "adamw") == 0)
-                a->o.optim.kind = EXEC_ADAMW;
-            else if (strcmp(v, "sgd") == 0)
-                a->o.optim.kind = EXEC_SGD;
-            else
-                return base_errorf(e, "--optimizer takes adamw or sgd, not '%s'", v);
-        } else if (strcmp(s, "--log") == 0) {
-            NEED_VALUE;
-            a->log = v;
         } else if (strcmp(s, "--dump-grads") == 0) {
-            NEED_VALUE;
-            a->o.dump_grads = v;
+            if (!(a->o.dump_grads = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--dump-params") == 0) {
-            NEED_VALUE;
-            a->dump_params = v;
+            if (!(a->dump_params = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--data") == 0) {
-            NEED_VALUE;
-            a->data = v;
-        } else if (strcmp(s, "--trace") == 0) {
-            NEED_VALUE;
-            a->trace = v;
+            if (!(a->data = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--save") == 0) {
-            NEED_VALUE;
-            a->save = v;
+            if (!(a->save = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--resume") == 0) {
-            NEED_VALUE;
-            a->resume = v;
+            if (!(a->resume = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--no-sim") == 0) {
             a->no_sim = true;
-        } else if (strcmp(s, "--memory") == 0) {
-            a->memory = true;
-        } else if (strcmp(s, "-q") == 0) {
-            a->quiet = true;
-        } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
-            return 1;
-        } else if (s[0] == '-') {
-            return base_errorf(e, "unknown option %s; see piper-exec --help", s);
-        } else if (a->plan) {
-            return base_errorf(e, "two plans given (%s and %s); piper-exec runs one", a->plan, s);
         } else {
-            a->plan = s;
+            int rc = exec_cli_option(argc, argv, &i, "piper-exec", &a->c, e);
+            if (rc) return rc;
         }
-#undef NUMBER
-#undef NEED_VALUE
     }
-    if (!a->plan) return base_errorf(e, "no plan given; see piper-exec --help");
-    if (a->o.optim.lr < 0) a->o.optim.lr = a->o.optim.kind == EXEC_SGD ? 0.1 : 1e-3;
+    if (exec_cli_finish(&a->c, "piper-exec", e)) return -1;
+    a->o.seed = a->c.seed;
+    a->o.optim = a->c.optim;
+    a->o.grad_clip = a->c.grad_clip;
+    a->o.timeout_s = a->c.timeout_s;
     return 0;
 }
 
@@ -188,8 +113,6 @@ static int agree(int rank, int size, const base_error *e, char *msg, size_t n)
     MPI_Bcast(msg, (int)n, MPI_CHAR, first, MPI_COMM_WORLD);
     return first;
 }
-
-static double fmt_mib(double b) { return b / (1024.0 * 1024.0); }
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -206,24 +129,24 @@ static void print_prediction(const args *a, int size, const double *times, const
     exec_sim_prediction sp;
     base_error e;
     base_error_clear(&e);
-    if (exec_sim_predict(a->plan, size, &sp, &e)) {
+    if (exec_sim_predict(a->c.plan, size, &sp, &e)) {
         printf("no piper-sim prediction: %s\n", e.msg);
         return;
     }
-    int64_t n = a->steps > 1 ? a->steps - 1 : 1;
+    int64_t n = a->c.steps > 1 ? a->c.steps - 1 : 1;
     double *t = base_xcalloc((size_t)n, sizeof *t);
-    memcpy(t, times + (a->steps > 1 ? 1 : 0), (size_t)n * sizeof *t);
+    memcpy(t, times + (a->c.steps > 1 ? 1 : 0), (size_t)n * sizeof *t);
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
     free(t);
     printf("piper-sim's prediction of this plan next to the measurement:\n");
     printf("  step time: predicted %.2f ms, measured %.2f ms (median of %s); ratio %.2f\n",
-           sp.step_seconds * 1e3, med * 1e3, a->steps > 1 ? "the steps after the first" : "one step",
+           sp.step_seconds * 1e3, med * 1e3, a->c.steps > 1 ? "the steps after the first" : "one step",
            sp.step_seconds > 0 ? med / sp.step_seconds : 0.0);
     printf("  peak memory (MiB), predicted / measured as the plan sizes buffers / as the executor "
            "holds them:");
     for (int k = 0; k < size; k++)
-        printf(" r%d %.2f/%.2f/%.2f", k, fmt_mib(sp.peak[k]), fmt_mib(peaks[2 * k + 1]), fmt_mib(peaks[2 * k]));
+        printf(" r%d %.2f/%.2f/%.2f", k, exec_cli_mib(sp.peak[k]), exec_cli_mib(peaks[2 * k + 1]), exec_cli_mib(peaks[2 * k]));
     printf("\n");
     exec_sim_prediction_free(&sp);
 }
@@ -262,7 +185,7 @@ int main(int argc, char **argv)
     char data_name[4300] = "synthetic";
     /* a checkpoint gives the seed (data and dropout streams) and the step to continue from */
     if (a.resume && exec_ckpt_read(&ck, a.resume, &e) == 0) {
-        if (a.seed_given && a.o.seed != ck.seed)
+        if (a.c.seed_given && a.o.seed != ck.seed)
             base_errorf(&e, "--seed %llu, but the checkpoint %s was written with seed %llu; a resumed "
                             "run continues its data and dropout streams (leave --seed out)",
                         (unsigned long long)a.o.seed, a.resume, (unsigned long long)ck.seed);
@@ -272,7 +195,7 @@ int main(int argc, char **argv)
                         optim_name, a.resume, ck.optimizer, ck.optimizer);
         a.o.seed = ck.seed;
     }
-    if (!e.set && sched_plan_read_file(&plan, a.plan, &e) == 0 &&
+    if (!e.set && sched_plan_read_file(&plan, a.c.plan, &e) == 0 &&
         exec_data_open(&data, a.data, plan.model.vocab, plan.model.seq, &e) == 0) {
         exec_data_describe(&data, data_name, sizeof data_name);
         a.o.data = &data;
@@ -280,14 +203,7 @@ int main(int argc, char **argv)
             base_errorf(&e, "the checkpoint %s was trained on data '%s', this run reads '%s'; resume "
                             "with the same --data",
                         a.resume, ck.data, data_name);
-        if (!e.set && size > plan.ndevices)
-            base_errorf(&e, "%d ranks run but the plan has %d devices; start at most %d ranks", size,
-                        plan.ndevices, plan.ndevices);
-        for (int d = size; d < plan.ndevices && !e.set; d++)
-            if (sched_plan_list(&plan, d)->n > 0)
-                base_errorf(&e, "device %d of the plan has work but only %d ranks run; start one "
-                                "rank per device (mpirun -np %d)",
-                            d, size, d + 1);
+        if (!e.set) exec_cli_check_ranks(&plan, size, &e);
         if (!e.set) exec_cpu_open(&c, &plan, rank, size, &a.o, &e);
         if (!e.set && a.resume) exec_cpu_resume(c, &ck, &e);
     }
@@ -317,36 +233,28 @@ int main(int argc, char **argv)
     const plan_model *m = &plan.model;
     const int64_t tokens = m->global_batch * m->seq;
     /* the arithmetic of a step, by the plan's kernel lists (GEMMs exact), for GFLOP/s */
-    double flops = 0;
-    for (int d = 0; d < size; d++) {
-        const plan_list *L = sched_plan_list(&plan, d);
-        for (int i = 0; i < L->n; i++)
-            if (L->ins[i].op == PLAN_COMPUTE && L->ins[i].kernels >= 0) {
-                const plan_kernel_list *kl = &plan.kernel_lists[L->ins[i].kernels];
-                for (int k = 0; k < kl->n; k++) flops += kl->k[k].flops;
-            }
-    }
+    const double flops = exec_cli_plan_flops(&plan, size);
     FILE *log = NULL;
-    if (rank == 0 && a.log && !(log = fopen(a.log, "w"))) {
-        base_errorf(&e, "cannot write %s: %s", a.log, strerror(errno));
+    if (rank == 0 && a.c.log && !(log = fopen(a.c.log, "w"))) {
+        base_errorf(&e, "cannot write %s: %s", a.c.log, strerror(errno));
         goto fail;
     }
-    if (rank == 0 && !a.quiet) {
+    if (rank == 0 && !a.c.quiet) {
         int used = 0;
         for (int d = 0; d < plan.ndevices; d++) used += sched_plan_list(&plan, d)->n > 0;
         printf("piper-exec: %s (%s), %d rank%s for %d device%s with work, %s, %s lr %g, %lld "
                "steps of %lld sequences (micro-batch %lld x %lld x data-parallel %lld) = %lld "
                "tokens\n",
-               m->name ? m->name : "?", a.plan, size, size == 1 ? "" : "s", used, used == 1 ? "" : "s",
+               m->name ? m->name : "?", a.c.plan, size, size == 1 ? "" : "s", used, used == 1 ? "" : "s",
                sched_plan_dtype_name(c->dt), a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
-               a.o.optim.lr, (long long)a.steps, (long long)m->global_batch,
+               a.o.optim.lr, (long long)a.c.steps, (long long)m->global_batch,
                (long long)m->micro_batch, (long long)m->num_microbatches, (long long)c->dp_size,
                (long long)tokens);
         printf("%-5s %-11s %-10s %-10s %-10s %-8s %s\n", "step", "loss", "grad norm", "time",
                "tokens/s", "GFLOP/s", "peak memory per rank, executor / plan (MiB)");
     }
     if (log) fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s gflops_per_s\n");
-    if (a.memory) {
+    if (a.c.memory) {
         /* one rank after the other, so that lines do not interleave */
         for (int k = 0; k < size; k++) {
             if (k == rank) {
@@ -359,17 +267,17 @@ int main(int argc, char **argv)
     enum { NV = 6 };
     double *all = rank == 0 ? base_xcalloc((size_t)size * NV, sizeof(double)) : NULL;
     /* rank 0: each step's time and every rank's peaks over the run, for the prediction */
-    double *times = rank == 0 ? base_xcalloc((size_t)a.steps, sizeof(double)) : NULL;
+    double *times = rank == 0 ? base_xcalloc((size_t)a.c.steps, sizeof(double)) : NULL;
     double *peaks = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof(double)) : NULL;
     exec_cpu_trace tr;
     memset(&tr, 0, sizeof tr);
-    if (a.trace) {
+    if (a.c.trace) {
         exec_cpu_trace_init(&tr, c);
         exec_interp_observe(it, exec_cpu_trace_observer, &tr);
     }
-    if (rank == 0 && !a.quiet && a.resume)
+    if (rank == 0 && !a.c.quiet && a.resume)
         printf("resumed from %s after step %lld\n", a.resume, (long long)(first_step - 1));
-    for (int64_t step = first_step; step < first_step + a.steps; step++) {
+    for (int64_t step = first_step; step < first_step + a.c.steps; step++) {
         exec_cpu_step_stats st;
         if (exec_cpu_step(c, it, step, &st, &e)) {
             base_error_prefix(&e, "step %lld: ", (long long)step);
@@ -380,25 +288,20 @@ int main(int argc, char **argv)
         MPI_Igather(v, NV, MPI_DOUBLE, all, NV, MPI_DOUBLE, 0, MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "gathering the step's figures", &e)) goto fail;
         if (rank != 0) continue;
-        double ce = 0, aux = 0, norm = -1, t = 0;
-        for (int k = 0; k < size; k++) {
-            ce += all[k * NV + 0];
-            aux += all[k * NV + 1];
-            if (all[k * NV + 2] > norm) norm = all[k * NV + 2];
-            if (all[k * NV + 3] > t) t = all[k * NV + 3];
-        }
+        double ce, aux, norm, t;
+        exec_cli_step_reduce(all, size, NV, &ce, &aux, &norm, &t);
         double loss = ce + aux;
         times[step - first_step] = t;
         for (int k = 0; k < size; k++) {
             if (all[k * NV + 4] > peaks[2 * k]) peaks[2 * k] = all[k * NV + 4];
             if (all[k * NV + 5] > peaks[2 * k + 1]) peaks[2 * k + 1] = all[k * NV + 5];
         }
-        char nbuf[32] = "-";
-        if (norm >= 0) snprintf(nbuf, sizeof nbuf, "%.6f", sqrt(norm));
+        char nbuf[32];
+        exec_cli_norm_text(norm, nbuf, sizeof nbuf);
         printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
                (double)tokens / t, flops / t * 1e-9);
         for (int k = 0; k < size; k++)
-            printf(" r%d %.2f/%.2f", k, fmt_mib(all[k * NV + 4]), fmt_mib(all[k * NV + 5]));
+            printf(" r%d %.2f/%.2f", k, exec_cli_mib(all[k * NV + 4]), exec_cli_mib(all[k * NV + 5]));
         printf("\n");
         fflush(stdout);
         if (log) {
@@ -408,10 +311,10 @@ int main(int argc, char **argv)
         }
     }
     if (a.dump_params && exec_cpu_dump_params(c, a.dump_params, &e)) goto fail;
-    if (a.trace) {
-        if (exec_cpu_trace_write(&tr, a.trace, &e)) goto fail;
+    if (a.c.trace) {
+        if (exec_cpu_trace_write(&tr, a.c.trace, &e)) goto fail;
         exec_cpu_trace_free(&tr);
-        if (rank == 0 && !a.quiet) printf("trace written to %s\n", a.trace);
+        if (rank == 0 && !a.c.quiet) printf("trace written to %s\n", a.c.trace);
     }
     if (a.save) {
         /* every rank its shard; rank 0 the manifest, once all are written */
@@ -424,13 +327,13 @@ int main(int argc, char **argv)
         if (rank == 0) {
             uint64_t *bytes = base_xcalloc((size_t)size, sizeof *bytes), *sums = base_xcalloc((size_t)size, sizeof *sums);
             for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
-            exec_ckpt_meta meta = {first_step + a.steps - 1, a.o.seed, optim_name, data_name};
+            exec_ckpt_meta meta = {first_step + a.c.steps - 1, a.o.seed, optim_name, data_name};
             int src = exec_ckpt_write_manifest(a.save, &plan, c->dt, &meta, size, bytes, sums, &e);
             free(bytes);
             free(sums);
             free(sh);
             if (src) goto fail;
-            if (!a.quiet) printf("checkpoint after step %lld written to %s\n", (long long)meta.step, a.save);
+            if (!a.c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)meta.step, a.save);
         }
     }
     {
@@ -438,7 +341,7 @@ int main(int argc, char **argv)
         MPI_Ibarrier(MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "the final barrier", &e)) goto fail;
     }
-    if (rank == 0 && !a.quiet && !a.no_sim) print_prediction(&a, size, times, peaks);
+    if (rank == 0 && !a.c.quiet && !a.no_sim) print_prediction(&a, size, times, peaks);
     free(times);
     free(peaks);
     free(all);

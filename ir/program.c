@@ -150,6 +150,8 @@ typedef struct ctx {
     ir_program *p;
     const char *dir;      /* resolves relative references; NULL = the working directory */
     char what[96];        /* "directive 3 (place)", "program", "annotations": message prefix */
+    bool order_mirrored;  /* checking an order of a DualPipe program (an order has mirror:
+                             true): its filters may name the mirrored stages p..2p-1 */
 } ctx;
 
 /* A map's keys against the ones piper reads. Keys in `ignored` (Piper's, unused by piper) only
@@ -454,7 +456,7 @@ static const char *const shard_tensor_keys[] = {"op",     "filter",            "
                                                 "stream", "sequence_parallel", NULL};
 static const char *const split_keys[] = {"op", "filter", "dim", "dim_name", "num_microbatches",
                                          NULL};
-static const char *const order_keys[] = {"op", "filters", NULL};
+static const char *const order_keys[] = {"op", "filters", "mirror", NULL};
 static const char *const recompute_keys[] = {"op", "filter", "mode", NULL};
 static const char *const schedule_keys[] = {"op", "name", "file", NULL};
 
@@ -574,6 +576,8 @@ static int parse_split(ctx *c, const ir_doc *d, ir_directive *dir)
 /* A group is a list of filters; a lone filter map is a one-filter group. */
 static int parse_order(ctx *c, const ir_doc *d, ir_directive *dir)
 {
+    const ir_doc *mv = ir_doc_get(d, "mirror");
+    if (mv && ir_doc_bool(mv, "mirror", &dir->mirror, c->e)) return -1;
     const ir_doc *fs = ir_doc_get(d, "filters");
     if (!fs)
         return ir_doc_error(d, c->e,
@@ -733,6 +737,7 @@ static int check_filter(ctx *c, const ir_filter *f)
     const ir_program *p = c->p;
     const char *file = p->file;
     int64_t stages = p->ann.npp_ranges ? p->ann.npp_ranges : p->ann.pp_stages;
+    if (c->order_mirrored) stages *= 2;
     for (int i = 0; i < f->n; i++) {
         const ir_tag_match *m = &f->m[i];
         switch (m->tag) {
@@ -1034,7 +1039,10 @@ static const ir_doc *load_ref(ctx *c, const ir_doc *v, const char *key)
 static void infer_from_directives(ir_program *p)
 {
     int64_t nmb = 1, dp = 1, pp_max = -1;
-    bool pp = false;
+    bool pp = false, mirror = false;
+    /* DualPipe's orders (mirror: true) also name the mirrored stages p..2p-1, which the
+     * program does not annotate: its stages are those the other directives name */
+    for (int i = 0; i < p->ndirectives; i++) mirror |= p->directives[i].op == IR_DIR_ORDER && p->directives[i].mirror;
     for (int i = 0; i < p->ndirectives; i++) {
         const ir_directive *d = &p->directives[i];
         if (d->op == IR_DIR_SPLIT && d->num_microbatches > nmb) nmb = d->num_microbatches;
@@ -1049,7 +1057,7 @@ static void infer_from_directives(ir_program *p)
                     if (m->tag == IR_TAG_PP) {
                         pp = true;
                         /* clamped: the stage-count check below reports it, without overflow */
-                        if (!m->any && m->value > pp_max)
+                        if (!m->any && m->value > pp_max && !(mirror && d->op == IR_DIR_ORDER))
                             pp_max = m->value < INT32_MAX ? m->value : INT32_MAX;
                     }
                     if (m->tag == IR_TAG_EP) p->ann.ep = true;
@@ -1108,8 +1116,15 @@ static int load_model_cluster(ctx *c, const ir_doc *d, const ir_model *model,
 
 static int check_all_filters(ctx *c)
 {
+    bool mirror = false;
     for (int i = 0; i < c->p->ndirectives; i++)
-        if (check_directive_filters(c, &c->p->directives[i])) return -1;
+        mirror |= c->p->directives[i].op == IR_DIR_ORDER && c->p->directives[i].mirror;
+    for (int i = 0; i < c->p->ndirectives; i++) {
+        c->order_mirrored = mirror && c->p->directives[i].op == IR_DIR_ORDER;
+        int rc = check_directive_filters(c, &c->p->directives[i]);
+        c->order_mirrored = false;
+        if (rc) return -1;
+    }
     return 0;
 }
 

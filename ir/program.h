@@ -84,6 +84,9 @@ typedef struct ir_directive {
     int ngroups;
     int *group_nfilters;
     ir_filter **groups;
+    bool mirror;           /* `mirror: true`: DualPipe's second pipeline is made first (stages
+                              p..2p-1 copies of 0..p-1 for micro-batches m/2..m-1); written by
+                              --emit-directives on the first order of a dualpipe schedule */
 
     /* recompute */
     ir_recompute recompute;

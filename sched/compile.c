@@ -142,8 +142,17 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
     if (ir_dag_verify(g, "after building the training step", e)) return -1;
     for (int i = 0; i < p->ndirectives; i++) {
         const ir_directive *d = &p->directives[i];
+        if (d->op == IR_DIR_ORDER && d->mirror && g->p2p_done)
+            return sched_dir_error(d, e, "mirror: true must be on the first order or schedule "
+                                         "directive (DualPipe's second pipeline is made before "
+                                         "any order); move it to the first order");
         /* Placements are final once ordering starts: materialise the sends and receives. */
         if ((d->op == IR_DIR_ORDER || d->op == IR_DIR_SCHEDULE) && !g->p2p_done) {
+            /* DualPipe's second pipeline is made before the sends and receives that link it */
+            if (((d->op == IR_DIR_SCHEDULE && d->schedule && sched_kind_of(d->schedule) == SCHED_DUALPIPE) ||
+                 (d->op == IR_DIR_ORDER && d->mirror)) &&
+                sched_dualpipe_mirror(x, d, e))
+                return -1;
             if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
                 sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;

@@ -110,7 +110,7 @@ static void write_filter(FILE *f, const ir_filter *flt)
 
 static void write_order(FILE *f, const ir_directive *d)
 {
-    fputs("{\"op\": \"order\", \"filters\": [", f);
+    fputs(d->mirror ? "{\"op\": \"order\", \"mirror\": true, \"filters\": [" : "{\"op\": \"order\", \"filters\": [", f);
     for (int k = 0; k < d->ngroups; k++) {
         fputs(k ? ", [" : "[", f);
         for (int i = 0; i < d->group_nfilters[k]; i++) {

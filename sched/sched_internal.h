@@ -14,6 +14,7 @@ typedef struct sched_ctx {
     bool split_done;
     bool order_seen;           /* an order/schedule directive ran: structure is frozen */
     int32_t *stage_of_region;
+    int mirror_p;              /* DualPipe: the pipeline ranks p once stages are mirrored; 0 */
     struct sched_costs *costs; /* made after the directives ran (shapes are final) */
 } sched_ctx;
 
@@ -51,6 +52,15 @@ int sched_group_members(const ir_dag *g, int place, int peer_place, ir_coll_grou
 /* Tied embeddings on different stages: the head's stage holds a copy of the embedding and the
  * two gradients are summed by an all-reduce over each (embed device, head device) pair. */
 int sched_tie_embeddings(sched_ctx *x, base_error *e);
+/* Route every gradient into the UPD node `upd` through a new pair all-reduce (IR_CG_PAIR) with
+ * `peer_place`, on the dp stream; gradient-norm reads of those gradients move to the sum.
+ * Returns the all-reduce, flagged IR_NODE_TIED (it carries the tied embedding copy; DualPipe's
+ * mirror clears the flag: its sums carry the whole region's gradient). */
+int32_t sched_insert_pair_sum(ir_dag *g, int32_t upd, int peer_place);
+/* DualPipe (dualpipe_mirror.c): copy stages 0..p-1 as stages p..2p-1 (stage p+i on the
+ * placement of stage p-1-i) for micro-batches m/2..m-1, each mirrored parameter update paired
+ * with its original by a gradient sum. Runs before the sends and receives are made. */
+int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e);
 /* Tensor-parallel regions: an all-reduce over the TP group completes the gradients of the
  * parameters every TP rank holds whole (tp_sync.c), and how many such parameters a region has. */
 int sched_tp_grad_sync(sched_ctx *x, base_error *e);

@@ -593,13 +593,18 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
     snprintf(dname, sizeof dname, "directive %d (schedule)", d->index);
     sched_params sp = {0};
     if (read_options(d, (sched_kind)(k < 0 ? 0 : k), k < 0, &sp, e)) return -1;
-    if (k == SCHED_DUALPIPE)
-        return sched_dir_error(d, e, "dualpipe is not supported by the compiler yet: its two "
-                                     "pipelines need the model's layers twice (stage p+i a copy "
-                                     "of stage i on rank p-1-i, half the micro-batches each, and "
-                                     "an all-reduce summing each mirrored pair's gradients), "
-                                     "which piper's DAG cannot express yet; use dualpipev (the "
-                                     "same steps folded in a V over 2p stages) or zbv");
+    /* DualPipe: the mirror pass (dualpipe_mirror.c) made stages p..2p-1 for micro-batches
+     * m/2..m-1; the builder numbers each direction's micro-batches from 0 */
+    int mb_per_stage = m, mirror_shift = 0;
+    if (k == SCHED_DUALPIPE) {
+        if (!x->mirror_p)
+            return sched_dir_error(d, e, "dualpipe must be the first order or schedule directive "
+                                         "(its second pipeline is made before any order); move "
+                                         "it up");
+        S = 2 * x->mirror_p;
+        mb_per_stage = m / 2;
+        mirror_shift = m / 2;
+    }
     int *place_of = base_arena_calloc(x->a, (size_t)S, sizeof *place_of);
     if (stage_places(g, S, d->file, d->line, d->col, dname, place_of, e)) return -1;
 
@@ -628,11 +633,15 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
          * times the closed form). The schedule assumes asynchronous sends, as its runtime
          * has: one stream per peer, direction and flow gives exactly that. */
         if (k == SCHED_ZBH2) x->c->p2p_channels_for = sched_kind_name((sched_kind)k);
-        if (sched_table_validate(&t, NULL, S, m, e)) {
+        if (sched_table_validate(&t, NULL, S, mb_per_stage, e)) {
             base_error_prefix(e, "%s: the %s builder made an invalid order (a bug in piper): ",
                               where, what);
             rc = -1;
         }
+        for (int r = 0; r < t.nranks && mirror_shift; r++)
+            for (int c = 0; c < t.rows[r].n; c++)
+                for (int i = 0; i < t.rows[r].cells[c].n; i++)
+                    if (t.rows[r].cells[c].a[i].stage >= p) t.rows[r].cells[c].a[i].mb += mirror_shift;
     } else {
         if (sched_order_csv_read_file(d->schedule_file, &t, e)) return -1;
         if (sched_table_validate(&t, d->schedule_file, S, m, e)) {
@@ -677,6 +686,7 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
             for (int q = 0; q < s; q++) chunk_of[s] += place_of[q] == place_of[s];
         }
     }
+    bool mirror_marked = false;
     if (!rc) {
         for (size_t v = 0; v < g->nnodes; v++) {
             ir_node *n = &g->nodes[v];
@@ -685,6 +695,9 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
         for (int r = 0; r < t.nranks && !rc; r++) {
             if (t.rows[r].n < 2) continue; /* a single action needs no order */
             ir_directive od = order_of_row(x, d, &t.rows[r]);
+            /* the expanded program's first order makes DualPipe's mirror, as the schedule did */
+            od.mirror = k == SCHED_DUALPIPE && !mirror_marked;
+            mirror_marked |= od.mirror;
             if (sched_dir_order(x, &od, e)) {
                 base_error_prefix(e, "%s: the order %s gives rank %d failed: ", where, what, r);
                 rc = -1;
@@ -738,6 +751,15 @@ int sched_table_from_plan(const sched_compilation *c, sched_table *t, base_error
     if (c->plan.ndevices < 1)
         return base_errorf(e, "no plan: compile the program before writing its order");
     int M = g->num_microbatches > 0 ? (int)g->num_microbatches : 1;
+    /* DualPipe's mirror (dualpipe_mirror.c) doubled the stages, micro-batches m/2..m-1 on the
+     * copies; the order numbers each direction's micro-batches from 0, as the builder does */
+    int S_dag = S, shift = 0;
+    for (size_t v = 0; v < g->nnodes; v++)
+        if (is_stage_work(&g->nodes[v]) && g->nodes[v].stage + 1 > S_dag) S_dag = g->nodes[v].stage + 1;
+    if (S_dag == 2 * S) {
+        shift = M / 2;
+        S = S_dag;
+    }
     int *place_of = base_xmalloc((size_t)S * sizeof *place_of);
     if (stage_places(g, S, prog->file, 0, 0, "--emit-order", place_of, e)) {
         free(place_of);
@@ -797,13 +819,17 @@ int sched_table_from_plan(const sched_compilation *c, sched_table *t, base_error
             for (size_t q = 0; q < pairs.n && !pr; q++)
                 if (action_eq(&pairs.v[q].a, &seq.v[i]) || action_eq(&pairs.v[q].b, &seq.v[i])) pr = &pairs.v[q];
             if (!pr) {
-                sched_table_push(t, r, seq.v[i].stage, (plan_pass)seq.v[i].pass, seq.v[i].mb);
+                sched_table_push(t, r, seq.v[i].stage, (plan_pass)seq.v[i].pass,
+                                 seq.v[i].mb - (seq.v[i].stage >= S / 2 ? shift : 0));
                 continue;
             }
             const sched_action *other = action_eq(&pr->a, &seq.v[i]) ? &pr->b : &pr->a;
             for (size_t j = i + 1; j < seq.n; j++)
                 if (!used[j] && action_eq(&seq.v[j], other)) used[j] = 1;
-            sched_table_push_pair(t, r, pr->a, pr->b);
+            sched_action a = pr->a, b = pr->b;
+            if (a.stage >= S / 2) a.mb -= shift;
+            if (b.stage >= S / 2) b.mb -= shift;
+            sched_table_push_pair(t, r, a, b);
         }
         free(used);
     }

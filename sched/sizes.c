@@ -128,9 +128,12 @@ void sched_update_sizes(sched_ctx *x)
             if (n->coll_group == IR_CG_TP && (n->flags & IR_NODE_DP_SYNC) && reg) {
                 /* the gradients of the parameters every TP rank holds whole (tp_sync.c) */
                 n->bytes = (double)sched_tp_replicated_params(m, reg, &s) * gb;
-            } else if (n->coll_group == IR_CG_PAIR && reg) {
+            } else if (n->coll_group == IR_CG_PAIR && reg && (n->flags & IR_NODE_TIED)) {
                 /* tied embeddings: the embedding weight's gradient (this device's shard) */
                 n->bytes = (double)ir_model_tied_copy_params_per_device(m, &s) * gb;
+            } else if (n->coll_group == IR_CG_PAIR && reg) {
+                /* DualPipe's mirrored stages (dualpipe_mirror.c): the region's whole gradient */
+                n->bytes = (double)ir_region_params_per_device(m, reg, &s) * gb;
             } else if (n->flags & IR_NODE_DP_SYNC) {
                 if (n->op == IR_OP_ALL_GATHER && (n->flags & IR_NODE_JIT) && reg) { /* ZeRO-3 */
                     n->bytes = (double)ir_region_params_per_device(m, reg, &s) * pb;

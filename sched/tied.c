@@ -8,8 +8,9 @@
 
 #include <stdlib.h>
 
-/* Route every gradient flowing into `upd` through a new pair all-reduce on upd's placement. */
-static void insert_pair_sum(ir_dag *g, int32_t upd, int peer_place)
+/* Route every gradient flowing into `upd` through a new pair all-reduce on upd's placement
+ * (also used by DualPipe's mirrored stages, dualpipe_mirror.c). */
+int32_t sched_insert_pair_sum(ir_dag *g, int32_t upd, int peer_place)
 {
     ir_dag_build_adjacency(g);
     int32_t ar = ir_dag_add_node(g, IR_OP_ALL_REDUCE);
@@ -73,6 +74,7 @@ static void insert_pair_sum(ir_dag *g, int32_t upd, int peer_place)
         kept = true;
     }
     g->adj_valid = false;
+    return ar;
 }
 
 int sched_tie_embeddings(sched_ctx *x, base_error *e)
@@ -92,7 +94,7 @@ int sched_tie_embeddings(sched_ctx *x, base_error *e)
     int pe = g->nodes[upd_embed].place, ph = g->nodes[upd_head].place;
     if (pe == ph) return 0; /* one weight on one device: nothing to sum */
     g->nodes[upd_head].flags |= IR_NODE_TIED;
-    insert_pair_sum(g, upd_embed, ph);
-    insert_pair_sum(g, upd_head, pe);
+    sched_insert_pair_sum(g, upd_embed, ph);
+    sched_insert_pair_sum(g, upd_head, pe);
     return 0;
 }

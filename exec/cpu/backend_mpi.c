@@ -192,7 +192,7 @@ static int be_p2p(void *ctx, int instr, const plan_instr *in, int peer, int *req
     return 0;
 }
 
-static char *seg_base(exec_cpu *c, const cpu_seg *s, bool grads, base_error *e)
+static char *seg_base(exec_cpu *c, const exec_seg *s, bool grads, base_error *e)
 {
     /* ZeRO-3 gathers read the device's piece of the parameters; coll_finish writes the gathered
      * buffer itself */
@@ -201,18 +201,18 @@ static char *seg_base(exec_cpu *c, const cpu_seg *s, bool grads, base_error *e)
 }
 
 /* A ZeRO segment's piece on rank k of g: the rank's piece of the region's whole storage
- * (exec_cpu_piece) cut to the segment, so that a segment that is part of a region (the head's
+ * (exec_zero_piece) cut to the segment, so that a segment that is part of a region (the head's
  * gather of the tied token table) moves the same elements the region's reduce-scatter gave. */
-static void seg_piece(const exec_cpu *c, const cpu_seg *S, int k, int g, int64_t *lo, int64_t *hi)
+static void seg_piece(const exec_cpu *c, const exec_seg *S, int k, int g, int64_t *lo, int64_t *hi)
 {
-    exec_cpu_piece(c->reg[S->region].nstore, k, g, lo, hi);
+    exec_zero_piece(c->reg[S->region].nstore, k, g, lo, hi);
     if (*lo < S->off) *lo = S->off;
     if (*hi > S->off + S->n) *hi = S->off + S->n;
     if (*hi < *lo) *hi = *lo;
 }
 
 /* The elements each rank sends for a segment: its largest piece (the rest is padding). */
-static int64_t seg_chunk(const exec_cpu *c, const cpu_seg *S, int g)
+static int64_t seg_chunk(const exec_cpu *c, const exec_seg *S, int g)
 {
     int64_t m = 0;
     for (int k = 0; k < g; k++) {
@@ -226,7 +226,7 @@ static int64_t seg_chunk(const exec_cpu *c, const cpu_seg *S, int g)
 static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cpu *c = ctx;
-    cpu_coll *C = &c->coll[instr];
+    exec_coll *C = &c->coll[instr];
     (void)group;
     if (C->comm < 0) return base_errorf(e, "collective without a communicator");
     MPI_Comm comm = c->comm[C->comm].comm;
@@ -235,10 +235,10 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     cpu_req *R = &c->req[r];
     *req = r;
     switch (C->kind) {
-    case CC_SCALAR:
+    case EXEC_COLL_SCALAR:
         EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, &c->norm_sq, 1, MPI_DOUBLE, MPI_SUM, comm, &R->r), e);
         return 0;
-    case CC_ACT: {
+    case EXEC_COLL_ACT: {
         char *ip = exec_cpu_buf(c, C->in, "the collective's input", e);
         char *op = ip ? exec_cpu_buf(c, C->out, "the collective's output", e) : NULL;
         if (!op) return -1;
@@ -274,7 +274,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
                                sched_plan_coll_name((plan_coll)in->coll));
         }
     }
-    case CC_GRAD_SUM: {
+    case EXEC_COLL_GRAD_SUM: {
         int64_t n = 0;
         for (int s = 0; s < C->nseg; s++) n += C->seg[s].n;
         if (int_count(n, "a gradient bucket", e)) return -1;
@@ -290,12 +290,12 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, R->staging, (int)n, c->mdt, MPI_SUM, comm, &R->r), e);
         return 0;
     }
-    case CC_GRAD_SCATTER:
-    case CC_PARAM_GATHER: {
+    case EXEC_COLL_GRAD_SCATTER:
+    case EXEC_COLL_PARAM_GATHER: {
         /* one piece per segment and rank (seg_piece); the send (scatter) or receive (gather)
          * side is laid out rank by rank, each rank's pieces segment by segment */
         const int g = C->gsize;
-        const bool grads = C->kind == CC_GRAD_SCATTER;
+        const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
         int64_t per = 0;
         for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
         if (int_count(per * g, "a ZeRO bucket", e)) return -1;
@@ -328,9 +328,9 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
 /* Finishes a completed collective: bucket contents go back where they came from. */
 static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
 {
-    const cpu_coll *C = &c->coll[R->instr];
+    const exec_coll *C = &c->coll[R->instr];
     const size_t es = c->es;
-    if (C->kind == CC_GRAD_SUM) {
+    if (C->kind == EXEC_COLL_GRAD_SUM) {
         int64_t off = 0;
         for (int s = 0; s < C->nseg; s++) {
             char *b = seg_base(c, &C->seg[s], true, e);
@@ -338,15 +338,15 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
             memcpy(b + C->seg[s].off * es, R->staging + off * es, (size_t)C->seg[s].n * es);
             off += C->seg[s].n;
         }
-    } else if (C->kind == CC_GRAD_SCATTER || C->kind == CC_PARAM_GATHER) {
+    } else if (C->kind == EXEC_COLL_GRAD_SCATTER || C->kind == EXEC_COLL_PARAM_GATHER) {
         const int g = C->gsize;
-        const bool grads = C->kind == CC_GRAD_SCATTER;
+        const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
         int64_t per = 0;
         for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
         char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
         int64_t off = 0, outoff = 0;
         for (int s = 0; s < C->nseg; s++) {
-            const cpu_seg *S = &C->seg[s];
+            const exec_seg *S = &C->seg[s];
             /* a ZeRO-3 gathered buffer holds the segments one after the other */
             const bool out = !grads && C->out >= 0;
             char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);

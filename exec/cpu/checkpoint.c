@@ -428,7 +428,7 @@ int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e)
     for (int r = 0; r < c->nreg; r++) {
         cpu_region *R = &c->reg[r];
         if (R->param_buf < 0 || R->opt_buf < 0) continue;
-        cpu_buf *PB = &c->buf[R->param_buf], *OB = &c->buf[R->opt_buf];
+        exec_buf *PB = &c->buf[R->param_buf], *OB = &c->buf[R->opt_buf];
         if (!PB->p) PB->p = calloc((size_t)(PB->bytes ? PB->bytes : 1), 1);
         if (!OB->p) OB->p = calloc((size_t)(OB->bytes ? OB->bytes : 1), 1);
         if (!PB->p || !OB->p) {

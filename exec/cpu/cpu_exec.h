@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "../exec.h"
+#include "../plan_layout.h"
 #include "data.h"
 #include "kernels.h"
 
@@ -49,19 +50,8 @@
         }                                                                                     \
     } while (0)
 
-/* CB_GATHERED: a comm buffer a ZeRO-3 all-gather fills with a region's whole parameters */
-typedef enum { CB_NONE, CB_PARAM, CB_GRAD, CB_OPT, CB_ACT, CB_COMM, CB_GATHERED } cpu_buf_role;
-
-typedef struct cpu_buf {
-    cpu_buf_role role;
-    int region;         /* PARAM/GRAD/OPT/ACT: the region; COMM: the region that uses it */
-    int64_t bytes;      /* the executor's size */
-    char *p;            /* storage (kept across steps for params, grads, optimizer state) */
-    bool live;
-    bool init;          /* parameters: initialised */
-    bool table;         /* GATHERED for the head: the embedding's token table follows the head's
-                           parameters (tied embeddings, ZeRO-3, both on this device) */
-} cpu_buf;
+/* A plan buffer to the executor: exec_buf (plan_layout.h), the record the CUDA runtime keeps too;
+ * its bytes are the executor's size, in the CPU kernels' layouts. */
 
 typedef struct cpu_region {
     const char *name;
@@ -87,9 +77,9 @@ typedef struct cpu_region {
                            data (the MoE router): only the first counts its loss and norm */
 } cpu_region;
 
-/* Boundary tensors between regions on one device: the input of region r, the MoE route into
- * combine r, the output gradient of region r, the route gradient into gate r. */
-enum { SLOT_X, SLOT_ROUTE, SLOT_DY, SLOT_DROUTE, NSLOT };
+/* Boundary tensors between regions on one device (plan_layout.h, EXEC_SLOT_*): the input of
+ * region r, the MoE route into combine r, the output gradient of region r, the route gradient
+ * into gate r. */
 
 typedef struct cpu_bind {   /* a compute instruction, resolved */
     int region, mb;
@@ -97,26 +87,11 @@ typedef struct cpu_bind {   /* a compute instruction, resolved */
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;                /* plan buffers, -1 */
     int pb;                 /* ZeRO-3: the gathered parameters the kernel reads */
-    int xb, yb, dyb, dxb;
-    int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s; /* slots, -1 */
+    exec_bind_slots sl;     /* comm buffers and slots of the boundary tensors, -1 */
 } cpu_bind;
 
-typedef struct cpu_seg {
-    int region;
-    int64_t off, n;         /* elements of the region's parameter storage */
-} cpu_seg;
-
-typedef enum { CC_NONE, CC_ACT, CC_GRAD_SUM, CC_GRAD_SCATTER, CC_PARAM_GATHER, CC_SCALAR } cpu_coll_kind;
-
-typedef struct cpu_coll {   /* a collective instruction, resolved */
-    cpu_coll_kind kind;
-    int group, gsize, grank;
-    int comm;               /* index into the communicator table */
-    int in, out;            /* CC_ACT: plan buffers; CC_PARAM_GATHER: out = the gathered
-                               buffer (ZeRO-3), -1 when it gathers into the parameters */
-    int nseg;
-    cpu_seg *seg;           /* CC_GRAD_SUM: what is summed; scatter/gather: one per region */
-} cpu_coll;
+/* A collective instruction, resolved: exec_coll (plan_layout.h), comm indexing the
+ * communicator table. */
 
 typedef struct cpu_comm {
     int group;
@@ -157,11 +132,11 @@ typedef struct exec_cpu {
     int nreg;
     cpu_region *reg;
     int embed_region, head_region;
-    cpu_buf *buf;
+    exec_buf *buf;
     cpu_bind *bind;         /* per instruction (computes) */
-    cpu_coll *coll;         /* per instruction (collectives) */
+    exec_coll *coll;         /* per instruction (collectives) */
     bool **holds;           /* holds[device][region]: the device runs the region */
-    /* slots: [(region * nmb + mb) * NSLOT + kind] */
+    /* slots: [(region * nmb + mb) * EXEC_NSLOT + kind] */
     char **slot;
     int64_t *slot_bytes;
     int *slot_last;         /* instruction after which the slot is freed */
@@ -205,8 +180,6 @@ char *exec_cpu_buf(exec_cpu *c, int buf, const char *what, base_error *e);
 /* Memory the executor allocates outside plan buffers (slots, staging). */
 void *exec_cpu_scratch(exec_cpu *c, size_t bytes);
 void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes);
-/* The element range [lo, hi) of a region's storage in group position k of n (ZeRO pieces). */
-void exec_cpu_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi);
 
 typedef struct exec_cpu_step_stats {
     double loss, aux_loss;  /* this device's share of the step's loss */

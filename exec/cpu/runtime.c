@@ -14,14 +14,6 @@
 
 /* ---------------------------------------------------------------- small helpers */
 
-void exec_cpu_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi)
-{
-    int64_t c = size > 0 ? (n + size - 1) / size : n;
-    *lo = (int64_t)k * c;
-    if (*lo > n) *lo = n;
-    *hi = *lo + c > n ? n : *lo + c;
-}
-
 void *exec_cpu_scratch(exec_cpu *c, size_t bytes)
 {
     void *p = calloc(bytes ? bytes : 1, 1);
@@ -41,49 +33,11 @@ void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes)
     c->live -= (double)bytes;
 }
 
-static int group_pos(const sched_plan *p, int g, int dev)
-{
-    for (int i = 0; i < p->groups[g].n; i++)
-        if (p->groups[g].devices[i] == dev) return i;
-    return -1;
-}
+static const char *buf_name(const exec_cpu *c, int b) { return exec_buf_name(c->L, b); }
 
-static const char *buf_name(const exec_cpu *c, int b)
+static int instr_err(const exec_cpu *c, int i, base_error *e)
 {
-    return b >= 0 && b < c->L->nbufs && c->L->bufs[b].name ? c->L->bufs[b].name : "?";
-}
-
-static int instr_err(exec_cpu *c, int i, base_error *e)
-{
-    char d[256];
-    exec_instr_describe(c->p, c->dev, i, d, sizeof d);
-    base_error_prefix(e, "device %d, %s: ", c->dev, d);
-    return -1;
-}
-
-/* "L3.attn" -> layer 3, attn; "embed" / "head" -> layer -1. */
-static int parse_region(const char *name, int *layer, exec_region_kind *kind)
-{
-    const char *k = name;
-    *layer = -1;
-    if (name[0] == 'L' && name[1] >= '0' && name[1] <= '9') {
-        char *end;
-        long l = strtol(name + 1, &end, 10);
-        if (*end != '.') return -1;
-        *layer = (int)l;
-        k = end + 1;
-    }
-    for (int i = 0; i < EXEC_NREGION_KINDS; i++)
-        if (strcmp(k, exec_region_kind_name((exec_region_kind)i)) == 0) {
-            *kind = (exec_region_kind)i;
-            return 0;
-        }
-    return -1;
-}
-
-static int64_t slot_index(const exec_cpu *c, int r, int mb, int kind)
-{
-    return ((int64_t)r * c->nmb + mb) * NSLOT + kind;
+    return exec_instr_error(c->p, c->dev, i, e);
 }
 
 /* ---------------------------------------------------------------- open: reading the plan */
@@ -101,7 +55,7 @@ static int read_regions(exec_cpu *c, base_error *e)
         R->tp_group = R->ep_group = -1;
         R->param_buf = R->grad_buf = R->opt_buf = -1;
         R->scatter_group = -1;
-        if (!R->name || parse_region(R->name, &R->layer, &R->kind))
+        if (!R->name || exec_parse_region(R->name, &R->layer, &R->kind))
             return base_errorf(e, "plan region %d is named '%s', which the CPU executor cannot "
                                   "read; it expects embed, head or L<layer>.<kind> with a kind of "
                                   "the kernels (attn, mlp, moe_gate, moe_experts, moe_combine)",
@@ -109,49 +63,30 @@ static int read_regions(exec_cpu *c, base_error *e)
         if (R->kind == EXEC_EMBED) c->embed_region = r;
         if (R->kind == EXEC_HEAD) c->head_region = r;
     }
-    const plan_list *L = c->L;
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COMPUTE || in->region < 0) continue;
-        cpu_region *R = &c->reg[in->region];
-        R->here = true;
-        if (in->pass == PLAN_PASS_UPD) R->upd = true;
-        int tg = in->tp_group >= 0 ? p->devices[c->dev].group_slots[in->tp_group] : -1;
-        int eg = in->ep_group >= 0 ? p->devices[c->dev].group_slots[in->ep_group] : -1;
-        if (tg >= 0) {
-            if (R->tp_group >= 0 && R->tp_group != tg)
-                return base_errorf(e, "region %s runs on TP groups %d and %d on device %d; a "
-                                      "region has one shard per device",
-                                   R->name, R->tp_group, tg, c->dev);
-            R->tp_group = tg;
-        }
-        if (eg >= 0) R->ep_group = eg;
+    exec_region_place *pl = base_xcalloc((size_t)(c->nreg > 0 ? c->nreg : 1), sizeof *pl);
+    int prc = exec_region_places(p, c->dev, c->nreg, pl, e);
+    for (int r = 0; r < c->nreg && !prc; r++) {
+        c->reg[r].here = pl[r].here;
+        c->reg[r].upd = pl[r].upd;
+        c->reg[r].tp_group = pl[r].tp_group;
+        c->reg[r].ep_group = pl[r].ep_group;
     }
-    for (int r = 0; r < c->nreg; r++) {
+    for (int r = 0; r < c->nreg && !prc; r++) {
         cpu_region *R = &c->reg[r];
-        int tp = 1, tpr = 0, ep = 1, epr = 0;
-        if (R->tp_group >= 0) {
-            tp = p->groups[R->tp_group].n;
-            tpr = group_pos(p, R->tp_group, c->dev);
-        }
-        if (R->ep_group >= 0) {
-            ep = p->groups[R->ep_group].n;
-            epr = group_pos(p, R->ep_group, c->dev);
-        }
-        if (tpr < 0 || epr < 0)
-            return base_errorf(e, "device %d runs region %s on a TP/EP group it is not a member "
-                                  "of; the plan is inconsistent",
-                               c->dev, R->name);
+        const exec_region_place *P = &pl[r];
         if (!R->here) continue;
-        if (exec_shard_init(&c->cfg, tp, tpr, ep, epr, &R->sh, e) ||
+        if (exec_shard_init(&c->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
             exec_region_sizes_get(&c->cfg, &R->sh, R->kind, c->dt, &R->sz, e) ||
             (R->npar = exec_region_params(&c->cfg, &R->sh, R->kind, R->par, e)) < 0) {
             base_error_prefix(e, "region %s on device %d: ", R->name, c->dev);
-            return -1;
+            prc = -1;
+            break;
         }
         R->nkern = R->sz.params;
         R->nstore = R->nkern;
     }
+    free(pl);
+    if (prc) return -1;
     /* the head's copy of a tied token table lives with the head when the embedding is elsewhere */
     if (c->cfg.tied && c->head_region >= 0 && c->reg[c->head_region].here &&
         (c->embed_region < 0 || !c->reg[c->embed_region].here)) {
@@ -172,38 +107,26 @@ static int read_regions(exec_cpu *c, base_error *e)
     for (int r = 0; r < c->nreg && tpg < 0; r++)
         if (c->reg[r].here) tpg = c->reg[r].tp_group;
     /* which device runs which region: for the collectives' reading */
-    c->holds = base_xcalloc((size_t)p->ndevices, sizeof *c->holds);
-    for (int d = 0; d < p->ndevices; d++) {
-        c->holds[d] = base_xcalloc((size_t)(c->nreg > 0 ? c->nreg : 1), sizeof **c->holds);
-        const plan_list *Ld = sched_plan_list(p, d);
-        for (int i = 0; i < Ld->n; i++)
-            if (Ld->ins[i].op == PLAN_COMPUTE && Ld->ins[i].region >= 0 && Ld->ins[i].region < c->nreg)
-                c->holds[d][Ld->ins[i].region] = true;
-    }
+    c->holds = exec_holds_new(p, c->nreg);
     for (int r = 0; r < c->nreg && tpg >= 0; r++) {
         cpu_region *R = &c->reg[r];
-        if (!R->here || R->tp_group >= 0 || group_pos(p, tpg, c->dev) == 0) continue;
-        bool all = true;
-        for (int k = 0; k < p->groups[tpg].n; k++) all &= c->holds[p->groups[tpg].devices[k]][r];
-        R->tp_copy = all;
+        if (!R->here || R->tp_group >= 0 || exec_group_pos(p, tpg, c->dev) == 0) continue;
+        R->tp_copy = exec_group_holds(p, c->holds, tpg, r);
     }
     return 0;
 }
 
-static int set_role(exec_cpu *c, int i, int b, cpu_buf_role role, int region, int64_t bytes,
+static int set_role(exec_cpu *c, int i, int b, exec_buf_role role, int region, int64_t bytes,
                     base_error *e)
 {
-    cpu_buf *B = &c->buf[b];
-    if (B->role != CB_NONE && (B->role != role || (role != CB_COMM && B->region != region))) {
+    const exec_buf *B = &c->buf[b];
+    if (exec_buf_set_role(&c->buf[b], role, region, bytes)) {
         base_errorf(e, "buffer %d (%s) is used as two different things (regions %s and %s); the "
                        "CPU executor gives a buffer one role",
                     b, buf_name(c, b), B->region >= 0 ? c->reg[B->region].name : "-",
                     region >= 0 ? c->reg[region].name : "-");
         return instr_err(c, i, e);
     }
-    B->role = role;
-    B->region = region;
-    if (bytes > B->bytes) B->bytes = bytes;
     return 0;
 }
 
@@ -221,8 +144,8 @@ static int read_computes(exec_cpu *c, base_error *e)
             in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM ||
             L->bufs[in->writes[0]].mem != PLAN_MEM_COMM || in->region < 0 || in->region >= c->nreg)
             continue;
-        cpu_buf *B = &c->buf[in->writes[0]];
-        B->role = CB_GATHERED;
+        exec_buf *B = &c->buf[in->writes[0]];
+        B->role = EXEC_BUF_GATHERED;
         B->region = in->region;
         B->bytes = c->reg[in->region].nstore * (int64_t)es;
         /* a second parameter buffer: the head's gather carries the embedding's token table */
@@ -238,23 +161,22 @@ static int read_computes(exec_cpu *c, base_error *e)
         }
     }
     int *act_cur = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_cur);
+    exec_region_kind *kinds = base_xcalloc((size_t)(c->nreg + 1), sizeof *kinds);
+    for (int r = 0; r < c->nreg; r++) kinds[r] = c->reg[r].kind;
     for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = -1;
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         cpu_bind *b = &c->bind[i];
-        b->act = b->pb = b->xb = b->yb = b->dyb = b->dxb = -1;
-        b->xs = b->x2s = b->ys = b->y2s = b->dys = b->dy2s = b->dxs = b->dx2s = -1;
+        b->act = b->pb = -1;
+        b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
         b->region = in->region;
         b->mb = in->mb;
-        const char *kid = in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : NULL;
-        if (kid && strcmp(kid, "aux.grad_norm") == 0) {
-            b->aux = 1;
-            continue;
-        }
-        if (kid && strcmp(kid, "aux.aux_loss") == 0) {
-            b->aux = 2;
+        const char *kid = exec_compute_kid(p, in);
+        b->aux = exec_aux_kind(kid);
+        if (b->aux == 1) continue;
+        if (b->aux == 2) {
             if (in->mb < 0 || in->mb >= c->nmb) {
                 base_errorf(e, "aux.aux_loss without a micro-batch in [0, %lld)", (long long)c->nmb);
                 rc = instr_err(c, i, e);
@@ -298,7 +220,7 @@ static int read_computes(exec_cpu *c, base_error *e)
                 int bb = v[q];
                 plan_mem m = (plan_mem)L->bufs[bb].mem;
                 if (m == PLAN_MEM_PARAM) {
-                    rc = set_role(c, i, bb, CB_PARAM, r, 0, e);
+                    rc = set_role(c, i, bb, EXEC_BUF_PARAM, r, 0, e);
                     if (!rc && R->param_buf >= 0 && R->param_buf != bb) {
                         base_errorf(e, "region %s has two parameter buffers (%s and %s)", R->name,
                                     buf_name(c, R->param_buf), buf_name(c, bb));
@@ -306,15 +228,15 @@ static int read_computes(exec_cpu *c, base_error *e)
                     }
                     R->param_buf = bb;
                 } else if (m == PLAN_MEM_GRAD) {
-                    rc = set_role(c, i, bb, CB_GRAD, r, 0, e);
+                    rc = set_role(c, i, bb, EXEC_BUF_GRAD, r, 0, e);
                     R->grad_buf = bb;
                 } else if (m == PLAN_MEM_OPT) {
-                    rc = set_role(c, i, bb, CB_OPT, r, 0, e);
+                    rc = set_role(c, i, bb, EXEC_BUF_OPT, r, 0, e);
                     R->opt_buf = bb;
                 } else if (m == PLAN_MEM_ACT) {
                     if (pass == PLAN_PASS_UPD) continue;
                     if (fwd && side == 1) {
-                        rc = set_role(c, i, bb, CB_ACT, r, R->sz.act_bytes, e);
+                        rc = set_role(c, i, bb, EXEC_BUF_ACT, r, R->sz.act_bytes, e);
                         act_cur[r * c->nmb + mb] = bb;
                         b->act = bb;
                     } else if (bwd && side == 0) {
@@ -322,7 +244,7 @@ static int read_computes(exec_cpu *c, base_error *e)
                         int cur = act_cur[r * c->nmb + mb];
                         if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
                     }
-                } else if (c->buf[bb].role == CB_GATHERED) {
+                } else if (c->buf[bb].role == EXEC_BUF_GATHERED) {
                     if (c->buf[bb].region != r || side != 0) {
                         base_errorf(e, "%s uses the gathered parameters of region %s", kid,
                                     c->reg[c->buf[bb].region].name);
@@ -331,8 +253,9 @@ static int read_computes(exec_cpu *c, base_error *e)
                     b->pb = bb;
                 } else { /* comm: a boundary tensor */
                     int64_t sz = fwd ? (side == 0 ? xbytes : ybytes) : (side == 0 ? ybytes : xbytes);
-                    rc = set_role(c, i, bb, CB_COMM, r, sz, e);
-                    int *dst = fwd ? (side == 0 ? &b->xb : &b->yb) : (side == 0 ? &b->dyb : &b->dxb);
+                    rc = set_role(c, i, bb, EXEC_BUF_COMM, r, sz, e);
+                    int *dst = fwd ? (side == 0 ? &b->sl.xb : &b->sl.yb)
+                                   : (side == 0 ? &b->sl.dyb : &b->sl.dxb);
                     if (*dst >= 0) {
                         base_errorf(e, "%s reads or writes more than one communication buffer on "
                                        "one side (%s and %s); the CPU executor knows one input and "
@@ -366,7 +289,7 @@ static int read_computes(exec_cpu *c, base_error *e)
              * is whole, and the plan must gather it for the head (with the head's parameters) */
             bool gathered = false;
             for (int q = 0; q < c->L->nbufs; q++)
-                gathered |= c->buf[q].role == CB_GATHERED && c->buf[q].region == c->embed_region;
+                gathered |= c->buf[q].role == EXEC_BUF_GATHERED && c->buf[q].region == c->embed_region;
             if (gathered && (b->pb < 0 || !c->buf[b->pb].table)) {
                 base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
                                "shards gathered for the embedding only; the plan does not gather "
@@ -385,61 +308,16 @@ static int read_computes(exec_cpu *c, base_error *e)
             break;
         }
         /* boundary slots where no comm buffer carries the tensor */
-        if (fwd) {
-            if (b->xb < 0 && R->kind != EXEC_EMBED) b->xs = (int)slot_index(c, r, mb, SLOT_X);
-            if (R->kind == EXEC_MOE_COMBINE) b->x2s = (int)slot_index(c, r, mb, SLOT_ROUTE);
-            if (pass == PLAN_PASS_F) {
-                if (b->yb < 0 && R->kind != EXEC_HEAD) {
-                    if (r + 1 >= c->nreg) {
-                        base_errorf(e, "region %s has no next region for its output", R->name);
-                        rc = instr_err(c, i, e);
-                        break;
-                    }
-                    b->ys = (int)slot_index(c, r + 1, mb, SLOT_X);
-                }
-                if (R->kind == EXEC_MOE_GATE) {
-                    if (r + 2 >= c->nreg || c->reg[r + 2].kind != EXEC_MOE_COMBINE) {
-                        base_errorf(e, "gate %s is not followed by experts and combine", R->name);
-                        rc = instr_err(c, i, e);
-                        break;
-                    }
-                    b->y2s = (int)slot_index(c, r + 2, mb, SLOT_ROUTE);
-                }
-            }
-        } else if (pass == PLAN_PASS_BW) {
-            /* the embedding's input gradient is nothing (its BI is empty), so its BW takes the
-             * output gradient itself rather than from the act buffer */
-            if (R->kind == EXEC_EMBED && b->dyb < 0) b->dys = (int)slot_index(c, r, mb, SLOT_DY);
-        } else {
-            if (b->dyb < 0 && R->kind != EXEC_HEAD) b->dys = (int)slot_index(c, r, mb, SLOT_DY);
-            if (R->kind == EXEC_MOE_GATE) b->dy2s = (int)slot_index(c, r, mb, SLOT_DROUTE);
-            if (b->dxb < 0 && R->kind != EXEC_EMBED) {
-                if (r < 1) {
-                    base_errorf(e, "region %s has no previous region for its input gradient", R->name);
-                    rc = instr_err(c, i, e);
-                    break;
-                }
-                b->dxs = (int)slot_index(c, r - 1, mb, SLOT_DY);
-            }
-            if (R->kind == EXEC_MOE_COMBINE) {
-                if (r < 2 || c->reg[r - 2].kind != EXEC_MOE_GATE) {
-                    base_errorf(e, "combine %s does not follow a gate and experts", R->name);
-                    rc = instr_err(c, i, e);
-                    break;
-                }
-                b->dx2s = (int)slot_index(c, r - 2, mb, SLOT_DROUTE);
-            }
+        if ((rc = exec_bind_slots_fill(kinds, c->nreg, c->nmb, r, mb, pass, R->name, &b->sl, e))) {
+            rc = instr_err(c, i, e);
+            break;
         }
         /* slot sizes and last readers */
-        const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
-        for (size_t q = 0; q < BASE_COUNT(reads); q++)
-            if (reads[q] >= 0) c->slot_last[reads[q]] = i;
-        if (b->xs >= 0) c->slot_bytes[b->xs] = xbytes;
-        if (b->dys >= 0) c->slot_bytes[b->dys] = ybytes;
-        if (b->x2s >= 0) c->slot_bytes[b->x2s] = R->sz.route_bytes;
-        if (b->dy2s >= 0) c->slot_bytes[b->dy2s] = R->sz.route_bytes;
+        exec_slots_note_reads(&b->sl, i, (exec_slot_sizes){xbytes, ybytes, R->sz.route_bytes},
+                              c->slot_last, c->slot_bytes);
     }
     free(act_cur);
+    free(kinds);
     if (rc) return -1;
     /* outputs into slots: the size is what the next region reads; a slot written and never read
      * on this device means the tensor had nowhere to go */
@@ -447,24 +325,11 @@ static int read_computes(exec_cpu *c, base_error *e)
         const cpu_bind *b = &c->bind[i];
         if (L->ins[i].op != PLAN_COMPUTE || b->aux || !b->k) continue;
         const cpu_region *R = &c->reg[b->region];
-        const int w[] = {b->ys, b->y2s, b->dxs, b->dx2s};
-        const int64_t sz[] = {(int64_t)c->es * R->sz.y, R->sz.route_bytes,
-                              (int64_t)c->es * R->sz.x, R->sz.route_bytes};
-        for (size_t q = 0; q < BASE_COUNT(w); q++) {
-            if (w[q] < 0) continue;
-            if (c->slot_last[w[q]] < 0) {
-                int tr = (int)(w[q] / NSLOT / c->nmb);
-                base_errorf(e, "%s of %s has no reader on this device (region %s runs elsewhere and "
-                               "no send carries it); the plan lacks a transfer",
-                            q % 2 == 0 ? "the output" : "the route", R->name, c->reg[tr].name);
-                return instr_err(c, i, e);
-            }
-            if (c->slot_bytes[w[q]] != sz[q]) {
-                base_errorf(e, "%s writes %lld bytes into a boundary tensor its reader takes as %lld",
-                            R->name, (long long)sz[q], (long long)c->slot_bytes[w[q]]);
-                return instr_err(c, i, e);
-            }
-        }
+        const exec_slot_sizes sz = {(int64_t)c->es * R->sz.x, (int64_t)c->es * R->sz.y,
+                                    R->sz.route_bytes};
+        if (exec_slots_check_writes(c->p, c->nmb, b->region, &b->sl, sz, c->slot_last,
+                                    c->slot_bytes, e))
+            return instr_err(c, i, e);
     }
     return 0;
 }
@@ -475,45 +340,12 @@ static int read_collectives(exec_cpu *c, base_error *e)
 {
     const sched_plan *p = c->p;
     const plan_list *L = c->L;
-    /* sizes through activation collectives, until nothing changes */
-    for (int pass = 0; pass < 8; pass++) {
-        bool changed = false;
-        for (int i = 0; i < L->n; i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op != PLAN_COLL) continue;
-            int g = sched_plan_group(p, c->dev, in), n = p->groups[g].n;
-            int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-            int ob = in->nwrites > 0 ? in->writes[0] : ib;
-            if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
-            cpu_buf *I = &c->buf[ib], *O = &c->buf[ob];
-            int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1, div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
-            if (I->bytes && !O->bytes) {
-                O->bytes = I->bytes * mul / div;
-                O->role = CB_COMM;
-                O->region = I->region;
-                changed = true;
-            } else if (O->bytes && !I->bytes) {
-                I->bytes = O->bytes * div / mul;
-                I->role = CB_COMM;
-                I->region = O->region;
-                changed = true;
-            }
-        }
-        if (!changed) break;
-    }
+    exec_coll_sizes(p, c->dev, c->buf); /* sizes through activation collectives */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COLL) continue;
-        cpu_coll *C = &c->coll[i];
-        C->in = C->out = C->comm = -1;
-        C->group = sched_plan_group(p, c->dev, in);
-        C->gsize = p->groups[C->group].n;
-        C->grank = group_pos(p, C->group, c->dev);
-        if (C->grank < 0) {
-            base_errorf(e, "device %d is not a member of group %d (%s)", c->dev, C->group,
-                        p->groups[C->group].name ? p->groups[C->group].name : "?");
-            return instr_err(c, i, e);
-        }
+        exec_coll *C = &c->coll[i];
+        if (exec_coll_open(p, c->dev, i, C, e)) return instr_err(c, i, e);
         if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0) {
             if (in->coll != PLAN_ALL_REDUCE) {
                 base_errorf(e, "a %s without buffers; the CPU executor reads a bufferless "
@@ -521,13 +353,13 @@ static int read_collectives(exec_cpu *c, base_error *e)
                             sched_plan_coll_name((plan_coll)in->coll));
                 return instr_err(c, i, e);
             }
-            C->kind = CC_SCALAR;
+            C->kind = EXEC_COLL_SCALAR;
             continue;
         }
         int ib = in->nreads > 0 ? in->reads[0] : in->buf;
         plan_mem m = (plan_mem)L->bufs[ib].mem;
         if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) {
-            C->kind = CC_ACT;
+            C->kind = EXEC_COLL_ACT;
             C->in = ib;
             C->out = in->nwrites > 0 ? in->writes[0] : ib;
             if (in->nreads > 1 || in->nwrites > 1) {
@@ -553,8 +385,8 @@ static int read_collectives(exec_cpu *c, base_error *e)
         int64_t total = 0;
         for (int q = 0; q < in->nreads; q++) {
             int bb = in->reads[q];
-            const cpu_buf *B = &c->buf[bb];
-            if (B->role != (grads ? CB_GRAD : CB_PARAM) || B->region < 0) {
+            const exec_buf *B = &c->buf[bb];
+            if (B->role != (grads ? EXEC_BUF_GRAD : EXEC_BUF_PARAM) || B->region < 0) {
                 base_errorf(e, "buffer %s of a %s collective is not a region's %s buffer",
                             buf_name(c, bb), grads ? "gradient" : "parameter",
                             grads ? "gradient" : "parameter");
@@ -562,19 +394,18 @@ static int read_collectives(exec_cpu *c, base_error *e)
             }
             int r = B->region;
             cpu_region *R = &c->reg[r];
-            bool whole_group = true;
-            for (int k = 0; k < C->gsize; k++) whole_group &= c->holds[p->groups[C->group].devices[k]][r];
+            bool whole_group = exec_group_holds(p, c->holds, C->group, r);
             if (in->coll == PLAN_ALL_REDUCE && grads && C->group == R->tp_group) {
                 /* TP sync: the tensors every TP rank holds whole */
                 for (int t = 0; t < R->npar; t++)
                     if (R->par[t].replicated)
-                        C->seg[C->nseg++] = (cpu_seg){r, R->par[t].offset, R->par[t].count};
+                        C->seg[C->nseg++] = (exec_seg){r, R->par[t].offset, R->par[t].count};
             } else if (in->coll == PLAN_ALL_REDUCE && grads && !whole_group) {
                 /* the tied-embedding pair: the token table on both sides */
                 if (R->kind == EXEC_EMBED && c->cfg.tied)
-                    C->seg[C->nseg++] = (cpu_seg){r, R->par[0].offset, R->par[0].count};
+                    C->seg[C->nseg++] = (exec_seg){r, R->par[0].offset, R->par[0].count};
                 else if (R->kind == EXEC_HEAD && R->ncopy)
-                    C->seg[C->nseg++] = (cpu_seg){r, R->copy.offset, R->ncopy};
+                    C->seg[C->nseg++] = (exec_seg){r, R->copy.offset, R->ncopy};
                 else {
                     base_errorf(e, "region %s's gradient is summed over group %s, which has members "
                                    "without the region, and it is not a tied embedding",
@@ -596,40 +427,29 @@ static int read_collectives(exec_cpu *c, base_error *e)
                             grads ? "gradients" : "parameters");
                 return instr_err(c, i, e);
             } else {
-                C->seg[C->nseg++] = (cpu_seg){r, 0, R->nstore};
+                C->seg[C->nseg++] = (exec_seg){r, 0, R->nstore};
                 if (in->coll == PLAN_ALL_REDUCE && grads && C->grank > 0) R->norm_skip = true;
             }
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
         if (in->coll == PLAN_ALL_REDUCE && grads) {
-            C->kind = CC_GRAD_SUM;
+            C->kind = EXEC_COLL_GRAD_SUM;
             /* the plan's bytes must be what we sum: a check of this reading of the plan */
-            int gb = sched_plan_dtype_bytes((plan_dtype)p->grad_dtype);
-            /* the plan counts a stage's tied token-table copy in its memory but not in its bucket's
-         * bytes (a compiler discrepancy, reported); the copy's gradient must be summed over the
-         * replicas all the same, or the copies would drift apart */
-        int64_t copies = 0;
-        for (int s = 0; s < C->nseg; s++)
-            if (C->seg[s].off == 0 && C->seg[s].n == c->reg[C->seg[s].region].nstore)
-                copies += c->reg[C->seg[s].region].ncopy;
-        if (in->bytes != total * gb && in->bytes != (total - copies) * gb) {
-                base_errorf(e, "the executor sums %lld gradient elements (%lld bytes at the plan's "
-                               "%s) but the plan moves %lld bytes; the executor's reading of this "
-                               "collective is wrong",
-                            (long long)total, (long long)(total * gb),
-                            sched_plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes);
-                return instr_err(c, i, e);
-            }
+            int64_t copies = 0;
+            for (int s = 0; s < C->nseg; s++)
+                if (C->seg[s].off == 0 && C->seg[s].n == c->reg[C->seg[s].region].nstore)
+                    copies += c->reg[C->seg[s].region].ncopy;
+            if (exec_check_bucket_bytes(p, in, total, copies, "executor", e)) return instr_err(c, i, e);
         } else if (in->coll == PLAN_REDUCE_SCATTER && grads) {
-            C->kind = CC_GRAD_SCATTER;
+            C->kind = EXEC_COLL_GRAD_SCATTER;
             for (int s = 0; s < C->nseg; s++) {
                 cpu_region *R = &c->reg[C->seg[s].region];
                 R->scatter_group = C->group;
-                exec_cpu_piece(R->nstore, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
+                exec_zero_piece(R->nstore, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
             }
         } else if (in->coll == PLAN_ALL_GATHER && !grads) {
-            C->kind = CC_PARAM_GATHER;
-            if (in->nwrites == 1 && c->buf[in->writes[0]].role == CB_GATHERED) {
+            C->kind = EXEC_COLL_PARAM_GATHER;
+            if (in->nwrites == 1 && c->buf[in->writes[0]].role == EXEC_BUF_GATHERED) {
                 C->out = in->writes[0];
                 if (c->buf[C->out].table) {
                     /* [head's parameters | the embedding's token table] */
@@ -639,7 +459,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
                                        "other than the head's and the embedding's parameters");
                         return instr_err(c, i, e);
                     }
-                    C->seg[1] = (cpu_seg){c->embed_region, E->par[0].offset, E->par[0].count};
+                    C->seg[1] = (exec_seg){c->embed_region, E->par[0].offset, E->par[0].count};
                 } else if (C->nseg != 1) {
                     base_errorf(e, "a ZeRO-3 gather of %d regions; the CPU executor gathers one", C->nseg);
                     return instr_err(c, i, e);
@@ -654,8 +474,8 @@ static int read_collectives(exec_cpu *c, base_error *e)
     }
     /* a parameter all-gather sends the pieces the reduce-scatter gave */
     for (int i = 0; i < L->n; i++) {
-        cpu_coll *C = &c->coll[i];
-        if (L->ins[i].op != PLAN_COLL || C->kind != CC_PARAM_GATHER) continue;
+        exec_coll *C = &c->coll[i];
+        if (L->ins[i].op != PLAN_COLL || C->kind != EXEC_COLL_PARAM_GATHER) continue;
         for (int s = 0; s < C->nseg; s++) {
             const cpu_region *R = &c->reg[C->seg[s].region];
             if (R->scatter_group != C->group) {
@@ -681,33 +501,17 @@ static int read_collectives(exec_cpu *c, base_error *e)
 static int read_dp_rank(exec_cpu *c, base_error *e)
 {
     const sched_plan *p = c->p;
-    const plan_model *m = &p->model;
-    int64_t per = m->micro_batch * m->num_microbatches;
-    if (per <= 0 || m->global_batch % per)
-        return base_errorf(e, "the plan's global batch %lld is not a multiple of micro-batch %lld x "
-                              "%lld micro-batches",
-                           (long long)m->global_batch, (long long)m->micro_batch,
-                           (long long)m->num_microbatches);
-    c->dp_size = m->global_batch / per;
+    if (exec_dp_size(&p->model, &c->dp_size, e)) return -1;
     c->dp_rank = 0;
     if (c->dp_size == 1) return 0;
-    int r0 = -1;
-    for (int i = 0; i < c->L->n && r0 < 0; i++)
-        if (c->L->ins[i].op == PLAN_COMPUTE && c->L->ins[i].pass == PLAN_PASS_F) r0 = c->L->ins[i].region;
+    int r0 = exec_first_forward_region(c->L);
     if (r0 < 0) return 0; /* no forward: no data */
     const cpu_region *R = &c->reg[r0];
-    for (int i = 0; i < c->L->n; i++) {
-        const plan_instr *in = &c->L->ins[i];
-        const cpu_coll *C = &c->coll[i];
-        if (in->op != PLAN_COLL || (C->kind != CC_GRAD_SUM && C->kind != CC_GRAD_SCATTER)) continue;
-        if (C->group == R->tp_group || C->group == R->ep_group || C->gsize != c->dp_size) continue;
-        bool reads = false, all = true;
-        for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == R->grad_buf;
-        for (int k = 0; k < C->gsize; k++) all &= c->holds[p->groups[C->group].devices[k]][r0];
-        if (reads && all) {
-            c->dp_rank = C->grank;
-            return 0;
-        }
+    int64_t k = exec_dp_rank_find(p, c->L, c->coll, c->holds, r0, R->tp_group, R->ep_group,
+                                  R->grad_buf, c->dp_size);
+    if (k >= 0) {
+        c->dp_rank = k;
+        return 0;
     }
     return base_errorf(e, "device %d: the plan has %lld data-parallel replicas but no gradient "
                           "reduction of region %s over a group of %lld devices that all run it, so "
@@ -750,7 +554,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     for (int b = 0; b < c->L->nbufs; b++) c->buf[b].region = -1;
     c->bind = base_xcalloc((size_t)(c->L->n + 1), sizeof *c->bind);
     c->coll = base_xcalloc((size_t)(c->L->n + 1), sizeof *c->coll);
-    int64_t nslots = (int64_t)c->nreg * c->nmb * NSLOT;
+    int64_t nslots = (int64_t)c->nreg * c->nmb * EXEC_NSLOT;
     c->slot = base_xcalloc((size_t)nslots + 1, sizeof *c->slot);
     c->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_bytes);
     c->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_last);
@@ -762,7 +566,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     c->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * c->cfg.s);
     c->cfg.aux_weight = 1.0 / (double)(c->nmb * c->dp_size);
     for (int b = 0; b < c->L->nbufs; b++)
-        if (c->buf[b].role == CB_NONE) {
+        if (c->buf[b].role == EXEC_BUF_NONE) {
             /* only allocated and freed (or moved by p2p with nothing to read it): keep the plan's
              * size so memory figures stay comparable */
             c->buf[b].bytes = c->L->bufs[b].bytes;
@@ -780,7 +584,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
             goto done;
         }
         if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
-            (in->buf < 0 || c->buf[in->buf].role != CB_COMM)) {
+            (in->buf < 0 || c->buf[in->buf].role != EXEC_BUF_COMM)) {
             base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
                         sched_plan_op_name((plan_op)in->op));
             rc = instr_err(c, i, e);
@@ -815,13 +619,11 @@ void exec_cpu_close(exec_cpu *c)
     free(c->coll);
     free(c->bind);
     if (c->slot)
-        for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * NSLOT; s++) free(c->slot[s]);
+        for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * EXEC_NSLOT; s++) free(c->slot[s]);
     free(c->slot);
     free(c->slot_bytes);
     free(c->slot_last);
-    if (c->holds)
-        for (int d = 0; d < c->p->ndevices; d++) free(c->holds[d]);
-    free(c->holds);
+    exec_holds_free(c->holds, c->p->ndevices);
     if (c->tokens)
         for (int64_t k = 0; k < c->nmb; k++) {
             free(c->tokens[k]);
@@ -857,12 +659,12 @@ static int init_params(exec_cpu *c, cpu_region *R, char *dst, base_error *e)
 
 int exec_cpu_alloc(exec_cpu *c, int b, int64_t plan_bytes, base_error *e)
 {
-    cpu_buf *B = &c->buf[b];
+    exec_buf *B = &c->buf[b];
     if (B->live) return base_errorf(e, "buffer %s is already live", buf_name(c, b));
     if (!B->p) B->p = calloc((size_t)(B->bytes ? B->bytes : 1), 1);
     if (!B->p) return base_errorf(e, "out of memory allocating %lld bytes for %s", (long long)B->bytes, buf_name(c, b));
-    if (B->role == CB_GRAD) memset(B->p, 0, (size_t)B->bytes);
-    if (B->role == CB_PARAM && !B->init) {
+    if (B->role == EXEC_BUF_GRAD) memset(B->p, 0, (size_t)B->bytes);
+    if (B->role == EXEC_BUF_PARAM && !B->init) {
         if (init_params(c, &c->reg[B->region], B->p, e)) return -1;
         B->init = true;
     }
@@ -876,12 +678,12 @@ int exec_cpu_alloc(exec_cpu *c, int b, int64_t plan_bytes, base_error *e)
 
 int exec_cpu_release(exec_cpu *c, int b, base_error *e)
 {
-    cpu_buf *B = &c->buf[b];
+    exec_buf *B = &c->buf[b];
     if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(c, b));
     B->live = false;
     c->live -= (double)B->bytes;
     c->plan_live -= (double)c->L->bufs[b].bytes;
-    if (B->role != CB_PARAM && B->role != CB_GRAD && B->role != CB_OPT) {
+    if (B->role != EXEC_BUF_PARAM && B->role != EXEC_BUF_GRAD && B->role != EXEC_BUF_OPT) {
         free(B->p);
         B->p = NULL;
     }
@@ -907,7 +709,7 @@ static char *slot_get(exec_cpu *c, int s, bool create, const char *what, base_er
 {
     if (!c->slot[s] && create) c->slot[s] = exec_cpu_scratch(c, (size_t)c->slot_bytes[s]);
     if (!c->slot[s]) {
-        int r = (int)(s / NSLOT / c->nmb), mb = (int)(s / NSLOT % c->nmb);
+        int r = (int)(s / EXEC_NSLOT / c->nmb), mb = (int)(s / EXEC_NSLOT % c->nmb);
         base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device: "
                        "its producer has not run (or runs elsewhere with no transfer)",
                     what, c->reg[r].name, mb);
@@ -1139,24 +941,24 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     if (R->kind == EXEC_HEAD) call.targets = c->targets[b->mb];
     /* inputs and outputs: comm buffers, else slots */
     char *scratch_y = NULL, *scratch_y2 = NULL;
-    if (b->xb >= 0 && !(call.x = exec_cpu_buf(c, b->xb, "the input", e))) return -1;
-    if (b->xs >= 0 && !(call.x = slot_get(c, b->xs, false, "the input", e))) return -1;
-    if (b->x2s >= 0 && !(call.x2 = slot_get(c, b->x2s, false, "the route", e))) return -1;
-    if (b->yb >= 0 && !(call.y = exec_cpu_buf(c, b->yb, "the output", e))) return -1;
-    if (b->ys >= 0 && !(call.y = slot_get(c, b->ys, true, "the output", e))) return -1;
-    if (b->y2s >= 0 && !(call.y2 = slot_get(c, b->y2s, true, "the route", e))) return -1;
+    if (b->sl.xb >= 0 && !(call.x = exec_cpu_buf(c, b->sl.xb, "the input", e))) return -1;
+    if (b->sl.xs >= 0 && !(call.x = slot_get(c, b->sl.xs, false, "the input", e))) return -1;
+    if (b->sl.x2s >= 0 && !(call.x2 = slot_get(c, b->sl.x2s, false, "the route", e))) return -1;
+    if (b->sl.yb >= 0 && !(call.y = exec_cpu_buf(c, b->sl.yb, "the output", e))) return -1;
+    if (b->sl.ys >= 0 && !(call.y = slot_get(c, b->sl.ys, true, "the output", e))) return -1;
+    if (b->sl.y2s >= 0 && !(call.y2 = slot_get(c, b->sl.y2s, true, "the route", e))) return -1;
     if (in->pass == PLAN_PASS_R) {
         /* a recomputation rebuilds the saved tensors; its outputs were consumed already */
         if (R->kind != EXEC_HEAD && !call.y) call.y = scratch_y = exec_cpu_scratch(c, (size_t)R->sz.y * es);
         if (R->kind == EXEC_MOE_GATE && !call.y2)
             call.y2 = scratch_y2 = exec_cpu_scratch(c, (size_t)R->sz.route_bytes);
     }
-    if (b->dyb >= 0 && !(call.dy = exec_cpu_buf(c, b->dyb, "the output gradient", e))) return -1;
-    if (b->dys >= 0 && !(call.dy = slot_get(c, b->dys, false, "the output gradient", e))) return -1;
-    if (b->dy2s >= 0 && !(call.dy2 = slot_get(c, b->dy2s, false, "the route gradient", e))) return -1;
-    if (b->dxb >= 0 && !(call.dx = exec_cpu_buf(c, b->dxb, "the input gradient", e))) return -1;
-    if (b->dxs >= 0 && !(call.dx = slot_get(c, b->dxs, true, "the input gradient", e))) return -1;
-    if (b->dx2s >= 0 && !(call.dx2 = slot_get(c, b->dx2s, true, "the route gradient", e))) return -1;
+    if (b->sl.dyb >= 0 && !(call.dy = exec_cpu_buf(c, b->sl.dyb, "the output gradient", e))) return -1;
+    if (b->sl.dys >= 0 && !(call.dy = slot_get(c, b->sl.dys, false, "the output gradient", e))) return -1;
+    if (b->sl.dy2s >= 0 && !(call.dy2 = slot_get(c, b->sl.dy2s, false, "the route gradient", e))) return -1;
+    if (b->sl.dxb >= 0 && !(call.dx = exec_cpu_buf(c, b->sl.dxb, "the input gradient", e))) return -1;
+    if (b->sl.dxs >= 0 && !(call.dx = slot_get(c, b->sl.dxs, true, "the input gradient", e))) return -1;
+    if (b->sl.dx2s >= 0 && !(call.dx2 = slot_get(c, b->sl.dx2s, true, "the route gradient", e))) return -1;
     int rc = exec_kernel_run(b->k, &call, e);
     if (scratch_y) exec_cpu_scratch_free(c, scratch_y, (size_t)R->sz.y * es);
     if (scratch_y2) exec_cpu_scratch_free(c, scratch_y2, (size_t)R->sz.route_bytes);
@@ -1168,7 +970,7 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
             c->aux_loss += c->cfg.aux_weight * out;
         }
     }
-    const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+    const int reads[] = {b->sl.xs, b->sl.x2s, b->sl.dys, b->sl.dy2s};
     for (size_t q = 0; q < BASE_COUNT(reads); q++)
         if (reads[q] >= 0 && c->slot_last[reads[q]] == i) slot_drop(c, reads[q]);
     return 0;
@@ -1209,15 +1011,15 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
     /* what the plan left live (parameters, gradients, optimizer state) is live again next step;
      * transient buffers it did not free are dropped */
     for (int b = 0; b < c->L->nbufs; b++) {
-        cpu_buf *B = &c->buf[b];
+        exec_buf *B = &c->buf[b];
         if (!B->live) continue;
         B->live = false;
-        if (B->role != CB_PARAM && B->role != CB_GRAD && B->role != CB_OPT) {
+        if (B->role != EXEC_BUF_PARAM && B->role != EXEC_BUF_GRAD && B->role != EXEC_BUF_OPT) {
             free(B->p);
             B->p = NULL;
         }
     }
-    for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * NSLOT; s++)
+    for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * EXEC_NSLOT; s++)
         if (c->slot[s]) slot_drop(c, (int)s);
     st->loss = c->loss;
     st->aux_loss = c->aux_loss;

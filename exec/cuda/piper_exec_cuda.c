@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cli.h"
 #include "boot.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
@@ -46,118 +47,47 @@ static void usage(FILE *f)
 }
 
 typedef struct args {
-    const char *plan, *log, *trace;
-    int64_t steps;
+    exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
     int gpu, device;
-    bool quiet, memory, check;
+    bool check;
     exec_cuda_options o;
 } args;
-
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return errno || end == s || *end ? -1 : 0;
-}
 
 static int parse_args(int argc, char **argv, args *a, base_error *e)
 {
     memset(a, 0, sizeof *a);
-    a->steps = 5;
+    exec_cli_defaults(&a->c);
     a->gpu = -1;
     a->device = -1;
-    a->o.seed = 1;
-    a->o.timeout_s = 300;
-    a->o.grad_clip = 1.0;
     a->o.nvtx = true;
-    a->o.optim.kind = EXEC_ADAMW;
-    a->o.optim.lr = -1;
-    a->o.optim.beta1 = 0.9;
-    a->o.optim.beta2 = 0.95;
-    a->o.optim.eps = 1e-8;
-    a->o.optim.weight_decay = 0.1;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
-#define NEED_VALUE                                                                            \
-    do {                                                                                      \
-        if (!v) return base_errorf(e, "%s needs a value", s);                                 \
-        i++;                                                                                  \
-    } while (0)
-#define NUMBER(dst, lo)                                                                       \
-    do {                                                                                      \
-        NEED_VALUE;                                                                           \
-        if (parse_double(v, &d) || !(d >= (lo)))                                              \
-            return base_errorf(e, "%s takes a number >= %g, not '%s'", s, (double)(lo), v);   \
-        dst = d;                                                                              \
-    } while (0)
-        if (strcmp(s, "--steps") == 0) {
-            NUMBER(a->steps, 1);
-        } else if (strcmp(s, "--seed") == 0) {
-            NUMBER(a->o.seed, 0);
-        } else if (strcmp(s, "--timeout") == 0) {
-            NUMBER(a->o.timeout_s, 0);
-        } else if (strcmp(s, "--lr") == 0) {
-            NUMBER(a->o.optim.lr, 0);
-        } else if (strcmp(s, "--weight-decay") == 0) {
-            NUMBER(a->o.optim.weight_decay, 0);
-        } else if (strcmp(s, "--beta1") == 0) {
-            NUMBER(a->o.optim.beta1, 0);
-        } else if (strcmp(s, "--beta2") == 0) {
-            NUMBER(a->o.optim.beta2, 0);
-        } else if (strcmp(s, "--eps") == 0) {
-            NUMBER(a->o.optim.eps, 0);
-        } else if (strcmp(s, "--grad-clip") == 0) {
-            NUMBER(a->o.grad_clip, 0);
-        } else if (strcmp(s, "--gpu") == 0) {
-            NUMBER(a->gpu, 0);
-        } else if (strcmp(s, "--optimizer") == 0) {
-            NEED_VALUE;
-            if (strcmp(v, "adamw") == 0)
-                a->o.optim.kind = EXEC_ADAMW;
-            else if (strcmp(v, "sgd") == 0)
-                a->o.optim.kind = EXEC_SGD;
-            else
-                return base_errorf(e, "--optimizer takes adamw or sgd, not '%s'", v);
-        } else if (strcmp(s, "--log") == 0) {
-            NEED_VALUE;
-            a->log = v;
-        } else if (strcmp(s, "--trace") == 0) {
-            NEED_VALUE;
-            a->trace = v;
-            a->o.trace = true;
+        if (strcmp(s, "--gpu") == 0) {
+            if (exec_cli_number(argc, argv, &i, 0, &d, e)) return -1;
+            a->gpu = (int)d;
+        } else if (strcmp(s, "--device") == 0) {
+            if (exec_cli_number(argc, argv, &i, 0, &d, e)) return -1;
+            a->device = (int)d;
         } else if (strcmp(s, "--no-nvtx") == 0) {
             a->o.nvtx = false;
-        } else if (strcmp(s, "--memory") == 0) {
-            a->memory = true;
         } else if (strcmp(s, "--check") == 0) {
             a->check = true;
-        } else if (strcmp(s, "--device") == 0) {
-            NUMBER(a->device, 0);
-        } else if (strcmp(s, "-q") == 0) {
-            a->quiet = true;
-        } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
-            return 1;
-        } else if (s[0] == '-') {
-            return base_errorf(e, "unknown option %s; see piper-exec-cuda --help", s);
-        } else if (a->plan) {
-            return base_errorf(e, "two plans given (%s and %s); piper-exec-cuda runs one", a->plan, s);
         } else {
-            a->plan = s;
+            int rc = exec_cli_option(argc, argv, &i, "piper-exec-cuda", &a->c, e);
+            if (rc) return rc;
         }
-#undef NUMBER
-#undef NEED_VALUE
     }
-    if (!a->plan) return base_errorf(e, "no plan given; see piper-exec-cuda --help");
+    if (exec_cli_finish(&a->c, "piper-exec-cuda", e)) return -1;
     if (a->device >= 0 && !a->check)
         return base_errorf(e, "--device D reads one device of a plan in one process: it needs --check");
-    if (a->o.optim.lr < 0) a->o.optim.lr = a->o.optim.kind == EXEC_SGD ? 0.1 : 1e-3;
+    a->o.seed = a->c.seed;
+    a->o.optim = a->c.optim;
+    a->o.grad_clip = a->c.grad_clip;
+    a->o.timeout_s = a->c.timeout_s;
+    a->o.trace = a->c.trace != NULL;
     return 0;
 }
-
-static double mib(double b) { return b / (1024.0 * 1024.0); }
 
 /* The world communicator: rank 0's unique id to every rank through MPI. */
 static int world_comm(exec_boot *b, void **comm, base_error *e)
@@ -208,7 +138,7 @@ int main(int argc, char **argv)
     void *world = NULL;
     char gpu_desc[256] = "?";
     int gpu = -1;
-    if (sched_plan_read_file(&plan, a.plan, &e) == 0) {
+    if (sched_plan_read_file(&plan, a.c.plan, &e) == 0) {
         if (a.device >= 0) {
             /* one device of a plan read on its own (--check): this process plays it */
             if (size > 1)
@@ -218,14 +148,7 @@ int main(int argc, char **argv)
             rank = a.device;
             size = plan.ndevices;
         }
-        if (!e.set && size > plan.ndevices)
-            base_errorf(&e, "%d ranks run but the plan has %d devices; start at most %d ranks", size,
-                        plan.ndevices, plan.ndevices);
-        for (int d = size; d < plan.ndevices && !e.set; d++)
-            if (sched_plan_list(&plan, d)->n > 0)
-                base_errorf(&e, "device %d of the plan has work but only %d ranks run; start one "
-                                "rank per device (mpirun -np %d)",
-                            d, size, d + 1);
+        if (!e.set) exec_cli_check_ranks(&plan, size, &e);
         int ngpus = 0;
         if (!e.set && exec_cuda_device_count(&ngpus, &e) == 0) {
             if (ngpus < 1) base_errorf(&e, "no CUDA device is visible");
@@ -263,28 +186,20 @@ int main(int argc, char **argv)
 
     const plan_model *m = &plan.model;
     const int64_t tokens = m->global_batch * m->seq;
-    double flops = 0;
-    for (int d = 0; d < plan.ndevices; d++) {
-        const plan_list *L = sched_plan_list(&plan, d);
-        for (int i = 0; i < L->n; i++)
-            if (L->ins[i].op == PLAN_COMPUTE && L->ins[i].kernels >= 0) {
-                const plan_kernel_list *kl = &plan.kernel_lists[L->ins[i].kernels];
-                for (int k = 0; k < kl->n; k++) flops += kl->k[k].flops;
-            }
-    }
+    const double flops = exec_cli_plan_flops(&plan, plan.ndevices);
     const double peak = plan.gpu.peak_flops[PLAN_BF16] * (double)plan.ndevices;
     FILE *log = NULL;
-    if (rank == 0 && a.log && !(log = fopen(a.log, "w"))) {
-        base_errorf(&e, "cannot write %s: %s", a.log, strerror(errno));
+    if (rank == 0 && a.c.log && !(log = fopen(a.c.log, "w"))) {
+        base_errorf(&e, "cannot write %s: %s", a.c.log, strerror(errno));
         goto fail;
     }
-    if (rank == 0 && !a.quiet) {
+    if (rank == 0 && !a.c.quiet) {
         printf("piper-exec-cuda: %s (%s), %d rank%s on %s (plan's GPU: %s), bf16 with fp32 "
                "master weights, %s lr %g, %lld steps of %lld sequences (micro-batch %lld x %lld x "
                "data-parallel %lld) = %lld tokens\n",
-               m->name ? m->name : "?", a.plan, size, size == 1 ? "" : "s", gpu_desc,
+               m->name ? m->name : "?", a.c.plan, size, size == 1 ? "" : "s", gpu_desc,
                plan.gpu.name ? plan.gpu.name : "?", a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
-               a.o.optim.lr, (long long)a.steps, (long long)m->global_batch,
+               a.o.optim.lr, (long long)a.c.steps, (long long)m->global_batch,
                (long long)m->micro_batch, (long long)m->num_microbatches,
                (long long)exec_cuda_rt_dp_size(r), (long long)tokens);
         printf("%-5s %-11s %-10s %-10s %-10s %-8s %-6s %s\n", "step", "loss", "grad norm", "time",
@@ -293,7 +208,7 @@ int main(int argc, char **argv)
     if (log)
         fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s tflops_per_s mfu "
                      "peak_bytes reserved_bytes plan_peak_bytes\n");
-    if (a.memory) {
+    if (a.c.memory) {
         for (int k = 0; k < size; k++) {
             if (k == rank) {
                 exec_cuda_rt_print_memory(r, stdout);
@@ -303,12 +218,12 @@ int main(int argc, char **argv)
         }
     }
     if (a.check) {
-        if (rank == 0 && !a.quiet) printf("plan read and device set up; --check: no step run\n");
-        a.steps = 0;
+        if (rank == 0 && !a.c.quiet) printf("plan read and device set up; --check: no step run\n");
+        a.c.steps = 0;
     }
     enum { NV = 7 };
     double *all = base_xcalloc((size_t)size * NV, sizeof(double));
-    for (int64_t step = 1; step <= a.steps; step++) {
+    for (int64_t step = 1; step <= a.c.steps; step++) {
         exec_cuda_step_stats st;
         if (exec_cuda_rt_step(r, it, step, &st, &e)) {
             base_error_prefix(&e, "step %lld: ", (long long)step);
@@ -317,23 +232,20 @@ int main(int argc, char **argv)
         double v[NV] = {st.loss, st.aux_loss, st.grad_norm, st.seconds, st.peak, st.plan_peak, st.reserved};
         if (exec_boot_gather(&boot, v, NV, all, &e)) goto fail;
         if (rank != 0) continue;
-        double ce = 0, aux = 0, norm = -1, t = 0, pk = 0, res = 0, ppk = 0;
+        double ce, aux, norm, t, pk = 0, res = 0, ppk = 0;
+        exec_cli_step_reduce(all, size, NV, &ce, &aux, &norm, &t);
         for (int k = 0; k < size; k++) {
-            ce += all[k * NV + 0];
-            aux += all[k * NV + 1];
-            if (all[k * NV + 2] > norm) norm = all[k * NV + 2];
-            if (all[k * NV + 3] > t) t = all[k * NV + 3];
             if (all[k * NV + 4] > pk) pk = all[k * NV + 4];
             if (all[k * NV + 5] > ppk) ppk = all[k * NV + 5];
             if (all[k * NV + 6] > res) res = all[k * NV + 6];
         }
         double loss = ce + aux, mfu = peak > 0 ? flops / t / peak : 0;
-        char nbuf[32] = "-";
-        if (norm >= 0) snprintf(nbuf, sizeof nbuf, "%.6f", sqrt(norm));
+        char nbuf[32];
+        exec_cli_norm_text(norm, nbuf, sizeof nbuf);
         printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.1f %5.1f%%", (long long)step, loss, nbuf,
                t * 1e3, (double)tokens / t, flops / t * 1e-12, 100 * mfu);
         for (int k = 0; k < size; k++)
-            printf(" r%d %.1f/%.1f", k, mib(all[k * NV + 4]), mib(all[k * NV + 5]));
+            printf(" r%d %.1f/%.1f", k, exec_cli_mib(all[k * NV + 4]), exec_cli_mib(all[k * NV + 5]));
         printf("\n");
         fflush(stdout);
         if (log) {
@@ -343,17 +255,17 @@ int main(int argc, char **argv)
             fflush(log);
         }
     }
-    if (a.trace) {
+    if (a.c.trace) {
         char path[4096];
         if (rank == 0)
-            snprintf(path, sizeof path, "%s", a.trace);
+            snprintf(path, sizeof path, "%s", a.c.trace);
         else
-            snprintf(path, sizeof path, "%s.rank%d", a.trace, rank);
+            snprintf(path, sizeof path, "%s.rank%d", a.c.trace, rank);
         viz_trace t;
         if (viz_trace_open(&t, path, &e)) goto fail;
         int rc = exec_cuda_rt_trace(r, &t, &e);
         if (viz_trace_close(&t, rc ? &(base_error){0} : &e) || rc) goto fail;
-        if (rank == 0 && !a.quiet) printf("trace of step %lld: %s\n", (long long)a.steps, path);
+        if (rank == 0 && !a.c.quiet) printf("trace of step %lld: %s\n", (long long)a.c.steps, path);
     }
     exec_boot_barrier(&boot);
     free(all);

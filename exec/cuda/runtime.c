@@ -1,12 +1,13 @@
 /* runtime.c — the CUDA plan runtime (cuda_exec.h): its reading of a plan for one device (regions,
  * buffer roles and CUDA sizes, compute bindings, boundary slots, collectives, data-parallel
- * rank: the CPU executor's rules, exec/cpu/runtime.c), and the exec_backend over CUDA streams,
- * events, the caching allocator and NCCL. Plain C: CUDA is reached through rt_cuda.h and the
- * kernels' C interface, NCCL through nccl_dl.h. */
+ * rank: the CPU executor's rules, shared with it through exec/plan_layout.h), and the
+ * exec_backend over CUDA streams, events, the caching allocator and NCCL. Plain C: CUDA is
+ * reached through rt_cuda.h and the kernels' C interface, NCCL through nccl_dl.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan_layout.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
 #include "rt_cuda.h"
@@ -14,15 +15,7 @@
 
 /* ---------------------------------------------------------------- the runtime's state */
 
-typedef enum { RB_NONE, RB_PARAM, RB_GRAD, RB_OPT, RB_ACT, RB_COMM } rt_role;
-
-typedef struct rt_buf {
-    rt_role role;
-    int region;
-    int64_t bytes;          /* the runtime's size */
-    void *p;
-    bool live, init;
-} rt_buf;
+/* A plan buffer: exec_buf (plan_layout.h), with the runtime's size and device storage. */
 
 typedef struct rt_region {
     const char *name;
@@ -45,32 +38,16 @@ typedef struct rt_region {
     bool norm_skip, tp_copy;
 } rt_region;
 
-enum { SLOT_X, SLOT_ROUTE, SLOT_DY, SLOT_DROUTE, NSLOT };
-
 typedef struct rt_bind {
     int region, mb;
     const exec_cuda_kernel *k;
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
-    int act, xb, yb, dyb, dxb;
-    int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s;
+    int act;
+    exec_bind_slots sl;     /* comm buffers and boundary slots (plan_layout.h), -1 */
 } rt_bind;
 
-typedef struct rt_seg {
-    int region;
-    int64_t off, n;
-} rt_seg;
-
-typedef enum { RC_NONE, RC_ACT, RC_GRAD_SUM, RC_GRAD_SCATTER, RC_PARAM_GATHER, RC_SCALAR } rt_coll_kind;
-
-typedef struct rt_coll {
-    rt_coll_kind kind;
-    int group, gsize, grank;
-    int comm;               /* key index, -1 for a group of one */
-    int in, out;
-    int nseg;
-    rt_seg *seg;            /* GRAD_SUM: what is summed; SCATTER / GATHER: one per region */
-    int64_t chunk;          /* SCATTER / GATHER: elements per rank in the staging buffer */
-} rt_coll;
+/* A collective instruction: exec_coll (plan_layout.h), comm the key index (-1 for a group of
+ * one). */
 
 typedef struct rt_req {
     bool used;
@@ -96,9 +73,9 @@ struct exec_cuda_rt {
     rt_region *reg;
     int embed_region, head_region;
     bool **holds;
-    rt_buf *buf;
+    exec_buf *buf;
     rt_bind *bind;
-    rt_coll *coll;
+    exec_coll *coll;
     void **slot;
     int64_t *slot_bytes;
     int *slot_last;
@@ -130,64 +107,16 @@ struct exec_cuda_rt {
     exec_backend be;
 };
 
-static const char *buf_name(const exec_cuda_rt *r, int b)
-{
-    return b >= 0 && b < r->L->nbufs && r->L->bufs[b].name ? r->L->bufs[b].name : "?";
-}
+static const char *buf_name(const exec_cuda_rt *r, int b) { return exec_buf_name(r->L, b); }
 
 static int instr_err(const exec_cuda_rt *r, int i, base_error *e)
 {
-    char d[256];
-    exec_instr_describe(r->p, r->dev, i, d, sizeof d);
-    base_error_prefix(e, "device %d, %s: ", r->dev, d);
-    return -1;
-}
-
-static int group_pos(const sched_plan *p, int g, int dev)
-{
-    for (int i = 0; i < p->groups[g].n; i++)
-        if (p->groups[g].devices[i] == dev) return i;
-    return -1;
+    return exec_instr_error(r->p, r->dev, i, e);
 }
 
 static const char *stream_name(const plan_list *L, int s)
 {
     return s >= 0 && s < L->nstreams && L->streams[s] ? L->streams[s] : "";
-}
-
-static int64_t slot_index(const exec_cuda_rt *r, int reg, int mb, int kind)
-{
-    return ((int64_t)reg * r->nmb + mb) * NSLOT + kind;
-}
-
-/* "L3.attn" -> layer 3, attn; "embed" / "head" -> layer -1. */
-static int parse_region(const char *name, int *layer, exec_region_kind *kind)
-{
-    const char *k = name;
-    *layer = -1;
-    if (name[0] == 'L' && name[1] >= '0' && name[1] <= '9') {
-        char *end;
-        long l = strtol(name + 1, &end, 10);
-        if (*end != '.') return -1;
-        *layer = (int)l;
-        k = end + 1;
-    }
-    for (int i = 0; i < EXEC_NREGION_KINDS; i++)
-        if (strcmp(k, exec_region_kind_name((exec_region_kind)i)) == 0) {
-            *kind = (exec_region_kind)i;
-            return 0;
-        }
-    return -1;
-}
-
-/* The element range [lo, hi) of a region's storage in group position k of n (ZeRO pieces of
- * ceil(n / size), as piper-exec cuts them). */
-static void exec_cuda_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi)
-{
-    int64_t c = size > 0 ? (n + size - 1) / size : n;
-    *lo = (int64_t)k * c;
-    if (*lo > n) *lo = n;
-    *hi = *lo + c > n ? n : *lo + c;
 }
 
 /* bf16 parameters, then the fp32 master copy at a 256-byte boundary */
@@ -206,42 +135,34 @@ static int read_regions(exec_cuda_rt *r, base_error *e)
         R->name = p->regions[k];
         R->tp_group = R->ep_group = R->param_buf = R->grad_buf = R->opt_buf = -1;
         R->scatter_group = -1;
-        if (!R->name || parse_region(R->name, &R->layer, &R->kind))
+        if (!R->name || exec_parse_region(R->name, &R->layer, &R->kind))
             return base_errorf(e, "plan region %d is named '%s', which the CUDA runtime cannot "
                                   "read; it expects embed, head or L<layer>.<kind>",
                                k, R->name ? R->name : "(null)");
         if (R->kind == EXEC_EMBED) r->embed_region = k;
         if (R->kind == EXEC_HEAD) r->head_region = k;
     }
-    for (int i = 0; i < r->L->n; i++) {
-        const plan_instr *in = &r->L->ins[i];
-        if (in->op != PLAN_COMPUTE || in->region < 0 || in->region >= r->nreg) continue;
-        rt_region *R = &r->reg[in->region];
-        R->here = true;
-        if (in->pass == PLAN_PASS_UPD) R->upd = true;
-        int tg = in->tp_group >= 0 ? p->devices[r->dev].group_slots[in->tp_group] : -1;
-        int eg = in->ep_group >= 0 ? p->devices[r->dev].group_slots[in->ep_group] : -1;
-        if (tg >= 0) R->tp_group = tg;
-        if (eg >= 0) R->ep_group = eg;
-    }
-    for (int k = 0; k < r->nreg; k++) {
+    exec_region_place *pl = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof *pl);
+    int prc = exec_region_places(p, r->dev, r->nreg, pl, e);
+    for (int k = 0; k < r->nreg && !prc; k++) {
         rt_region *R = &r->reg[k];
+        const exec_region_place *P = &pl[k];
+        R->here = P->here;
+        R->upd = P->upd;
+        R->tp_group = P->tp_group;
+        R->ep_group = P->ep_group;
         if (!R->here) continue;
-        int tp = 1, tpr = 0, ep = 1, epr = 0;
-        if (R->tp_group >= 0) tp = p->groups[R->tp_group].n, tpr = group_pos(p, R->tp_group, r->dev);
-        if (R->ep_group >= 0) ep = p->groups[R->ep_group].n, epr = group_pos(p, R->ep_group, r->dev);
-        if (tpr < 0 || epr < 0)
-            return base_errorf(e, "device %d runs region %s on a TP/EP group it is not a member "
-                                  "of; the plan is inconsistent",
-                               r->dev, R->name);
-        if (exec_shard_init(&r->cfg, tp, tpr, ep, epr, &R->sh, e) ||
+        if (exec_shard_init(&r->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
             exec_cuda_region_sizes(&r->cfg, &R->sh, R->kind, &R->sz, e) ||
             (R->npar = exec_region_params(&r->cfg, &R->sh, R->kind, R->par, e)) < 0) {
             base_error_prefix(e, "region %s on device %d: ", R->name, r->dev);
-            return -1;
+            prc = -1;
+            break;
         }
         R->n = R->nkern = R->sz.params;
     }
+    free(pl);
+    if (prc) return -1;
     /* the head's copy of a tied token table lives with the head when the embedding is elsewhere */
     if (r->cfg.tied && r->head_region >= 0 && r->reg[r->head_region].here &&
         (r->embed_region < 0 || !r->reg[r->embed_region].here)) {
@@ -254,40 +175,27 @@ static int read_regions(exec_cuda_rt *r, base_error *e)
         H->n = H->nkern + H->ncopy;
     }
     for (int k = 0; k < r->nreg; k++) r->reg[k].upd_hi = r->reg[k].n;
-    r->holds = base_xcalloc((size_t)p->ndevices, sizeof *r->holds);
-    for (int d = 0; d < p->ndevices; d++) {
-        r->holds[d] = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof **r->holds);
-        const plan_list *Ld = sched_plan_list(p, d);
-        for (int i = 0; i < Ld->n; i++)
-            if (Ld->ins[i].op == PLAN_COMPUTE && Ld->ins[i].region >= 0 && Ld->ins[i].region < r->nreg)
-                r->holds[d][Ld->ins[i].region] = true;
-    }
+    r->holds = exec_holds_new(p, r->nreg);
     int tpg = -1;
     for (int k = 0; k < r->nreg && tpg < 0; k++)
         if (r->reg[k].here) tpg = r->reg[k].tp_group;
     for (int k = 0; k < r->nreg && tpg >= 0; k++) {
         rt_region *R = &r->reg[k];
-        if (!R->here || R->tp_group >= 0 || group_pos(p, tpg, r->dev) == 0) continue;
-        bool all = true;
-        for (int m = 0; m < p->groups[tpg].n; m++) all &= r->holds[p->groups[tpg].devices[m]][k];
-        R->tp_copy = all;
+        if (!R->here || R->tp_group >= 0 || exec_group_pos(p, tpg, r->dev) == 0) continue;
+        R->tp_copy = exec_group_holds(p, r->holds, tpg, k);
     }
     return 0;
 }
 
-static int set_role(exec_cuda_rt *r, int i, int b, rt_role role, int region, int64_t bytes,
+static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int region, int64_t bytes,
                     base_error *e)
 {
-    rt_buf *B = &r->buf[b];
-    if (B->role != RB_NONE && (B->role != role || (role != RB_COMM && B->region != region))) {
+    if (exec_buf_set_role(&r->buf[b], role, region, bytes)) {
         base_errorf(e, "buffer %d (%s) is used as two different things; the CUDA runtime gives a "
                        "buffer one role",
                     b, buf_name(r, b));
         return instr_err(r, i, e);
     }
-    B->role = role;
-    B->region = region;
-    if (bytes > B->bytes) B->bytes = bytes;
     return 0;
 }
 
@@ -308,6 +216,8 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
         }
     }
     int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
+    exec_region_kind *kinds = base_xcalloc((size_t)(r->nreg + 1), sizeof *kinds);
+    for (int k = 0; k < r->nreg; k++) kinds[k] = r->reg[k].kind;
     for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = -1;
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++) {
@@ -316,14 +226,13 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
         rt_bind *b = &r->bind[i];
         b->region = in->region;
         b->mb = in->mb;
-        const char *kid = in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : NULL;
-        if (kid && strcmp(kid, "aux.grad_norm") == 0) {
-            b->aux = 1;
+        const char *kid = exec_compute_kid(p, in);
+        b->aux = exec_aux_kind(kid);
+        if (b->aux == 1) {
             r->have_norm = true;
             continue;
         }
-        if (kid && strcmp(kid, "aux.aux_loss") == 0) {
-            b->aux = 2;
+        if (b->aux == 2) {
             if (in->mb < 0 || in->mb >= r->nmb) {
                 base_errorf(e, "aux.aux_loss without a micro-batch in [0, %lld)", (long long)r->nmb);
                 rc = instr_err(r, i, e);
@@ -364,18 +273,18 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                 int bb = v[q];
                 plan_mem m = (plan_mem)L->bufs[bb].mem;
                 if (m == PLAN_MEM_PARAM) {
-                    rc = set_role(r, i, bb, RB_PARAM, g, 0, e);
+                    rc = set_role(r, i, bb, EXEC_BUF_PARAM, g, 0, e);
                     R->param_buf = bb;
                 } else if (m == PLAN_MEM_GRAD) {
-                    rc = set_role(r, i, bb, RB_GRAD, g, 0, e);
+                    rc = set_role(r, i, bb, EXEC_BUF_GRAD, g, 0, e);
                     R->grad_buf = bb;
                 } else if (m == PLAN_MEM_OPT) {
-                    rc = set_role(r, i, bb, RB_OPT, g, 0, e);
+                    rc = set_role(r, i, bb, EXEC_BUF_OPT, g, 0, e);
                     R->opt_buf = bb;
                 } else if (m == PLAN_MEM_ACT) {
                     if (pass == PLAN_PASS_UPD) continue;
                     if (fwd && side == 1) {
-                        rc = set_role(r, i, bb, RB_ACT, g, R->sz.act_bytes, e);
+                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->sz.act_bytes, e);
                         act_cur[g * r->nmb + mb] = bb;
                         b->act = bb;
                     } else if (bwd && side == 0) {
@@ -385,8 +294,9 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                 } else {
                     int64_t xb = R->sz.x_bytes, yb = R->sz.y_bytes;
                     int64_t sz = fwd ? (side == 0 ? xb : yb) : (side == 0 ? yb : xb);
-                    rc = set_role(r, i, bb, RB_COMM, g, sz, e);
-                    int *dst = fwd ? (side == 0 ? &b->xb : &b->yb) : (side == 0 ? &b->dyb : &b->dxb);
+                    rc = set_role(r, i, bb, EXEC_BUF_COMM, g, sz, e);
+                    int *dst = fwd ? (side == 0 ? &b->sl.xb : &b->sl.yb)
+                                   : (side == 0 ? &b->sl.dyb : &b->sl.dxb);
                     if (!rc && *dst >= 0) {
                         base_errorf(e, "%s reads or writes more than one communication buffer on "
                                        "one side (%s and %s)",
@@ -420,78 +330,24 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             rc = instr_err(r, i, e);
             break;
         }
-        if (fwd) {
-            if (b->xb < 0 && R->kind != EXEC_EMBED) b->xs = (int)slot_index(r, g, mb, SLOT_X);
-            if (R->kind == EXEC_MOE_COMBINE) b->x2s = (int)slot_index(r, g, mb, SLOT_ROUTE);
-            if (pass == PLAN_PASS_F) {
-                if (b->yb < 0 && R->kind != EXEC_HEAD) {
-                    if (g + 1 >= r->nreg) {
-                        base_errorf(e, "region %s has no next region for its output", R->name);
-                        rc = instr_err(r, i, e);
-                        break;
-                    }
-                    b->ys = (int)slot_index(r, g + 1, mb, SLOT_X);
-                }
-                if (R->kind == EXEC_MOE_GATE) {
-                    if (g + 2 >= r->nreg || r->reg[g + 2].kind != EXEC_MOE_COMBINE) {
-                        base_errorf(e, "gate %s is not followed by experts and combine", R->name);
-                        rc = instr_err(r, i, e);
-                        break;
-                    }
-                    b->y2s = (int)slot_index(r, g + 2, mb, SLOT_ROUTE);
-                }
-            }
-        } else if (pass == PLAN_PASS_BW) {
-            if (R->kind == EXEC_EMBED && b->dyb < 0) b->dys = (int)slot_index(r, g, mb, SLOT_DY);
-        } else {
-            if (b->dyb < 0 && R->kind != EXEC_HEAD) b->dys = (int)slot_index(r, g, mb, SLOT_DY);
-            if (R->kind == EXEC_MOE_GATE) b->dy2s = (int)slot_index(r, g, mb, SLOT_DROUTE);
-            if (b->dxb < 0 && R->kind != EXEC_EMBED) {
-                if (g < 1) {
-                    base_errorf(e, "region %s has no previous region for its input gradient", R->name);
-                    rc = instr_err(r, i, e);
-                    break;
-                }
-                b->dxs = (int)slot_index(r, g - 1, mb, SLOT_DY);
-            }
-            if (R->kind == EXEC_MOE_COMBINE) {
-                if (g < 2 || r->reg[g - 2].kind != EXEC_MOE_GATE) {
-                    base_errorf(e, "combine %s does not follow a gate and experts", R->name);
-                    rc = instr_err(r, i, e);
-                    break;
-                }
-                b->dx2s = (int)slot_index(r, g - 2, mb, SLOT_DROUTE);
-            }
+        if ((rc = exec_bind_slots_fill(kinds, r->nreg, r->nmb, g, mb, pass, R->name, &b->sl, e))) {
+            rc = instr_err(r, i, e);
+            break;
         }
-        const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
-        for (size_t q = 0; q < BASE_COUNT(reads); q++)
-            if (reads[q] >= 0) r->slot_last[reads[q]] = i;
-        if (b->xs >= 0) r->slot_bytes[b->xs] = R->sz.x_bytes;
-        if (b->dys >= 0) r->slot_bytes[b->dys] = R->sz.y_bytes;
-        if (b->x2s >= 0) r->slot_bytes[b->x2s] = R->sz.route_bytes;
-        if (b->dy2s >= 0) r->slot_bytes[b->dy2s] = R->sz.route_bytes;
+        const exec_slot_sizes sz = {R->sz.x_bytes, R->sz.y_bytes, R->sz.route_bytes};
+        exec_slots_note_reads(&b->sl, i, sz, r->slot_last, r->slot_bytes);
     }
     free(act_cur);
+    free(kinds);
     if (rc) return -1;
     for (int i = 0; i < L->n; i++) {
         const rt_bind *b = &r->bind[i];
         if (L->ins[i].op != PLAN_COMPUTE || b->aux || !b->k) continue;
         const rt_region *R = &r->reg[b->region];
-        const int w[] = {b->ys, b->y2s, b->dxs, b->dx2s};
-        const int64_t sz[] = {R->sz.y_bytes, R->sz.route_bytes, R->sz.x_bytes, R->sz.route_bytes};
-        for (size_t q = 0; q < BASE_COUNT(w); q++) {
-            if (w[q] < 0) continue;
-            if (r->slot_last[w[q]] < 0) {
-                base_errorf(e, "%s of %s has no reader on this device; the plan lacks a transfer",
-                            q % 2 == 0 ? "the output" : "the route", R->name);
-                return instr_err(r, i, e);
-            }
-            if (r->slot_bytes[w[q]] != sz[q]) {
-                base_errorf(e, "%s writes %lld bytes into a boundary tensor its reader takes as %lld",
-                            R->name, (long long)sz[q], (long long)r->slot_bytes[w[q]]);
-                return instr_err(r, i, e);
-            }
-        }
+        const exec_slot_sizes sz = {R->sz.x_bytes, R->sz.y_bytes, R->sz.route_bytes};
+        if (exec_slots_check_writes(r->p, r->nmb, b->region, &b->sl, sz, r->slot_last,
+                                    r->slot_bytes, e))
+            return instr_err(r, i, e);
     }
     return 0;
 }
@@ -500,39 +356,12 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
 {
     const sched_plan *p = r->p;
     const plan_list *L = r->L;
-    for (int pass = 0; pass < 8; pass++) {
-        bool changed = false;
-        for (int i = 0; i < L->n; i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op != PLAN_COLL) continue;
-            int g = sched_plan_group(p, r->dev, in), n = p->groups[g].n;
-            int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-            int ob = in->nwrites > 0 ? in->writes[0] : ib;
-            if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
-            rt_buf *I = &r->buf[ib], *O = &r->buf[ob];
-            int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1, div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
-            if (I->bytes && !O->bytes) {
-                O->bytes = I->bytes * mul / div, O->role = RB_COMM, O->region = I->region;
-                changed = true;
-            } else if (O->bytes && !I->bytes) {
-                I->bytes = O->bytes * div / mul, I->role = RB_COMM, I->region = O->region;
-                changed = true;
-            }
-        }
-        if (!changed) break;
-    }
+    exec_coll_sizes(p, r->dev, r->buf); /* sizes through activation collectives */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COLL) continue;
-        rt_coll *C = &r->coll[i];
-        C->in = C->out = C->comm = -1;
-        C->group = sched_plan_group(p, r->dev, in);
-        C->gsize = p->groups[C->group].n;
-        C->grank = group_pos(p, C->group, r->dev);
-        if (C->grank < 0) {
-            base_errorf(e, "device %d is not a member of group %d", r->dev, C->group);
-            return instr_err(r, i, e);
-        }
+        exec_coll *C = &r->coll[i];
+        if (exec_coll_open(p, r->dev, i, C, e)) return instr_err(r, i, e);
         if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0) {
             if (in->coll != PLAN_ALL_REDUCE) {
                 base_errorf(e, "a %s without buffers; the CUDA runtime reads a bufferless collective "
@@ -540,13 +369,13 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                             sched_plan_coll_name((plan_coll)in->coll));
                 return instr_err(r, i, e);
             }
-            C->kind = RC_SCALAR;
+            C->kind = EXEC_COLL_SCALAR;
             continue;
         }
         int ib = in->nreads > 0 ? in->reads[0] : in->buf;
         plan_mem m = (plan_mem)L->bufs[ib].mem;
         if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) {
-            C->kind = RC_ACT;
+            C->kind = EXEC_COLL_ACT;
             C->in = ib;
             C->out = in->nwrites > 0 ? in->writes[0] : ib;
             if (in->nreads > 1 || in->nwrites > 1 || in->coll > PLAN_ALL_TO_ALL) {
@@ -564,11 +393,11 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
         }
         const bool grads = m == PLAN_MEM_GRAD;
         if (grads && in->coll == PLAN_ALL_REDUCE)
-            C->kind = RC_GRAD_SUM;
+            C->kind = EXEC_COLL_GRAD_SUM;
         else if (grads && in->coll == PLAN_REDUCE_SCATTER)
-            C->kind = RC_GRAD_SCATTER;
+            C->kind = EXEC_COLL_GRAD_SCATTER;
         else if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER && in->nwrites == 0)
-            C->kind = RC_PARAM_GATHER;
+            C->kind = EXEC_COLL_PARAM_GATHER;
         else {
             base_errorf(e, "a %s of %s buffers; the CUDA runtime knows all-reduce and "
                            "reduce-scatter of gradients and all-gather of parameters in place",
@@ -579,8 +408,8 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
         int64_t total = 0;
         for (int q = 0; q < in->nreads; q++) {
             int bb = in->reads[q];
-            const rt_buf *B = &r->buf[bb];
-            if (B->role != (grads ? RB_GRAD : RB_PARAM) || B->region < 0) {
+            const exec_buf *B = &r->buf[bb];
+            if (B->role != (grads ? EXEC_BUF_GRAD : EXEC_BUF_PARAM) || B->region < 0) {
                 base_errorf(e, "buffer %s of a %s collective is not a region's %s buffer",
                             buf_name(r, bb), grads ? "gradient" : "parameter",
                             grads ? "gradient" : "parameter");
@@ -588,9 +417,8 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
             }
             int g = B->region;
             rt_region *R = &r->reg[g];
-            bool whole = true;
-            for (int k = 0; k < C->gsize; k++) whole &= r->holds[p->groups[C->group].devices[k]][g];
-            if (C->kind != RC_GRAD_SUM) {
+            bool whole = exec_group_holds(p, r->holds, C->group, g);
+            if (C->kind != EXEC_COLL_GRAD_SUM) {
                 /* ZeRO: a region's block cut in group-size pieces */
                 if (C->group == R->tp_group || C->group == R->ep_group || !whole || R->ncopy) {
                     base_errorf(e, "%s of region %s over group %s: the CUDA runtime supports ZeRO "
@@ -599,15 +427,15 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                                 p->groups[C->group].name ? p->groups[C->group].name : "?");
                     return instr_err(r, i, e);
                 }
-                C->seg[C->nseg++] = (rt_seg){g, 0, R->n};
+                C->seg[C->nseg++] = (exec_seg){g, 0, R->n};
             } else if (C->group == R->tp_group) {
                 for (int t = 0; t < R->npar; t++)
-                    if (R->par[t].replicated) C->seg[C->nseg++] = (rt_seg){g, R->par[t].offset, R->par[t].count};
+                    if (R->par[t].replicated) C->seg[C->nseg++] = (exec_seg){g, R->par[t].offset, R->par[t].count};
             } else if (!whole) {
                 if (R->kind == EXEC_EMBED && r->cfg.tied) {
-                    C->seg[C->nseg++] = (rt_seg){g, R->par[0].offset, R->par[0].count};
+                    C->seg[C->nseg++] = (exec_seg){g, R->par[0].offset, R->par[0].count};
                 } else if (R->kind == EXEC_HEAD && R->ncopy) {
-                    C->seg[C->nseg++] = (rt_seg){g, R->copy.offset, R->ncopy};
+                    C->seg[C->nseg++] = (exec_seg){g, R->copy.offset, R->ncopy};
                 } else {
                     base_errorf(e, "region %s's gradient is summed over group %s, which has members "
                                    "without the region, and it is not a tied embedding",
@@ -621,49 +449,39 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                             R->name);
                 return instr_err(r, i, e);
             } else {
-                C->seg[C->nseg++] = (rt_seg){g, 0, R->n};
+                C->seg[C->nseg++] = (exec_seg){g, 0, R->n};
                 if (C->grank > 0) R->norm_skip = true;
             }
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
-        if (C->kind != RC_GRAD_SUM) {
+        if (C->kind != EXEC_COLL_GRAD_SUM) {
             for (int s = 0; s < C->nseg; s++) {
                 C->chunk += (C->seg[s].n + C->gsize - 1) / C->gsize;
                 rt_region *R = &r->reg[C->seg[s].region];
-                if (C->kind == RC_GRAD_SCATTER) {
+                if (C->kind == EXEC_COLL_GRAD_SCATTER) {
                     R->scatter_group = C->group;
-                    exec_cuda_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
+                    exec_zero_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
                 }
             }
             continue;
         }
-        int gb = sched_plan_dtype_bytes((plan_dtype)p->grad_dtype);
-        /* the plan counts a stage's tied token-table copy in its memory but not in its bucket's
-         * bytes (piper-exec reads it the same way); the copy is summed all the same */
         int64_t copies = 0;
         for (int k = 0; k < C->nseg; k++)
             if (C->seg[k].off == 0 && C->seg[k].n == r->reg[C->seg[k].region].n)
                 copies += r->reg[C->seg[k].region].ncopy;
-        if (in->bytes != total * gb && in->bytes != (total - copies) * gb) {
-            base_errorf(e, "the runtime sums %lld gradient elements (%lld bytes at the plan's %s) "
-                           "but the plan moves %lld bytes; the runtime's reading of this "
-                           "collective is wrong",
-                        (long long)total, (long long)(total * gb),
-                        sched_plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes);
-            return instr_err(r, i, e);
-        }
+        if (exec_check_bucket_bytes(p, in, total, copies, "runtime", e)) return instr_err(r, i, e);
     }
     /* a parameter all-gather sends the pieces the reduce-scatter gave */
     for (int i = 0; i < L->n; i++) {
-        const rt_coll *C = &r->coll[i];
+        const exec_coll *C = &r->coll[i];
         if (L->ins[i].op != PLAN_COLL) continue;
-        if (C->kind == RC_GRAD_SCATTER && r->have_norm) {
+        if (C->kind == EXEC_COLL_GRAD_SCATTER && r->have_norm) {
             base_errorf(e, "clipping by the global norm under ZeRO is not supported by the CUDA "
                            "runtime yet (its norm kernel sums whole regions, not ZeRO pieces); "
                            "run without clipping, or with piper-exec");
             return instr_err(r, i, e);
         }
-        if (C->kind != RC_PARAM_GATHER) continue;
+        if (C->kind != EXEC_COLL_PARAM_GATHER) continue;
         for (int s = 0; s < C->nseg; s++)
             if (r->reg[C->seg[s].region].scatter_group != C->group) {
                 base_errorf(e, "parameters of %s are gathered over a group their gradients were "
@@ -684,33 +502,17 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
 static int read_dp_rank(exec_cuda_rt *r, base_error *e)
 {
     const sched_plan *p = r->p;
-    const plan_model *m = &p->model;
-    int64_t per = m->micro_batch * m->num_microbatches;
-    if (per <= 0 || m->global_batch % per)
-        return base_errorf(e, "the plan's global batch %lld is not a multiple of micro-batch %lld x "
-                              "%lld micro-batches",
-                           (long long)m->global_batch, (long long)m->micro_batch,
-                           (long long)m->num_microbatches);
-    r->dp_size = m->global_batch / per;
+    if (exec_dp_size(&p->model, &r->dp_size, e)) return -1;
     r->dp_rank = 0;
     if (r->dp_size == 1) return 0;
-    int r0 = -1;
-    for (int i = 0; i < r->L->n && r0 < 0; i++)
-        if (r->L->ins[i].op == PLAN_COMPUTE && r->L->ins[i].pass == PLAN_PASS_F) r0 = r->L->ins[i].region;
+    int r0 = exec_first_forward_region(r->L);
     if (r0 < 0) return 0;
     const rt_region *R = &r->reg[r0];
-    for (int i = 0; i < r->L->n; i++) {
-        const plan_instr *in = &r->L->ins[i];
-        const rt_coll *C = &r->coll[i];
-        if (in->op != PLAN_COLL || (C->kind != RC_GRAD_SUM && C->kind != RC_GRAD_SCATTER)) continue;
-        if (C->group == R->tp_group || C->group == R->ep_group || C->gsize != r->dp_size) continue;
-        bool reads = false, all = true;
-        for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == R->grad_buf;
-        for (int k = 0; k < C->gsize; k++) all &= r->holds[p->groups[C->group].devices[k]][r0];
-        if (reads && all) {
-            r->dp_rank = C->grank;
-            return 0;
-        }
+    int64_t k = exec_dp_rank_find(p, r->L, r->coll, r->holds, r0, R->tp_group, R->ep_group,
+                                  R->grad_buf, r->dp_size);
+    if (k >= 0) {
+        r->dp_rank = k;
+        return 0;
     }
     return base_errorf(e, "device %d: the plan has %lld data-parallel replicas but no gradient "
                           "reduction of region %s over a group of that size that all run it, so "
@@ -847,11 +649,11 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
-        b->act = b->xb = b->yb = b->dyb = b->dxb = -1;
-        b->xs = b->x2s = b->ys = b->y2s = b->dys = b->dy2s = b->dxs = b->dx2s = -1;
+        b->act = -1;
+        b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
-    int64_t nslots = (int64_t)r->nreg * r->nmb * NSLOT;
+    int64_t nslots = (int64_t)r->nreg * r->nmb * EXEC_NSLOT;
     r->slot = base_xcalloc((size_t)nslots + 1, sizeof *r->slot);
     r->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_bytes);
     r->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_last);
@@ -861,11 +663,11 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * r->cfg.s);
     r->cfg.aux_weight = 1.0 / (double)(r->nmb * r->dp_size);
     for (int b = 0; b < L->nbufs; b++)
-        if (r->buf[b].role == RB_NONE) r->buf[b].bytes = L->bufs[b].bytes;
+        if (r->buf[b].role == EXEC_BUF_NONE) r->buf[b].bytes = L->bufs[b].bytes;
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
-            (in->buf < 0 || r->buf[in->buf].role != RB_COMM)) {
+            (in->buf < 0 || r->buf[in->buf].role != EXEC_BUF_COMM)) {
             base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
                         sched_plan_op_name((plan_op)in->op));
             rc = instr_err(r, i, e);
@@ -904,7 +706,7 @@ void exec_cuda_rt_close(exec_cuda_rt *r)
             if (r->buf[b].p) exec_cuda_pool_free(&r->pool, r->buf[b].p, (size_t)r->buf[b].bytes, -1, &e);
     }
     if (r->slot)
-        for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * NSLOT; s++)
+        for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * EXEC_NSLOT; s++)
             if (r->slot[s]) exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->slot_bytes[s], -1, &e);
     if (r->stream) exec_cuda_pool_destroy(&r->pool);
     free(r->buf);
@@ -915,9 +717,7 @@ void exec_cuda_rt_close(exec_cuda_rt *r)
     free(r->slot);
     free(r->slot_bytes);
     free(r->slot_last);
-    if (r->holds)
-        for (int d = 0; d < r->p->ndevices; d++) free(r->holds[d]);
-    free(r->holds);
+    exec_holds_free(r->holds, r->p->ndevices);
     if (r->tokens)
         for (int64_t k = 0; k < r->nmb; k++) exec_cuda_free(r->tokens[k]), exec_cuda_free(r->targets[k]);
     free(r->tokens);
@@ -977,7 +777,7 @@ int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
     for (int i = 0; i < r->L->n; i++) {
         const plan_instr *in = &r->L->ins[i];
         if (in->op == PLAN_COLL) {
-            rt_coll *C = &r->coll[i];
+            exec_coll *C = &r->coll[i];
             if (C->gsize > 1) C->comm = exec_cuda_comm_find_group(r->keys, r->nkeys, C->group, stream_name(r->L, in->stream));
         }
     }
@@ -1016,19 +816,23 @@ static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
 static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    rt_buf *B = &r->buf[b];
+    exec_buf *B = &r->buf[b];
     if (B->live) return base_errorf(e, "buffer %s is already live", buf_name(r, b));
-    if (!B->p && exec_cuda_pool_alloc(&r->pool, (size_t)B->bytes, &B->p, e)) {
-        base_error_prefix(e, "buffer %s: ", buf_name(r, b));
-        return -1;
+    if (!B->p) {
+        void *q = NULL;
+        if (exec_cuda_pool_alloc(&r->pool, (size_t)B->bytes, &q, e)) {
+            base_error_prefix(e, "buffer %s: ", buf_name(r, b));
+            return -1;
+        }
+        B->p = q;
     }
     void *s = r->stream[r->L->ins[instr].stream];
-    if (B->role == RB_GRAD && exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
-    if (B->role == RB_OPT && !B->init) {
+    if (B->role == EXEC_BUF_GRAD && exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
+    if (B->role == EXEC_BUF_OPT && !B->init) {
         if (exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
         B->init = true;
     }
-    if (B->role == RB_PARAM && !B->init) {
+    if (B->role == EXEC_BUF_PARAM && !B->init) {
         if (init_params(r, &r->reg[B->region], B->p, e)) return -1;
         B->init = true;
     }
@@ -1038,12 +842,12 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
     return 0;
 }
 
-static bool persistent(rt_role role) { return role == RB_PARAM || role == RB_GRAD || role == RB_OPT; }
+static bool persistent(exec_buf_role role) { return role == EXEC_BUF_PARAM || role == EXEC_BUF_GRAD || role == EXEC_BUF_OPT; }
 
 static int rt_release(void *ctx, int instr, int b, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    rt_buf *B = &r->buf[b];
+    exec_buf *B = &r->buf[b];
     if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(r, b));
     B->live = false;
     r->plan_live -= (double)r->L->bufs[b].bytes;
@@ -1074,7 +878,7 @@ static void *slot_get(exec_cuda_rt *r, int s, bool create, const char *what, bas
         exec_cuda_pool_alloc(&r->pool, (size_t)r->slot_bytes[s], &r->slot[s], e))
         return NULL;
     if (!r->slot[s]) {
-        int g = (int)(s / NSLOT / r->nmb), mb = (int)(s / NSLOT % r->nmb);
+        int g = (int)(s / EXEC_NSLOT / r->nmb), mb = (int)(s / EXEC_NSLOT % r->nmb);
         base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device", what,
                     r->reg[g].name, mb);
     }
@@ -1289,12 +1093,12 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (R->kind == EXEC_EMBED) c->tokens = r->tokens[b->mb];
     if (R->kind == EXEC_HEAD) c->targets = r->targets[b->mb];
     void *scratch_y = NULL, *scratch_y2 = NULL;
-    if (b->xb >= 0 && !(c->x = buf_ptr(r, b->xb, "the input", e))) return -1;
-    if (b->xs >= 0 && !(c->x = slot_get(r, b->xs, false, "the input", e))) return -1;
-    if (b->x2s >= 0 && !(c->x2 = slot_get(r, b->x2s, false, "the route", e))) return -1;
-    if (b->yb >= 0 && !(c->y = buf_ptr(r, b->yb, "the output", e))) return -1;
-    if (b->ys >= 0 && !(c->y = slot_get(r, b->ys, true, "the output", e))) return -1;
-    if (b->y2s >= 0 && !(c->y2 = slot_get(r, b->y2s, true, "the route", e))) return -1;
+    if (b->sl.xb >= 0 && !(c->x = buf_ptr(r, b->sl.xb, "the input", e))) return -1;
+    if (b->sl.xs >= 0 && !(c->x = slot_get(r, b->sl.xs, false, "the input", e))) return -1;
+    if (b->sl.x2s >= 0 && !(c->x2 = slot_get(r, b->sl.x2s, false, "the route", e))) return -1;
+    if (b->sl.yb >= 0 && !(c->y = buf_ptr(r, b->sl.yb, "the output", e))) return -1;
+    if (b->sl.ys >= 0 && !(c->y = slot_get(r, b->sl.ys, true, "the output", e))) return -1;
+    if (b->sl.y2s >= 0 && !(c->y2 = slot_get(r, b->sl.y2s, true, "the route", e))) return -1;
     int rc = 0;
     if (in->pass == PLAN_PASS_R) {
         if (R->kind != EXEC_HEAD && !c->y) {
@@ -1306,19 +1110,19 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
             c->y2 = scratch_y2;
         }
     }
-    if (!rc && b->dyb >= 0 && !(c->dy = buf_ptr(r, b->dyb, "the output gradient", e))) rc = -1;
-    if (!rc && b->dys >= 0 && !(c->dy = slot_get(r, b->dys, false, "the output gradient", e))) rc = -1;
-    if (!rc && b->dy2s >= 0 && !(c->dy2 = slot_get(r, b->dy2s, false, "the route gradient", e))) rc = -1;
-    if (!rc && b->dxb >= 0 && !(c->dx = buf_ptr(r, b->dxb, "the input gradient", e))) rc = -1;
-    if (!rc && b->dxs >= 0 && !(c->dx = slot_get(r, b->dxs, true, "the input gradient", e))) rc = -1;
-    if (!rc && b->dx2s >= 0 && !(c->dx2 = slot_get(r, b->dx2s, true, "the route gradient", e))) rc = -1;
+    if (!rc && b->sl.dyb >= 0 && !(c->dy = buf_ptr(r, b->sl.dyb, "the output gradient", e))) rc = -1;
+    if (!rc && b->sl.dys >= 0 && !(c->dy = slot_get(r, b->sl.dys, false, "the output gradient", e))) rc = -1;
+    if (!rc && b->sl.dy2s >= 0 && !(c->dy2 = slot_get(r, b->sl.dy2s, false, "the route gradient", e))) rc = -1;
+    if (!rc && b->sl.dxb >= 0 && !(c->dx = buf_ptr(r, b->sl.dxb, "the input gradient", e))) rc = -1;
+    if (!rc && b->sl.dxs >= 0 && !(c->dx = slot_get(r, b->sl.dxs, true, "the input gradient", e))) rc = -1;
+    if (!rc && b->sl.dx2s >= 0 && !(c->dx2 = slot_get(r, b->sl.dx2s, true, "the route gradient", e))) rc = -1;
     if (!rc) rc = exec_cuda_kernel_run(b->k, &call, e);
     base_error e2;
     base_error_clear(&e2);
     if (scratch_y) exec_cuda_pool_free(&r->pool, scratch_y, (size_t)R->sz.y_bytes, in->stream, &e2);
     if (scratch_y2) exec_cuda_pool_free(&r->pool, scratch_y2, (size_t)R->sz.route_bytes, in->stream, &e2);
     if (rc) return -1;
-    const int reads[] = {b->xs, b->x2s, b->dys, b->dy2s};
+    const int reads[] = {b->sl.xs, b->sl.x2s, b->sl.dys, b->sl.dy2s};
     for (size_t q = 0; q < BASE_COUNT(reads); q++)
         if (reads[q] >= 0 && r->slot_last[reads[q]] == i && slot_drop(r, reads[q], in->stream, e)) return -1;
     return 0;
@@ -1410,7 +1214,7 @@ static int rt_p2p_start(void *ctx, int i, const plan_instr *in, int peer, int *r
     return 0;
 }
 
-static int coll_act(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, void *s, base_error *e)
+static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, base_error *e)
 {
     void *ib = buf_ptr(r, C->in, "the collective's input", e);
     void *ob = ib ? buf_ptr(r, C->out, "the collective's output", e) : NULL;
@@ -1455,13 +1259,13 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, voi
     }
 }
 
-static int coll_grads(exec_cuda_rt *r, const rt_coll *C, void *s, base_error *e)
+static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *e)
 {
     if (C->gsize == 1) return 0;
     if (exec_nccl_group_start(e)) return -1;
     int rc = 0;
     for (int k = 0; k < C->nseg && !rc; k++) {
-        const rt_seg *g = &C->seg[k];
+        const exec_seg *g = &C->seg[k];
         float *gr = buf_ptr(r, r->reg[g->region].grad_buf, "the gradients", e);
         if (!gr) {
             rc = -1;
@@ -1480,11 +1284,11 @@ static int coll_grads(exec_cuda_rt *r, const rt_coll *C, void *s, base_error *e)
  * holds its piece of every region, padded to the chunk), reduce-scattered (gradients, fp32) or
  * all-gathered (parameters, bf16), and copied back, all on the stream: the copies back follow the
  * NCCL operation in stream order, so the host does not wait. */
-static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, void *s, int stream,
+static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, int stream,
                      base_error *e)
 {
     if (C->gsize == 1) return 0;
-    const bool scatter = C->kind == RC_GRAD_SCATTER;
+    const bool scatter = C->kind == EXEC_COLL_GRAD_SCATTER;
     const size_t es = scatter ? 4 : 2, chunk = (size_t)C->chunk;
     const size_t big = chunk * (size_t)C->gsize * es, small = chunk * es;
     void *stage = NULL;
@@ -1498,7 +1302,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, vo
         for (int q = 0; q < C->nseg && !rc; q++) {
             const rt_region *R = &r->reg[C->seg[q].region];
             int64_t lo, hi;
-            exec_cuda_piece(R->n, k, C->gsize, &lo, &hi);
+            exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
             char *src = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, scatter ? "the gradients" : "the parameters", e);
             if (!src) {
                 rc = -1;
@@ -1519,7 +1323,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, vo
         for (int q = 0; q < C->nseg && !rc; q++) {
             const rt_region *R = &r->reg[C->seg[q].region];
             int64_t lo, hi;
-            exec_cuda_piece(R->n, k, C->gsize, &lo, &hi);
+            exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
             char *dst = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, "the collective's region", e);
             if (!dst) {
                 rc = -1;
@@ -1540,7 +1344,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const rt_coll *C, vo
 static int rt_coll_start(void *ctx, int i, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    const rt_coll *C = &r->coll[i];
+    const exec_coll *C = &r->coll[i];
     void *s = r->stream[in->stream];
     if (C->gsize > 1 && (C->comm < 0 || !r->comm || !r->comm[C->comm]))
         return base_errorf(e, "no communicator for group %d on stream %s", group,
@@ -1554,11 +1358,11 @@ static int rt_coll_start(void *ctx, int i, const plan_instr *in, int group, int 
     if (r->o.trace) rc = exec_cuda_event_record(r->start_ev[i], s, e);
     if (!rc) {
         switch (C->kind) {
-        case RC_ACT: rc = coll_act(r, in, C, s, e); break;
-        case RC_GRAD_SUM: rc = coll_grads(r, C, s, e); break;
-        case RC_GRAD_SCATTER:
-        case RC_PARAM_GATHER: rc = coll_zero(r, in, C, s, in->stream, e); break;
-        case RC_SCALAR:
+        case EXEC_COLL_ACT: rc = coll_act(r, in, C, s, e); break;
+        case EXEC_COLL_GRAD_SUM: rc = coll_grads(r, C, s, e); break;
+        case EXEC_COLL_GRAD_SCATTER:
+        case EXEC_COLL_PARAM_GATHER: rc = coll_zero(r, in, C, s, in->stream, e); break;
+        case EXEC_COLL_SCALAR:
             rc = C->gsize == 1 ? 0
                                : exec_nccl_all_reduce(r->sc.norm, r->sc.norm, 1, EXEC_NCCL_F64,
                                                       EXEC_NCCL_SUM, r->comm[C->comm], s, e);
@@ -1664,7 +1468,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
     st->seconds = exec_now() - t0;
     r->traced = r->o.trace;
     for (int b = 0; b < r->L->nbufs; b++) {
-        rt_buf *B = &r->buf[b];
+        exec_buf *B = &r->buf[b];
         if (!B->live) continue;
         B->live = false;
         if (!persistent(B->role)) {
@@ -1672,7 +1476,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
             B->p = NULL;
         }
     }
-    for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * NSLOT; s++)
+    for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * EXEC_NSLOT; s++)
         if (r->slot[s] && slot_drop(r, (int)s, -1, e)) return -1;
     double *h = base_xcalloc((size_t)r->sc.n, sizeof *h);
     int rc = exec_cuda_copy_d2h(s0, h, r->sc.base, (size_t)r->sc.n * sizeof(double), e) ||

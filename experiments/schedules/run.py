@@ -15,8 +15,8 @@ schedules.csv — every schedule at p = 4, 8 and 16 ranks (m = 2p micro-batches)
     param_bytes                the rank's parameter bytes (piper-sim's memory breakdown)
     layers_sim / layers_closed transformer layers the rank holds: L/p (DualPipe: 2L/p)
   The model is a GPT of 32 tiny layers (so that 2p = 32 stages divide it), so bytes are small;
-  what matters is the ratios. DualPipe is not compiled by piper yet: its rows give the closed
-  forms only (sim columns empty).
+  what matters is the ratios. DualPipe runs on the same model with untied embeddings (piper
+  refuses tied ones with it) and holds each rank's layers twice (stage p+i mirrors stage i).
 
 moe.csv — the DualPipe(V) comparison on a MoE model with expert parallelism: qwen3_9b on one
   8 x H200 node, 4 pipeline ranks of 2 GPUs each, experts sharded over each rank's two GPUs
@@ -56,7 +56,8 @@ def layout_rank(kind, p, s):
 
 
 def stages_of(kind, p):
-    return 2 * p if kind in ("interleaved-1f1b", "zbv", "dualpipev", "dualpipe") else p
+    # dualpipe: the program annotates p stages; the schedule makes the mirrored p..2p-1 itself
+    return 2 * p if kind in ("interleaved-1f1b", "zbv", "dualpipev") else p
 
 
 def closed_idle(kind, p):
@@ -142,8 +143,10 @@ def read_plan(path):
                 lm = re.match(r"L(\d+)\.", m.group(1))
                 if lm:
                     cur["layers"].add(int(lm.group(1)))
-                if int(m.group(2)) == 0 and m.group(4):
-                    st = int(m.group(3))
+                st, mb = int(m.group(3)), int(m.group(2))
+                # a stage's first micro-batch: 0, or m/2 for DualPipe's mirrored stages
+                first = cur.setdefault("first_mb", {}).setdefault(st, mb)
+                if mb == first and m.group(4):
                     for b in m.group(4).split(","):
                         nbytes, mem = cur["bufs"].get(int(b), (0, ""))
                         if mem == "activations":
@@ -181,6 +184,9 @@ def schedules_table(build, work, out, figures):
         text = re.sub(r"(?m)^layers: \d+", "layers: %d" % LAYERS, f.read())
     with open(model, "w") as f:
         f.write(re.sub(r"(?m)^name: \S+", "name: gpt_tiny32", text))
+    untied = os.path.join(work, "gpt_tiny32_untied.yaml")
+    with open(untied, "w") as f:
+        f.write(re.sub(r"(?m)^name: \S+", "name: gpt_tiny32_untied", text) + "tied_embeddings: false\n")
     cluster = os.path.join(work, "a100_16.yaml")
     with open(os.path.join(ROOT, "configs/clusters/dgx_a100_8.yaml")) as f:
         text = f.read()
@@ -191,18 +197,10 @@ def schedules_table(build, work, out, figures):
         m = 2 * p
         for kind in SCHEDULES:
             S = stages_of(kind, p)
-            base = {"schedule": kind, "p": p, "m": m, "stages": S}
-            if kind == "dualpipe":
-                for r in range(p):
-                    rows.append(dict(base, rank=r, idle_sim="", idle_closed=closed_idle(kind, p),
-                                     act_chunks_sim="", act_chunks_closed=closed_act(kind, p, m, r),
-                                     act_peak_bytes="", param_bytes="", layers_sim="",
-                                     layers_closed=2 * LAYERS // p,
-                                     note="not compiled by piper yet (needs the layers twice)"))
-                continue
+            base = {"schedule": kind, "p": p, "m": m, "stages": 2 * p if kind == "dualpipe" else S}
             prog = os.path.join(work, "%s_p%d.yaml" % (kind, p))
             plan = prog + ".plan"
-            write_program(prog, kind, p, S, m, model, cluster)
+            write_program(prog, kind, p, S, m, untied if kind == "dualpipe" else model, cluster)
             run([os.path.join(build, "piper-compile"), "-q", prog, "-o", plan])
             res = simulate(build, plan, ["--costs", UNIT])
             info = read_plan(plan)
@@ -217,7 +215,9 @@ def schedules_table(build, work, out, figures):
                                  idle_closed=closed_idle(kind, p), act_chunks_sim=n if n is not None else "",
                                  act_chunks_closed=ca if ca is not None else "", act_peak_bytes=peak,
                                  param_bytes=int(round(dev["peak_by_category"]["params"])),
-                                 layers_sim=len(info[r]["layers"]), layers_closed=LAYERS // p, note=""))
+                                 layers_sim=len(info[r]["layers"]),
+                                 layers_closed=(2 if kind == "dualpipe" else 1) * LAYERS // p,
+                                 note="untied embeddings" if kind == "dualpipe" else ""))
             if figures and p == 4:
                 os.makedirs(os.path.join(out, "figures"), exist_ok=True)
                 run([os.path.join(build, "piper-viz"), "schedule", plan, "--unit", "--title",

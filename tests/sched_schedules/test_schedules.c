@@ -512,6 +512,15 @@ static void test_csv_validation_errors(void)
 
 /* Writes a program: gpt_tiny8, S stages placed by `layout`, one device per rank, m micro-batches,
  * and a schedule directive (`sched_line`, e.g. "{op: schedule, name: 1f1b}"). */
+/* gpt_tiny8 with untied embeddings (dualpipe refuses tied ones), as a --model override */
+static const char *untied_model(void)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s", test_src_path("tests/fixtures/schedules/gpt_tiny8_untied.yaml"));
+    return path;
+}
+#define UNTIED untied_model()
+
 static const char *write_program(const char *name, int S, int p, sched_layout layout, int m,
                                  const char *sched_line)
 {
@@ -614,6 +623,64 @@ static void test_compile_two_chunks_per_rank(void)
     check_program(SCHED_DUALPIPEV, 8, 4, 8, false);
 }
 
+/* DualPipe at p = 4, m = 8 on the untied tiny GPT, through the static check: the plan runs the
+ * builder's order (each direction's micro-batches numbered from 0); stage p+i is stage i's
+ * regions for micro-batches m/2..m-1 on rank p-1-i; each region with parameters has exactly two
+ * updates (rank i and rank p-1-i), each fed by a pair all-reduce with the other's devices; and
+ * the gradient norm reads no mirrored gradient directly (each pair counted once). */
+static void test_compile_dualpipe(void)
+{
+    const int p = 4, m = 8;
+    compiled a;
+    compile_path(&a, write_program("dualpipe", p, p, SCHED_LAYOUT_ONE, m, "{op: schedule, name: dualpipe}"), UNTIED, NULL, true);
+    CU_ASSERT_EQUAL_FATAL(a.rc, 0);
+    sched_table plan, want = build(SCHED_DUALPIPE, p, m, 2, 0);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sched_table_from_plan(&a.c, &plan, &e), 0);
+    CU_ASSERT_TRUE(sched_table_equal(&plan, &want));
+    const ir_dag *g = &a.c.dag;
+    int nupd[64][2] = {{0}}, npair = 0;
+    for (size_t v = 0; v < g->nnodes; v++) {
+        const ir_node *n = &g->nodes[v];
+        if (n->dead) continue;
+        int dev = g->places[n->place].devs[0];
+        if ((n->op == IR_OP_F || n->op == IR_OP_B || n->op == IR_OP_BI || n->op == IR_OP_BW) && n->mb >= 0) {
+            bool mirror = n->mb >= m / 2;
+            CU_ASSERT_EQUAL(n->stage >= p, mirror);
+            CU_ASSERT_EQUAL(dev, mirror ? 2 * p - 1 - n->stage : n->stage);
+            CU_ASSERT_EQUAL(n->chunk, sched_layout_chunk(SCHED_LAYOUT_MIRROR, p, n->stage));
+        }
+        if (n->op == IR_OP_UPD && n->region >= 0 && n->region < 64) {
+            int s = n->stage % p;
+            CU_ASSERT_EQUAL(dev, n->stage >= p ? p - 1 - s : s);
+            nupd[n->region][n->stage >= p]++;
+        }
+        if (n->op == IR_OP_ALL_REDUCE && n->coll_group == IR_CG_PAIR) {
+            npair++;
+            int peer = g->places[n->peer_place].devs[0];
+            CU_ASSERT_EQUAL(peer, p - 1 - dev);
+        }
+    }
+    int nregions = 0;
+    for (int r = 0; r < g->nregions && r < 64; r++) {
+        if (!nupd[r][0] && !nupd[r][1]) continue;
+        nregions++;
+        CU_ASSERT_EQUAL(nupd[r][0], 1);
+        CU_ASSERT_EQUAL(nupd[r][1], 1);
+    }
+    CU_ASSERT(nregions > 0);
+    CU_ASSERT_EQUAL(npair, 2 * nregions);
+    for (size_t i = 0; i < g->nedges; i++) {
+        const ir_edge *ed = &g->edges[i];
+        if (ed->dead || g->nodes[ed->dst].op != IR_OP_GRAD_NORM) continue;
+        CU_ASSERT_FALSE(g->nodes[ed->src].stage >= p && g->nodes[ed->src].mb >= 0);
+    }
+    sched_table_free(&plan);
+    sched_table_free(&want);
+    sched_compilation_free(&a.c);
+}
+
 static double act_peak(const compiled *k, int dev) { return k->c.stats.dev[dev].peak_by_mem[PLAN_MEM_ACT]; }
 
 static void test_compile_activation_peaks(void)
@@ -663,8 +730,22 @@ static void test_compile_errors(void)
     compile_path(&k, write_program("opt", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: 1f1b, warmup: 3}"), NULL, NULL, false);
     TEST_ASSERT_CONTAINS(k.e.msg, "unknown option 'warmup'; 1f1b takes no options");
     sched_compilation_free(&k.c);
-    compile_path(&k, write_program("dp", 8, 4, SCHED_LAYOUT_MIRROR, 8, "{op: schedule, name: dualpipe}"), NULL, NULL, false);
-    TEST_ASSERT_CONTAINS(k.e.msg, "dualpipe is not supported by the compiler yet");
+    /* dualpipe: one stage per rank annotated (it makes the mirrors), p even, m >= 2p, untied */
+    compile_path(&k, write_program("dp", 8, 4, SCHED_LAYOUT_MIRROR, 8, "{op: schedule, name: dualpipe}"), UNTIED, NULL, false);
+    CU_ASSERT_NOT_EQUAL(k.rc, 0);
+    TEST_ASSERT_CONTAINS(k.e.msg, "directive 9 (schedule): dualpipe takes one stage per rank and makes the mirrored stages itself, but stages 3 and 4 run on the same devices");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("dp_m", 4, 4, SCHED_LAYOUT_ONE, 6, "{op: schedule, name: dualpipe}"), UNTIED, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, ":11:5: directive 5 (schedule): dualpipe needs m >= 2p = 8 micro-batches");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("dp_tied", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: dualpipe}"), NULL, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, "dualpipe with tied embeddings is not supported yet");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("dp_order", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: order, filters: [[{PP: 0, PASS: F, MB: 0}], [{PP: 0, PASS: F, MB: 1}]]}\n  - {op: schedule, name: dualpipe}"), UNTIED, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, "dualpipe must be the first order or schedule directive");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("dp_order2", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: order, filters: [[{PP: 0, PASS: F, MB: 0}], [{PP: 0, PASS: F, MB: 1}]]}\n  - {op: order, mirror: true, filters: [[{PP: 1, PASS: F, MB: 0}], [{PP: 1, PASS: F, MB: 1}]]}"), UNTIED, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, "mirror: true must be on the first order or schedule directive");
     sched_compilation_free(&k.c);
     /* two stages on one device for a one-stage-per-rank schedule */
     compile_path(&k, write_program("shared", 4, 2, SCHED_LAYOUT_LOOP, 8, "{op: schedule, name: 1f1b}"), NULL, NULL, false);
@@ -700,12 +781,13 @@ static void test_compile_errors(void)
     sched_compilation_free(&k.c);
 }
 
-/* --emit-directives: the expansion reloads as a bare Piper array to the same plan. */
-static void test_emit_directives_round_trip(void)
+/* --emit-directives: the expansion reloads as a bare Piper array to the same plan (dualpipe: its
+ * first order says mirror: true, and the array's stages are those the placements name). */
+static void emit_round_trip(const char *sched_line, const char *model_path)
 {
-    const char *path = write_program("emit", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: zb-h1}");
+    const char *path = write_program("emit", 4, 4, SCHED_LAYOUT_ONE, 8, sched_line);
     compiled a;
-    compile_path(&a, path, NULL, NULL, true);
+    compile_path(&a, path, model_path, NULL, true);
     CU_ASSERT_EQUAL_FATAL(a.rc, 0);
     char json[512];
     snprintf(json, sizeof json, "%s.json", path);
@@ -716,7 +798,7 @@ static void test_emit_directives_round_trip(void)
     fclose(f);
     compiled b;
     char model[4096];
-    snprintf(model, sizeof model, "%s", test_src_path("tests/fixtures/schedules/gpt_tiny8.yaml"));
+    snprintf(model, sizeof model, "%s", model_path ? model_path : test_src_path("tests/fixtures/schedules/gpt_tiny8.yaml"));
     compile_path(&b, json, model, test_src_path("configs/clusters/a100_4.yaml"), true);
     CU_ASSERT_EQUAL_FATAL(b.rc, 0);
     CU_ASSERT_TRUE(b.c.prog.from_piper_array);
@@ -738,6 +820,12 @@ static void test_emit_directives_round_trip(void)
     CU_ASSERT_EQUAL(orders, 4);
     sched_compilation_free(&a.c);
     sched_compilation_free(&b.c);
+}
+
+static void test_emit_directives_round_trip(void)
+{
+    emit_round_trip("{op: schedule, name: zb-h1}", NULL);
+    emit_round_trip("{op: schedule, name: dualpipe}", UNTIED);
 }
 
 int piper_tests_register(void)
@@ -771,6 +859,7 @@ int piper_tests_register(void)
         {"one stage per rank: plan order = builder order, deadlock-free", test_compile_one_stage_per_rank},
         {"two chunks per rank: plan order = builder order", test_compile_two_chunks_per_rank},
         {"activation peaks from the static check", test_compile_activation_peaks},
+        {"dualpipe: mirrored stages, paired updates, builder's order", test_compile_dualpipe},
         {"errors at the schedule directive", test_compile_errors},
         {"--emit-directives reloads to the same plan", test_emit_directives_round_trip},
         {NULL, NULL},

@@ -18,8 +18,7 @@
  *     the bytes take no time, on a model with untied embeddings (no other communication), and
  *     the plan lowered with one p2p stream per channel (--p2p-per-channel): the delay then
  *     "occupies neither rank", like the paper's asynchronous sends.
- * DualPipe itself is not compiled yet (the compiler refuses it; test_schedules checks the
- * message), so its row is held to the closed form by test_schedules' unit replay only. */
+ * DualPipe runs on a model with untied embeddings (the compiler refuses tied ones with it). */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdarg.h>
@@ -121,8 +120,9 @@ static double num_at(const ir_doc *map, const char *key)
     return v;
 }
 
-/* Per device, the activation bytes each of its chunks saves for micro-batch 0: the activation
- * buffers written by its forward compute instructions, by stage. */
+/* Per device, the activation bytes each of its chunks saves for its first micro-batch (0, or
+ * m/2 for DualPipe's mirrored stages): the activation buffers written by its forward compute
+ * instructions, by stage. */
 static void chunk_bytes(const char *plan_path, sim_out *o)
 {
     sched_plan p;
@@ -132,10 +132,14 @@ static void chunk_bytes(const char *plan_path, sim_out *o)
     for (int d = 0; d < p.ndevices && d < 16; d++) {
         const plan_list *L = sched_plan_list(&p, d);
         double by_stage[64] = {0};
+        int first_mb[64]; /* a stage's first forward micro-batch (DualPipe's mirrors start at m/2) */
+        for (int s = 0; s < 64; s++) first_mb[s] = -1;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
-            if (in->op != PLAN_COMPUTE || in->pass != PLAN_PASS_F || in->mb != 0 || in->stage < 0 || in->stage >= 64)
+            if (in->op != PLAN_COMPUTE || in->pass != PLAN_PASS_F || in->stage < 0 || in->stage >= 64 || in->mb < 0)
                 continue;
+            if (first_mb[in->stage] < 0) first_mb[in->stage] = in->mb;
+            if (in->mb != first_mb[in->stage]) continue;
             for (int w = 0; w < in->nwrites; w++)
                 if (in->writes[w] >= 0 && L->bufs[in->writes[w]].mem == PLAN_MEM_ACT)
                     by_stage[in->stage] += (double)L->bufs[in->writes[w]].bytes;
@@ -198,6 +202,7 @@ static void assert_peak_chunks(const sim_out *o, int d, int n)
 }
 
 static const char *const TINY = "tests/fixtures/schedules/gpt_tiny8.yaml";
+static const char *const TINY_UNTIED = "tests/fixtures/schedules/gpt_tiny8_untied.yaml";
 static const char *const A100_4 = "configs/clusters/a100_4.yaml";
 
 /* ---------------------------------------------------------------- formulas.md, unit costs */
@@ -281,6 +286,28 @@ static void test_dualpipev(void)
     o = run(write_program("dpv8.yaml", SCHED_DUALPIPEV, p, 2 * p, 8, TINY, A100_4), "",
             "--costs unit:F=1,B=2,BI=1,BW=1,nocomm");
     for (int r = 0; r < p; r++) ASSERT_CLOSE(o.idle[r], 2 * p - 2, 1e-9);
+}
+
+/* DualPipe, p = 4 (stage p+i a copy of stage i on rank p-1-i, m/2 micro-batches per direction),
+ * F = BI = BW = 1, B = 2, F&B = 3: idle p - 2 on every rank at m = 8 and m = 12 (independent of
+ * m), each rank busy 2 stages x m/2 micro-batches x (F + B); activation peak p + 1 chunk-micro-
+ * batches on the worst rank and at most that on every rank. */
+static void test_dualpipe(void)
+{
+    int p = 4;
+    const int ms[2] = {8, 12};
+    for (int i = 0; i < 2; i++) {
+        int m = ms[i];
+        sim_out o = run(write_program(i ? "dp12.yaml" : "dp8.yaml", SCHED_DUALPIPE, p, p, m, TINY_UNTIED, A100_4), "",
+                        "--costs unit:F=1,B=2,BI=1,BW=1,nocomm");
+        CU_ASSERT_EQUAL_FATAL(o.ndev, p);
+        for (int r = 0; r < p; r++) ASSERT_CLOSE(o.idle[r], p - 2, 1e-9);
+        ASSERT_CLOSE(o.step, 2 * (m / 2) * 3 + (p - 2), 1e-9);
+        int worst = 0;
+        for (int r = 1; r < p; r++)
+            if (o.act_peak[r] > o.act_peak[worst]) worst = r;
+        assert_peak_chunks(&o, worst, p + 1);
+    }
 }
 
 /* ---------------------------------------------------------------- Zero Bubble, Table 5 */
@@ -456,6 +483,7 @@ int piper_tests_register(void)
         {"zb-h1 and zb-h2: idle and peaks", test_zero_bubble_h1_h2},
         {"zbv: idle p-1, peak 2p", test_zbv},
         {"dualpipev: idle 2p-2, makespan 66, peak 2p+1", test_dualpipev},
+        {"dualpipe: idle p-2 at m = 8 and 12, peak p+1", test_dualpipe},
         {NULL, NULL},
     };
     static const test_case table5[] = {

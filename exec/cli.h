@@ -1,0 +1,61 @@
+/* cli.h — what piper-exec (exec/piper_exec.c, the CPU executor) and piper-exec-cuda
+ * (exec/cuda/piper_exec_cuda.c) share on their command lines and in their reports: the training
+ * options both take (steps, seed, optimizer, watchdog, log, trace, ...) with the same defaults
+ * and messages, the check that the ranks started fit the plan's devices, the arithmetic of a
+ * step by the plan's kernel lists, and the reduction of every rank's step figures. Kept in one
+ * place so that the two drivers read a command line and a plan the same way; what only one
+ * backend has (--dtype, --data, checkpoints; --gpu, --check) stays in its driver. */
+#ifndef PIPER_EXEC_CLI_H
+#define PIPER_EXEC_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sched/plan.h"
+#include "cpu/kernels.h"
+
+typedef struct exec_cli_common {
+    const char *plan, *log, *trace;
+    int64_t steps;
+    uint64_t seed;
+    bool seed_given, quiet, memory;
+    double timeout_s, grad_clip;
+    exec_optim optim;
+} exec_cli_common;
+
+/* The defaults: 5 steps, seed 1, AdamW (0.9, 0.95, 1e-8, weight decay 0.1; lr by
+ * exec_cli_finish), clipping at 1, a 300 s watchdog. */
+void exec_cli_defaults(exec_cli_common *c);
+
+/* The value of option argv[*i] (argv[*i + 1], *i advanced), or NULL with an error. */
+const char *exec_cli_value(int argc, char **argv, int *i, base_error *e);
+/* The value of option argv[*i] as a number >= lo, or -1 with an error. */
+int exec_cli_number(int argc, char **argv, int *i, double lo, double *v, base_error *e);
+
+/* Reads argv[*i] as one of the common options, the plan, or help (advancing *i past a value):
+ * 0 read, 1 help asked, -1 an error (an unknown option, a second plan, a bad value). `prog`
+ * names the driver in messages. A driver tries its own options first. */
+int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_common *c,
+                    base_error *e);
+/* After the last option: a plan must be given; the learning rate defaults by optimizer. */
+int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e);
+
+/* `size` ranks for the plan: at most one per device, and every device with work has one. */
+int exec_cli_check_ranks(const sched_plan *p, int size, base_error *e);
+
+/* The arithmetic of a step on devices [0, ndevices) by the plan's kernel lists (GEMMs exact). */
+double exec_cli_plan_flops(const sched_plan *p, int ndevices);
+
+/* Every rank's step figures, `nv` doubles a rank starting with (loss, aux loss, squared gradient
+ * norm or -1, seconds): the summed cross-entropy and aux loss, the largest norm, the slowest
+ * rank's time. */
+void exec_cli_step_reduce(const double *all, int size, int nv, double *ce, double *aux,
+                          double *norm, double *t);
+
+/* The gradient norm for the per-step line ("-" when the plan computes none). */
+void exec_cli_norm_text(double norm, char *buf, size_t n);
+
+static inline double exec_cli_mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+#endif

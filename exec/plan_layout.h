@@ -1,0 +1,198 @@
+/* plan_layout.h — the rules both executor backends (the CPU executor, exec/cpu/runtime.c, and the
+ * CUDA runtime, exec/cuda/runtime.c) use to read a plan for one device: how a region's name says
+ * its layer and kind, which regions a device runs and on which TP/EP groups, who holds which
+ * region, the ZeRO piece of a group member, which kernel identity a compute names, and where a
+ * compute's boundary tensors go when no communication buffer carries them. They live here once
+ * so that the two backends cannot drift apart in how they read the same plan (the CUDA runtime's
+ * losses are checked against the CPU executor's). What each backend keeps for itself is what
+ * really differs: its buffer sizes (its own kernels' layouts), what it supports, its messages.
+ * Plain C over sched/plan.h and the kernels' model description (exec/cpu/kernels.h). */
+#ifndef PIPER_EXEC_PLAN_LAYOUT_H
+#define PIPER_EXEC_PLAN_LAYOUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sched/plan.h"
+#include "cpu/kernels.h"
+
+/* What a plan buffer of the device is to a backend, and the backend's own size and storage of
+ * it. The role comes from how the computes use the buffer (and, for GATHERED, a ZeRO-3 all-gather
+ * that fills a comm buffer with a region's whole parameters: the CPU executor only). */
+typedef enum {
+    EXEC_BUF_NONE,
+    EXEC_BUF_PARAM,
+    EXEC_BUF_GRAD,
+    EXEC_BUF_OPT,
+    EXEC_BUF_ACT,
+    EXEC_BUF_COMM,
+    EXEC_BUF_GATHERED
+} exec_buf_role;
+
+typedef struct exec_buf {
+    exec_buf_role role;
+    int region;         /* PARAM/GRAD/OPT/ACT: the region; COMM: the region that uses it */
+    int64_t bytes;      /* the backend's size (its kernels' layouts) */
+    char *p;            /* storage, host (CPU) or device (CUDA); kept across steps for
+                           parameters, gradients and optimizer state */
+    bool live;
+    bool init;          /* parameters, optimizer state: initialised */
+    bool table;         /* GATHERED for the head: the embedding's token table follows the head's
+                           parameters (tied embeddings, ZeRO-3, both on this device) */
+} exec_buf;
+
+/* A piece of a region's parameter storage (elements) that a collective moves. */
+typedef struct exec_seg {
+    int region;
+    int64_t off, n;
+} exec_seg;
+
+/* What a collective instruction is to a backend: an activation collective (in, out: plan
+ * buffers), a gradient sum (the segments summed), a ZeRO reduce-scatter of gradients or
+ * all-gather of parameters (one segment per region), or the sum of a scalar (the gradient norm,
+ * a collective without buffers). */
+typedef enum {
+    EXEC_COLL_NONE,
+    EXEC_COLL_ACT,
+    EXEC_COLL_GRAD_SUM,
+    EXEC_COLL_GRAD_SCATTER,
+    EXEC_COLL_PARAM_GATHER,
+    EXEC_COLL_SCALAR
+} exec_coll_kind;
+
+typedef struct exec_coll {
+    exec_coll_kind kind;
+    int group, gsize, grank;
+    int comm;               /* the backend's communicator, -1 */
+    int in, out;            /* ACT: plan buffers; PARAM_GATHER (CPU): out = the buffer a ZeRO-3
+                               gather fills, -1 when it gathers into the parameters */
+    int nseg;
+    exec_seg *seg;
+    int64_t chunk;          /* CUDA, SCATTER / GATHER: elements per rank in the staging buffer */
+} exec_coll;
+
+/* Starts reading collective instruction i of device dev into C: its group, the group's size and
+ * the device's position (in, out, comm: -1). Fails when the device is not a member. */
+int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error *e);
+
+/* The data-parallel rank of the device: its position in the first gradient reduction (sum or
+ * reduce-scatter, coll[] per instruction of L) of region r0's gradient buffer over a group of
+ * dp_size devices that all run r0, other than r0's TP and EP groups; -1 when there is none. */
+int exec_dp_rank_find(const sched_plan *p, const plan_list *L, const exec_coll *coll,
+                      bool *const *holds, int r0, int tp_group, int ep_group, int grad_buf,
+                      int64_t dp_size);
+
+/* Gives buffer B the role `role` for region `region` and grows it to `bytes`; -1 (B unchanged)
+ * when it already has another role, or the same role for another region (a comm buffer may
+ * carry tensors of several regions). The backends give a buffer one role. */
+int exec_buf_set_role(exec_buf *B, exec_buf_role role, int region, int64_t bytes);
+
+/* Plan buffer b's name for messages ("?" when it has none). */
+const char *exec_buf_name(const plan_list *L, int b);
+
+/* Prefixes e with the device and instruction i (exec_instr_describe); returns -1. */
+int exec_instr_error(const sched_plan *p, int dev, int i, base_error *e);
+
+/* Device `dev`'s position in plan group g, -1 when it is not a member. */
+int exec_group_pos(const sched_plan *p, int g, int dev);
+
+/* The element range [lo, hi) of a region's storage of n elements that group position k of
+ * `size` holds under ZeRO: pieces of ceil(n / size), the last one shorter (or empty). */
+void exec_zero_piece(int64_t n, int k, int size, int64_t *lo, int64_t *hi);
+
+/* "L3.attn" -> layer 3, kind attn; "embed" / "head" -> layer -1. 0, or -1 for a name that is not
+ * of that form. */
+int exec_parse_region(const char *name, int *layer, exec_region_kind *kind);
+
+/* Where one region of the plan runs on the device: whether the device computes it at all, runs
+ * its optimizer step, and its TP and EP groups (-1: none) with the device's position and the
+ * group sizes (1 and 0 without a group). */
+typedef struct exec_region_place {
+    bool here, upd;
+    int tp_group, ep_group;
+    int tp, tpr, ep, epr;
+} exec_region_place;
+
+/* Reads the placement of the plan's `nreg` regions on device `dev` from its computes into
+ * pl[nreg]. Fails (naming the region) when a region runs on two TP groups, or on a group the
+ * device is not a member of. */
+int exec_region_places(const sched_plan *p, int dev, int nreg, exec_region_place *pl,
+                       base_error *e);
+
+/* holds[d][r]: device d computes region r (for the collectives' reading: which groups hold a
+ * region whole). nreg regions; exec_holds_free frees it. */
+bool **exec_holds_new(const sched_plan *p, int nreg);
+void exec_holds_free(bool **holds, int ndevices);
+/* Every member of group g holds region r. */
+bool exec_group_holds(const sched_plan *p, bool *const *holds, int g, int r);
+
+/* The kernel identity a compute names (NULL for none), and whether it is one of the aux
+ * identities: 1 aux.grad_norm, 2 aux.aux_loss, 0 a region's kernel. */
+const char *exec_compute_kid(const sched_plan *p, const plan_instr *in);
+int exec_aux_kind(const char *kid);
+
+/* The boundary slots of a step: one per (region, micro-batch, kind), where a compute leaves a
+ * tensor for a compute of the same device that no communication buffer carries. */
+enum { EXEC_SLOT_X, EXEC_SLOT_ROUTE, EXEC_SLOT_DY, EXEC_SLOT_DROUTE, EXEC_NSLOT };
+
+static inline int64_t exec_slot_index(int64_t nmb, int r, int mb, int kind)
+{
+    return ((int64_t)r * nmb + mb) * EXEC_NSLOT + kind;
+}
+
+/* A compute's boundary tensors: the communication buffers it reads and writes (-1: none) and the
+ * slots (-1: none) of its input, route, output, second output, output gradient, route gradient,
+ * input gradient and second input gradient. */
+typedef struct exec_bind_slots {
+    int xb, yb, dyb, dxb;
+    int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s;
+} exec_bind_slots;
+
+/* Fills the slots of a forward, recompute or backward pass of region r (kinds[nreg]: every
+ * region's kind) for micro-batch mb, from the comm buffers already in s: a tensor no comm buffer
+ * carries goes through the slot of the region that reads it (the next region's input, the
+ * combine's route two regions on; the previous region's output gradient, the gate's route
+ * gradient). Fails when that region is missing. */
+int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, int r, int mb,
+                         plan_pass pass, const char *name, exec_bind_slots *s, base_error *e);
+
+/* The sizes of comm buffers that only collectives touch, from the other side of each activation
+ * collective (an all-gather multiplies by the group size, a reduce-scatter divides), repeated
+ * until nothing changes; a buffer sized here becomes a comm buffer of its partner's region.
+ * buf[]: the device's plan buffers (0 bytes: not known yet). */
+void exec_coll_sizes(const sched_plan *p, int dev, exec_buf *buf);
+
+/* A gradient all-reduce sums `total` elements (of which `copies` are stage-local copies of the
+ * tied token table): the plan's bytes at its gradient dtype must be that, with or without the
+ * copies (the plan counts a stage's copy in its memory but not in its bucket's bytes, a compiler
+ * discrepancy; the copy is summed all the same, or the replicas would drift apart). Fails with a
+ * message naming `who` ("executor", "runtime") otherwise. */
+int exec_check_bucket_bytes(const sched_plan *p, const plan_instr *in, int64_t total,
+                            int64_t copies, const char *who, base_error *e);
+
+/* The bytes of a compute's boundary tensors in a backend's layout: its input, its output (the
+ * gradients are the same sizes) and an MoE route. */
+typedef struct exec_slot_sizes {
+    int64_t x, y, route;
+} exec_slot_sizes;
+
+/* Notes the slots compute i reads (s): i is their last reader so far, and they hold what it reads
+ * (sz). slot_last and slot_bytes are per slot (exec_slot_index). */
+void exec_slots_note_reads(const exec_bind_slots *s, int i, exec_slot_sizes sz, int *slot_last,
+                           int64_t *slot_bytes);
+/* After every compute is read: each slot a compute of region `region` writes (s, its tensors of
+ * sizes sz) has a reader on the device, which takes it at the size written; otherwise the tensor
+ * has nowhere to go (the plan lacks a transfer) or the two regions disagree. */
+int exec_slots_check_writes(const sched_plan *p, int64_t nmb, int region, const exec_bind_slots *s,
+                            exec_slot_sizes sz, const int *slot_last, const int64_t *slot_bytes,
+                            base_error *e);
+
+/* The data-parallel size of the plan: global batch / (micro-batch x micro-batches), which must
+ * divide. */
+int exec_dp_size(const plan_model *m, int64_t *dp_size, base_error *e);
+
+/* The region of the device's first forward pass, -1 when it runs none (it then reads no data). */
+int exec_first_forward_region(const plan_list *L);
+
+#endif
