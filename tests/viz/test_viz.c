@@ -397,6 +397,35 @@ static void test_schedule_overlapped_pair(void)
     compiled_free(c);
 }
 
+/* DualPipe (p = 4, m = 8): its overlapped F&B pairs drawn as such. schedules.md's steps give each
+ * rank (h = min(r, p-1-r), H = p/2) 2(m/2 - p + h + 1) pairs in step 4, less the first one on the
+ * middle ranks (h = H-1), plus H-h-1 in step 5: 3 on every rank here, 12 pairs, 24 half boxes. */
+static void test_schedule_dualpipe_pairs(void)
+{
+    compiled *c = compile_rel("tests/fixtures/schedules/dualpipe_p4_m8.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_pair *pairs = NULL;
+    int np = 0;
+    viz_pairs_from_program(&c->c, &pairs, &np);
+    const int p = 4, m = 8, H = p / 2;
+    int want = 0;
+    for (int r = 0; r < p; r++) {
+        int h = r < p - 1 - r ? r : p - 1 - r;
+        want += 2 * (m / 2 - p + h + 1) - (h == H - 1) + (H - h - 1);
+    }
+    CU_ASSERT_EQUAL(want, 12);
+    CU_ASSERT_EQUAL(np, want);
+    viz_schedule_options o = {.unit = true, .pairs = pairs, .npairs = np};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    CU_ASSERT_EQUAL(count_class(&s, "overlap"), 2 * want);
+    /* every rank runs 2 stages x m/2 micro-batches of F, and of B or BI + BW */
+    CU_ASSERT(count_class(&s, "box") >= 2 * p * m);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-overlap"));
+    free(s.b);
+    free(pairs);
+    compiled_free(c);
+}
+
 /* A plan file draws the same grid as the program it came from. */
 static void test_schedule_from_plan_file(void)
 {
@@ -900,6 +929,7 @@ int piper_tests_register(void)
         {"--unit: equal widths, the papers' 1F1B slots", test_schedule_unit_widths},
         {"ZB-H1: BI and BW boxes", test_schedule_zbh1},
         {"an overlapped F&B pair is two half boxes in one slot", test_schedule_overlapped_pair},
+        {"DualPipe: its overlapped pairs, as many as its steps give", test_schedule_dualpipe_pairs},
         {"a plan file draws the same grid", test_schedule_from_plan_file},
         {"a deadlocking plan is drawn from a replay, with a warning", test_schedule_deadlocked_plan},
         {"errors", test_schedule_errors},
