@@ -50,7 +50,9 @@ static void usage(FILE *f)
             "                     measurement at the end (it runs the piper-sim found next to\n"
             "                     piper-exec; never with -q)\n"
             "  --memory           each rank prints its buffers' bytes by category, as the plan\n"
-            "                     sizes them and as the executor holds them\n"
+"                     sizes them and as the executor holds them; after the last\n"
+            "                     step, its parameter and gradient bytes, communicated bytes\n"
+            "                     and peak next to the plan's\n"
             "  -q                 print only the per-step lines\n");
 }
 
@@ -334,6 +336,16 @@ int main(int argc, char **argv)
             free(sh);
             if (src) goto fail;
             if (!a.c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)meta.step, a.save);
+        }
+    }
+    if (a.c.memory) {
+        /* the last step's figures next to the plan's, one rank after the other */
+        for (int k = 0; k < size; k++) {
+            if (k == rank) {
+                exec_cpu_print_accounting(c, stdout);
+                fflush(stdout);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
         }
     }
     {

@@ -15,10 +15,18 @@
  * tied embeddings do), so both copies take the same step and stay identical. The gradient norm
  * reads each pair once: the original's summed gradient.
  *
+ * Expert and data parallelism inside the stages (shard with stream ep, replicate with zero 0)
+ * come along: their collectives are relative to a node's placement (ir_place: DP rank = position
+ * / tp, EP groups = runs of ep DP ranks), so a moved per-micro-batch all-to-all runs on the
+ * mirror devices at the same positions, and each stage's per-step data-parallel gradient
+ * reductions (the buckets) are copied onto the mirror's placement, fed by the mirror's
+ * gradients, ahead of the copied updates. The pair sum then adds position j of stage i to
+ * position j of its mirror: the same replica of the same experts.
+ *
  * Runs once the placement directives are done and before the sends and receives are made, so
- * that fix_p2p connects the mirrored pipeline like any other. Pipeline-only programs for now:
- * tensor, expert and data parallelism inside the stages, and tied embeddings (whose two copies
- * would each meet a mirror: four copies to sum), are refused with a clear error. */
+ * that fix_p2p connects the mirrored pipeline like any other. Tensor parallelism, ZeRO, and tied
+ * embeddings (whose two copies would each meet a mirror: four copies to sum) are refused with a
+ * clear error. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -35,7 +43,10 @@ static bool supported_op(const ir_node *n)
     case IR_OP_UPD:
     case IR_OP_GRAD_NORM:
     case IR_OP_AUX_LOSS: return true;
-    case IR_OP_ALL_REDUCE: return n->coll_group == IR_CG_WORLD; /* the gradient norm's */
+    case IR_OP_ALL_REDUCE: /* the gradient norm's, and data-parallel gradient buckets */
+        return n->coll_group == IR_CG_WORLD ||
+               (n->coll_group == IR_CG_DP && (n->flags & IR_NODE_DP_SYNC));
+    case IR_OP_ALL_TO_ALL: return n->coll_group == IR_CG_EP; /* tokens to their experts */
     default: return false;
     }
 }
@@ -57,10 +68,11 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         const ir_node *n = &g->nodes[v];
         if (n->dead) continue;
         char lbl[96];
-        if (!supported_op(n) || n->tp > 1 || n->ep > 1 || n->dp > 0) {
-            rc = sched_dir_error(d, e, "dualpipe supports pipeline-only programs so far, but "
-                                       "'%s' belongs to tensor, expert or data parallelism; "
-                                       "drop those directives and annotations, or use dualpipev",
+        if (!supported_op(n) || n->tp > 1 || n->dp > 1) {
+            rc = sched_dir_error(d, e, "dualpipe supports pipeline, expert and plain data "
+                                       "parallelism (replicate with zero: 0) so far, but '%s' "
+                                       "belongs to tensor parallelism or ZeRO; drop those "
+                                       "directives and annotations, or use dualpipev",
                                  ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
             break;
         }
@@ -125,18 +137,36 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
     size_t ne0 = g->nedges;
     BASE_VEC(int32_t) orig = {0};
     BASE_VEC(int32_t) copy = {0};
+    /* and one copy of each data-parallel gradient bucket (per step, between the gradients and
+     * the updates); `orig`/`copy` hold both kinds, `upd_o`/`upd_c` the updates alone */
+    BASE_VEC(int32_t) orig_out = {0}, copy_out = {0}; /* a bucket's reduced gradient, and its copy's */
+    BASE_VEC(int32_t) upd_o = {0}, upd_c = {0};
     for (size_t v = 0; v < n0; v++) {
-        if (g->nodes[v].dead || g->nodes[v].op != IR_OP_UPD) continue;
-        int s = g->nodes[v].stage;
+        const ir_node *n = &g->nodes[v];
+        bool upd = n->op == IR_OP_UPD;
+        bool bucket = n->op == IR_OP_ALL_REDUCE && (n->flags & IR_NODE_DP_SYNC) &&
+                      !(n->flags & IR_NODE_PER_MB) && n->coll_group == IR_CG_DP;
+        if (n->dead || !(upd || bucket)) continue;
+        int s = n->stage;
         if (s < 0 || s >= p) continue;
-        int32_t u2 = ir_dag_add_node(g, IR_OP_UPD);
+        int32_t u2 = ir_dag_add_node(g, (ir_op)n->op);
         g->nodes[u2] = g->nodes[v];
         g->nodes[u2].stage = p + s;
         g->nodes[u2].place = place_of[p - 1 - s];
         g->nodes[u2].directive = d->index;
-        ir_dag_add_tensor(g, u2, IR_T_PARAM, 0);
+        int32_t t2 = ir_dag_add_tensor(g, u2, upd ? IR_T_PARAM : IR_T_GRAD_SYNC, 0);
+        if (bucket)
+            for (size_t ti = 0; ti < g->ntensors; ti++)
+                if (g->tensors[ti].producer == (int32_t)v && g->tensors[ti].kind == IR_T_GRAD_SYNC) {
+                    BASE_VEC_PUSH(orig_out, (int32_t)ti);
+                    BASE_VEC_PUSH(copy_out, t2);
+                }
         BASE_VEC_PUSH(orig, (int32_t)v);
         BASE_VEC_PUSH(copy, u2);
+        if (upd) {
+            BASE_VEC_PUSH(upd_o, (int32_t)v);
+            BASE_VEC_PUSH(upd_c, u2);
+        }
     }
     /* the clipping norm each stage's updates read (its world all-reduce, whose result is the
      * global norm on every device): a mirror on rank p-1-i reads rank p-1-i's, not a copy
@@ -162,14 +192,21 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
             ed->dead = 1; /* the norm counts each pair once: the original's summed gradient */
             continue;
         }
-        if (dst->op != IR_OP_UPD) continue;
         int32_t u2 = -1;
         for (size_t k = 0; k < orig.n && u2 < 0; k++)
             if (orig.v[k] == ed->dst) u2 = copy.v[k];
         if (u2 < 0) continue;
+        int32_t src_copy = -1; /* a bucket feeding an update: its copy feeds the update's copy */
+        for (size_t k = 0; k < orig.n && src_copy < 0; k++)
+            if (orig.v[k] == ed->src) src_copy = copy.v[k];
         if (mirrored_src) {
             ed->dst = u2;
-        } else if (!(src->flags & IR_NODE_PER_MB)) {
+        } else if (src_copy >= 0) {
+            int32_t t2 = -1;
+            for (size_t k = 0; k < orig_out.n && t2 < 0; k++)
+                if (orig_out.v[k] == ed->tensor) t2 = copy_out.v[k];
+            if (t2 >= 0) ir_dag_add_edge(g, src_copy, u2, t2, IR_EDGE_DATA);
+        } else if (dst->op == IR_OP_UPD && !(src->flags & IR_NODE_PER_MB)) {
             int32_t src_id = ed->src, tensor = ed->tensor; /* the norm: both copies read it */
             int here = p - 1 - dst->stage;
             if (src->op == IR_OP_ALL_REDUCE && src->coll_group == IR_CG_WORLD && norm_src[here] >= 0) {
@@ -180,18 +217,48 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         }
     }
     g->adj_valid = false;
-    for (size_t k = 0; k < orig.n; k++) {
-        int32_t u = orig.v[k], u2 = copy.v[k];
+    BASE_VEC(int32_t) sums = {0};
+    for (size_t k = 0; k < upd_o.n; k++) {
+        int32_t u = upd_o.v[k], u2 = upd_c.v[k];
         int pu = g->nodes[u].place, pu2 = g->nodes[u2].place;
-        /* not IR_NODE_TIED: each sum carries the region's whole gradient (sizes.c) */
-        g->nodes[sched_insert_pair_sum(g, u, pu2)].flags &= (uint16_t)~IR_NODE_TIED;
-        g->nodes[sched_insert_pair_sum(g, u2, pu)].flags &= (uint16_t)~IR_NODE_TIED;
+        /* not IR_NODE_TIED: each sum carries the region's whole gradient (sizes.c), per device:
+         * an expert region's share of this device's expert-parallel rank (hence its ep) */
+        int32_t a1 = sched_insert_pair_sum(g, u, pu2), a2 = sched_insert_pair_sum(g, u2, pu);
+        g->nodes[a1].flags &= (uint16_t)~IR_NODE_TIED;
+        g->nodes[a2].flags &= (uint16_t)~IR_NODE_TIED;
+        g->nodes[a1].ep = g->nodes[u].ep;
+        g->nodes[a2].ep = g->nodes[u2].ep;
+        BASE_VEC_PUSH(sums, a1);
+        BASE_VEC_PUSH(sums, a2);
     }
+    /* Both ends of a pair group must issue its sums in the same order, but the list scheduler
+     * ranks ready sums by downstream work, which differs between an original (its sum feeds the
+     * clipping norm) and its mirror. A region occurs once per placement, on both ends of its
+     * pair: chain each placement's sums by region, last region first, on every device alike. */
+    for (size_t i = 0; i < sums.n; i++) {
+        int32_t prev = -1;
+        int pl = g->nodes[sums.v[i]].place;
+        bool first = true;
+        for (size_t k = 0; k < i && first; k++) first = g->nodes[sums.v[k]].place != pl;
+        if (!first) continue;
+        for (int r = g->nregions - 1; r >= 0; r--)
+            for (size_t k = 0; k < sums.n; k++) {
+                const ir_node *a = &g->nodes[sums.v[k]];
+                if (a->place != pl || a->region != r) continue;
+                if (prev >= 0) ir_dag_add_edge(g, prev, sums.v[k], -1, IR_EDGE_TEMPORAL);
+                prev = sums.v[k];
+            }
+    }
+    free(sums.v);
     g->adj_valid = false;
     free(norm_src);
     free(norm_t);
     free(orig.v);
     free(copy.v);
+    free(orig_out.v);
+    free(copy_out.v);
+    free(upd_o.v);
+    free(upd_c.v);
     free(place_of);
     x->mirror_p = p;
     return 0;

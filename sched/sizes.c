@@ -4,6 +4,7 @@
  * data-parallel bucket reduces. Sizes follow the cost model (ir/model.h), per device. */
 #include "sched_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,13 +113,21 @@ void sched_update_sizes(sched_ctx *x)
         /* input bytes (the first data input), for communication nodes */
         double in_bytes = 0;
         double grad_sum = 0, param_sum = 0;
+        /* a bucket sums each region's gradient once, however many micro-batches feed it: those
+         * of its first micro-batch (0, or m/2 for a DualPipe mirror's copy, dualpipe_mirror.c) */
+        int32_t first_mb = INT32_MAX;
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            const ir_tensor *t = ed->kind == IR_EDGE_DATA ? &g->tensors[ed->tensor] : NULL;
+            if (t && t->kind == IR_T_GRAD && t->mb < first_mb) first_mb = t->mb;
+        }
+        if (first_mb < 0) first_mb = 0;
         for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
             const ir_edge *ed = &g->edges[g->in_edge[k]];
             if (ed->kind != IR_EDGE_DATA) continue;
             const ir_tensor *t = &g->tensors[ed->tensor];
             if (in_bytes == 0) in_bytes = t->bytes;
-            /* a bucket sums each region's gradient once, however many micro-batches feed it */
-            if (t->kind == IR_T_GRAD && t->mb <= 0) grad_sum += t->bytes;
+            if (t->kind == IR_T_GRAD && t->mb <= first_mb) grad_sum += t->bytes;
             if (t->kind == IR_T_PARAM) param_sum += t->bytes;
         }
         int nn = group_size(g, n);

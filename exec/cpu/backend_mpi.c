@@ -139,6 +139,8 @@ static void req_done(exec_cpu *c, int r)
     cpu_req *R = &c->req[r];
     if (R->staging) exec_cpu_scratch_free(c, R->staging, (size_t)R->staging_bytes);
     R->staging = NULL;
+    free(R->counts);
+    R->counts = NULL;
     R->used = false;
 }
 
@@ -182,6 +184,8 @@ static int be_p2p(void *ctx, int instr, const plan_instr *in, int peer, int *req
                            peer, c->world);
     int r = req_new(c, instr);
     cpu_req *R = &c->req[r];
+    c->comm_bytes += (double)bytes;
+    c->plan_comm_bytes += (double)in->bytes;
     if (in->op == PLAN_SEND) {
         EXEC_MPI(MPI_Isend(p, (int)bytes, MPI_BYTE, peer, in->tag, c->p2p, &R->r), e);
     } else {
@@ -197,7 +201,8 @@ static char *seg_base(exec_cpu *c, const exec_seg *s, bool grads, base_error *e)
     /* ZeRO-3 gathers read the device's piece of the parameters; coll_finish writes the gathered
      * buffer itself */
     const cpu_region *R = &c->reg[s->region];
-    return exec_cpu_buf(c, grads ? R->grad_buf : R->param_buf, grads ? "the gradients" : "the parameters", e);
+    if (grads) return exec_cpu_buf(c, R->grad_buf, "the gradients", e);
+    return cpu_region_params(c, R, exec_cpu_buf(c, R->param_buf, "the parameters", e));
 }
 
 /* A ZeRO segment's piece on rank k of g: the rank's piece of the region's whole storage
@@ -211,16 +216,16 @@ static void seg_piece(const exec_cpu *c, const exec_seg *S, int k, int g, int64_
     if (*hi < *lo) *hi = *lo;
 }
 
-/* The elements each rank sends for a segment: its largest piece (the rest is padding). */
-static int64_t seg_chunk(const exec_cpu *c, const exec_seg *S, int g)
+/* The elements rank k of g holds of a ZeRO collective: its pieces of every segment. */
+static int64_t rank_count(const exec_cpu *c, const exec_coll *C, int k)
 {
-    int64_t m = 0;
-    for (int k = 0; k < g; k++) {
+    int64_t n = 0;
+    for (int s = 0; s < C->nseg; s++) {
         int64_t lo, hi;
-        seg_piece(c, S, k, g, &lo, &hi);
-        if (hi - lo > m) m = hi - lo;
+        seg_piece(c, &C->seg[s], k, C->gsize, &lo, &hi);
+        n += hi - lo;
     }
-    return m;
+    return n;
 }
 
 static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
@@ -234,8 +239,10 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     int r = req_new(c, instr);
     cpu_req *R = &c->req[r];
     *req = r;
+    c->plan_comm_bytes += (double)in->bytes;
     switch (C->kind) {
     case EXEC_COLL_SCALAR:
+        c->comm_bytes += (double)sizeof c->norm_sq;
         EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, &c->norm_sq, 1, MPI_DOUBLE, MPI_SUM, comm, &R->r), e);
         return 0;
     case EXEC_COLL_ACT: {
@@ -245,6 +252,9 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         int64_t n = c->buf[C->in].bytes / (int64_t)es, no = c->buf[C->out].bytes / (int64_t)es;
         if (int_count(n, "a collective", e)) return -1;
         int g = C->gsize;
+        /* the plan's bytes of an activation collective: the larger side (an all-gather's
+         * output, a reduce-scatter's input) */
+        c->comm_bytes += (double)(n > no ? n : no) * (double)es;
         switch ((plan_coll)in->coll) {
         case PLAN_ALL_REDUCE:
             if (no != n) return base_errorf(e, "all-reduce of %lld elements into %lld", (long long)n, (long long)no);
@@ -278,6 +288,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         int64_t n = 0;
         for (int s = 0; s < C->nseg; s++) n += C->seg[s].n;
         if (int_count(n, "a gradient bucket", e)) return -1;
+        c->comm_bytes += (double)n * (double)es;
         R->staging_bytes = n * (int64_t)es;
         R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
         int64_t off = 0;
@@ -292,33 +303,41 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     }
     case EXEC_COLL_GRAD_SCATTER:
     case EXEC_COLL_PARAM_GATHER: {
-        /* one piece per segment and rank (seg_piece); the send (scatter) or receive (gather)
-         * side is laid out rank by rank, each rank's pieces segment by segment */
+        /* the whole tensors laid out rank by rank, each rank's pieces segment by segment, with
+         * no padding (MPI_Ireduce_scatter / MPI_Iallgatherv take each rank's count), so that
+         * what moves is what the plan counts */
         const int g = C->gsize;
         const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
-        int64_t per = 0;
-        for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
-        if (int_count(per * g, "a ZeRO bucket", e)) return -1;
-        R->staging_bytes = (int64_t)(g + 1) * per * (int64_t)es;
+        R->counts = base_xcalloc((size_t)2 * (size_t)g, sizeof *R->counts);
+        int *cnt = R->counts, *dsp = R->counts + g;
+        int64_t total = 0;
+        for (int k = 0; k < g; k++) {
+            int64_t n = rank_count(c, C, k);
+            if (int_count(total + n, "a ZeRO bucket", e)) return -1;
+            cnt[k] = (int)n;
+            dsp[k] = (int)total;
+            total += n;
+        }
+        c->comm_bytes += (double)total * (double)es;
+        R->staging_bytes = (total + cnt[C->grank]) * (int64_t)es;
         R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
-        char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
-        int64_t off = 0;
-        for (int s = 0; s < C->nseg; s++) {
-            char *b = seg_base(c, &C->seg[s], grads, e);
-            if (!b) return -1;
-            for (int k = 0; k < g; k++) {
-                if (!grads && k != C->grank) continue;
+        char *all = R->staging, *mine = R->staging + (size_t)total * es;
+        for (int k = 0; k < g; k++) {
+            if (!grads && k != C->grank) continue;
+            char *dst = grads ? all + (size_t)dsp[k] * es : mine;
+            for (int s = 0; s < C->nseg; s++) {
+                char *b = seg_base(c, &C->seg[s], grads, e);
+                if (!b) return -1;
                 int64_t lo, hi;
                 seg_piece(c, &C->seg[s], k, g, &lo, &hi);
-                char *dst = grads ? all + (size_t)(k * per + off) * es : mine + (size_t)off * es;
                 memcpy(dst, b + lo * es, (size_t)(hi - lo) * es);
+                dst += (size_t)(hi - lo) * es;
             }
-            off += seg_chunk(c, &C->seg[s], g);
         }
         if (grads)
-            EXEC_MPI(MPI_Ireduce_scatter_block(all, mine, (int)per, c->mdt, MPI_SUM, comm, &R->r), e);
+            EXEC_MPI(MPI_Ireduce_scatter(all, mine, cnt, c->mdt, MPI_SUM, comm, &R->r), e);
         else
-            EXEC_MPI(MPI_Iallgather(mine, (int)per, c->mdt, all, (int)per, c->mdt, comm, &R->r), e);
+            EXEC_MPI(MPI_Iallgatherv(mine, cnt[C->grank], c->mdt, all, cnt, dsp, c->mdt, comm, &R->r), e);
         return 0;
     }
     default: return base_errorf(e, "collective the executor did not resolve");
@@ -341,26 +360,26 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
     } else if (C->kind == EXEC_COLL_GRAD_SCATTER || C->kind == EXEC_COLL_PARAM_GATHER) {
         const int g = C->gsize;
         const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
-        int64_t per = 0;
-        for (int s = 0; s < C->nseg; s++) per += seg_chunk(c, &C->seg[s], g);
-        char *all = R->staging, *mine = R->staging + (size_t)(g * per) * es;
-        int64_t off = 0, outoff = 0;
-        for (int s = 0; s < C->nseg; s++) {
-            const exec_seg *S = &C->seg[s];
-            /* a ZeRO-3 gathered buffer holds the segments one after the other */
-            const bool out = !grads && C->out >= 0;
-            char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);
-            if (!b) return -1;
-            if (out) b += (size_t)(outoff - S->off) * es;
-            for (int k = 0; k < g; k++) {
-                if (grads && k != C->grank) continue;
+        const int *dsp = R->counts + g;
+        const int64_t total = (int64_t)dsp[g - 1] + R->counts[g - 1];
+        const char *all = R->staging, *mine = R->staging + (size_t)total * es;
+        for (int k = 0; k < g; k++) {
+            if (grads && k != C->grank) continue;
+            const char *src = grads ? mine : all + (size_t)dsp[k] * es;
+            int64_t outoff = 0;
+            for (int s = 0; s < C->nseg; s++) {
+                const exec_seg *S = &C->seg[s];
+                /* a ZeRO-3 gathered buffer holds the segments one after the other */
+                const bool out = !grads && C->out >= 0;
+                char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);
+                if (!b) return -1;
+                if (out) b += (size_t)(outoff - S->off) * es;
                 int64_t lo, hi;
                 seg_piece(c, S, k, g, &lo, &hi);
-                const char *src = grads ? mine + (size_t)off * es : all + (size_t)(k * per + off) * es;
                 memcpy(b + lo * es, src, (size_t)(hi - lo) * es);
+                src += (size_t)(hi - lo) * es;
+                outoff += S->n;
             }
-            off += seg_chunk(c, S, g);
-            outoff += S->n;
         }
     }
     return 0;

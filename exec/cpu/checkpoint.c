@@ -158,7 +158,7 @@ int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t 
         const cpu_region *R = &c->reg[r];
         /* a replica other than the first holds the same values as the first */
         if (!R->upd || R->norm_skip || R->param_buf < 0 || R->opt_buf < 0) continue;
-        const char *par = c->buf[R->param_buf].p, *opt = c->buf[R->opt_buf].p;
+        const char *par = cpu_region_params(c, R, c->buf[R->param_buf].p), *opt = c->buf[R->opt_buf].p;
         if (!par || !opt) continue; /* never allocated: the plan has not run a step */
         const int64_t lo = R->upd_lo, hi = R->upd_hi;
         const char *m = opt, *v = opt + (size_t)(hi - lo) * es;
@@ -333,6 +333,7 @@ typedef struct want {
     const exec_param *P;
     char *par, *m, *v;    /* m, v: the moments of storage elements [lo, hi) */
     int64_t lo, hi;
+    int64_t plo, phi;     /* the storage elements the parameter buffer holds (cpu_region.param_lo) */
     unsigned char *got;   /* per block element: 1 parameter, 2 moments */
 } want;
 
@@ -405,7 +406,7 @@ static int load_shard(exec_cpu *c, const exec_ckpt *ck, int d, want *w, int nw, 
                 int64_t i = local_index(P, (int64_t)(g0 + j));
                 if (i < 0) continue;
                 int64_t s = P->offset + i;
-                put(W->par, es, s, get(vals, fes, (int64_t)j));
+                if (s >= W->plo && s < W->phi) put(W->par, es, s, get(vals, fes, (int64_t)j));
                 W->got[i] |= 1;
                 if (s >= W->lo && s < W->hi) {
                     put(W->m, es, s - W->lo, get(vals, fes, (int64_t)(cnt + j)));
@@ -443,7 +444,9 @@ int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e)
             const char *rn = t < R->npar ? R->name : c->reg[c->embed_region >= 0 ? c->embed_region : r].name;
             snprintf(W->name, sizeof W->name, "%s.%s", rn, P->name);
             W->P = P;
-            W->par = PB->p;
+            W->par = cpu_region_params(c, R, PB->p);
+            W->plo = R->param_lo;
+            W->phi = R->param_lo + PB->bytes / (int64_t)c->es;
             W->lo = R->upd_lo;
             W->hi = R->upd_hi;
             W->m = OB->p;

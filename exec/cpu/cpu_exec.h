@@ -71,6 +71,12 @@ typedef struct cpu_region {
     int64_t nstore;     /* nkern + ncopy */
     int param_buf, grad_buf, opt_buf;
     int64_t upd_lo, upd_hi; /* the elements the optimizer step here updates: a ZeRO shard */
+    /* The parameter buffer holds the elements [param_lo, param_lo + its size) of the block: all
+     * of it (0), or only the device's piece when the plan gives the whole parameters their own
+     * buffers (a gather into a comm buffer that every compute but the optimizer step reads
+     * instead). reads_whole: some compute, or a gather in place, needs the whole block here. */
+    int64_t param_lo;
+    bool gathered, reads_whole;
     int scatter_group;  /* the group whose reduce-scatter makes the shard, -1 */
     bool norm_skip;     /* a data-parallel replica other than the first: not in the grad norm */
     bool tp_copy;       /* a region every member of the device's TP group runs whole on the same
@@ -107,6 +113,8 @@ typedef struct cpu_req {
     int64_t expect;         /* RECV: bytes */
     char *staging;          /* bucket collectives */
     int64_t staging_bytes;
+    int *counts;            /* ZeRO collectives: per rank, elements and displacements (2 x size),
+                               kept until MPI completes the call */
 } cpu_req;
 
 typedef struct exec_cpu_options {
@@ -149,6 +157,10 @@ typedef struct exec_cpu {
     FILE *dump;
     /* memory: the executor's bytes and the plan's, live and peak */
     double live, peak, plan_live, plan_peak;
+    /* the step's communication: bytes this device sent or received in p2p plus its collectives'
+     * bytes as the plan defines them (the unsharded tensor a ZeRO collective cuts or assembles,
+     * the larger side of an activation collective), and the plan's figure of the same instructions */
+    double comm_bytes, plan_comm_bytes;
     /* communication */
     int ncomm;
     cpu_comm *comm;
@@ -163,6 +175,13 @@ typedef struct exec_cpu {
     cpu_req *req;
     exec_backend be;
 } exec_cpu;
+
+/* Parameter storage p of region R indexed by element of the region's whole block (only the
+ * elements the buffer holds may be touched: see param_lo). */
+static inline char *cpu_region_params(const exec_cpu *c, const cpu_region *R, char *p)
+{
+    return p ? p - (ptrdiff_t)R->param_lo * (ptrdiff_t)c->es : NULL;
+}
 
 /* ---------------------------------------------------------------- runtime.c */
 
@@ -194,6 +213,10 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
 /* Prints, per memory category, the bytes of this device's buffers as the plan sizes them and as
  * the executor holds them (the kernels' fp32/fp64 layouts, full gradients under ZeRO-2). */
 void exec_cpu_print_memory(const exec_cpu *c, FILE *f);
+/* Prints, for the last step, what this device held and moved next to what its plan says, in bytes:
+ * parameters, gradients, communicated bytes and peak memory (exec/README.md, "Accounting"). One
+ * line that tests/exec_mpi/accounting.sh reads. */
+void exec_cpu_print_accounting(const exec_cpu *c, FILE *f);
 /* Writes every parameter tensor this device updates (its ZeRO shard) to dir/params.dev<d>.txt. */
 int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e);
 

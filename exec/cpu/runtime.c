@@ -251,6 +251,7 @@ static int read_computes(exec_cpu *c, base_error *e)
                         rc = instr_err(c, i, e);
                     }
                     b->pb = bb;
+                    R->gathered = true;
                 } else { /* comm: a boundary tensor */
                     int64_t sz = fwd ? (side == 0 ? xbytes : ybytes) : (side == 0 ? ybytes : xbytes);
                     rc = set_role(c, i, bb, EXEC_BUF_COMM, r, sz, e);
@@ -277,6 +278,8 @@ static int read_computes(exec_cpu *c, base_error *e)
             }
             continue;
         }
+        /* a pass that reads the parameter buffer itself needs it whole */
+        if ((fwd || bwd) && b->pb < 0 && R->param_buf >= 0) R->reads_whole = true;
         if (fwd && b->act < 0) {
             base_errorf(e, "the %s pass of %s writes no activation buffer; the kernels keep their "
                            "saved tensors there",
@@ -290,6 +293,7 @@ static int read_computes(exec_cpu *c, base_error *e)
             bool gathered = false;
             for (int q = 0; q < c->L->nbufs; q++)
                 gathered |= c->buf[q].role == EXEC_BUF_GATHERED && c->buf[q].region == c->embed_region;
+            if (!(b->pb >= 0 && c->buf[b->pb].table)) c->reg[c->embed_region].reads_whole = true;
             if (gathered && (b->pb < 0 || !c->buf[b->pb].table)) {
                 base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
                                "shards gathered for the embedding only; the plan does not gather "
@@ -449,6 +453,8 @@ static int read_collectives(exec_cpu *c, base_error *e)
             }
         } else if (in->coll == PLAN_ALL_GATHER && !grads) {
             C->kind = EXEC_COLL_PARAM_GATHER;
+            if (!(in->nwrites == 1 && c->buf[in->writes[0]].role == EXEC_BUF_GATHERED))
+                for (int s = 0; s < C->nseg; s++) c->reg[C->seg[s].region].reads_whole = true;
             if (in->nwrites == 1 && c->buf[in->writes[0]].role == EXEC_BUF_GATHERED) {
                 C->out = in->writes[0];
                 if (c->buf[C->out].table) {
@@ -491,7 +497,12 @@ static int read_collectives(exec_cpu *c, base_error *e)
     for (int r = 0; r < c->nreg; r++) {
         cpu_region *R = &c->reg[r];
         if (R->opt_buf >= 0) c->buf[R->opt_buf].bytes = 2 * (R->upd_hi - R->upd_lo) * (int64_t)c->es;
-        if (R->param_buf >= 0) c->buf[R->param_buf].bytes = R->nstore * (int64_t)c->es;
+        /* parameters the kernels read only from gathered buffers: the device's piece, which the
+         * gathers send and the optimizer step updates */
+        bool piece = R->param_buf >= 0 && R->gathered && !R->reads_whole && R->scatter_group >= 0;
+        R->param_lo = piece ? R->upd_lo : 0;
+        if (R->param_buf >= 0)
+            c->buf[R->param_buf].bytes = (piece ? R->upd_hi - R->upd_lo : R->nstore) * (int64_t)c->es;
         if (R->grad_buf >= 0) c->buf[R->grad_buf].bytes = R->nstore * (int64_t)c->es;
     }
     return 0;
@@ -665,7 +676,17 @@ int exec_cpu_alloc(exec_cpu *c, int b, int64_t plan_bytes, base_error *e)
     if (!B->p) return base_errorf(e, "out of memory allocating %lld bytes for %s", (long long)B->bytes, buf_name(c, b));
     if (B->role == EXEC_BUF_GRAD) memset(B->p, 0, (size_t)B->bytes);
     if (B->role == EXEC_BUF_PARAM && !B->init) {
-        if (init_params(c, &c->reg[B->region], B->p, e)) return -1;
+        /* initial values are a function of the global index: the whole block, then the piece */
+        const cpu_region *R = &c->reg[B->region];
+        char *all = R->param_lo || B->bytes < R->nstore * (int64_t)c->es
+                        ? base_xcalloc((size_t)(R->nstore ? R->nstore : 1), c->es)
+                        : B->p;
+        int irc = init_params(c, &c->reg[B->region], all, e);
+        if (all != B->p) {
+            if (!irc) memcpy(B->p, all + (size_t)R->param_lo * c->es, (size_t)B->bytes);
+            free(all);
+        }
+        if (irc) return -1;
         B->init = true;
     }
     B->live = true;
@@ -741,6 +762,21 @@ void exec_cpu_print_memory(const exec_cpu *c, FILE *f)
             (long long)(c->T * c->cfg.h * (int64_t)c->es));
 }
 
+void exec_cpu_print_accounting(const exec_cpu *c, FILE *f)
+{
+    double plan[PLAN_NMEM] = {0}, mine[PLAN_NMEM] = {0};
+    for (int b = 0; b < c->L->nbufs; b++) {
+        int m = c->L->bufs[b].mem < PLAN_NMEM ? c->L->bufs[b].mem : PLAN_MEM_COMM;
+        plan[m] += (double)c->L->bufs[b].bytes;
+        mine[m] += (double)c->buf[b].bytes;
+    }
+    fprintf(f,
+            "device %d accounting, step %lld, executor / plan (bytes): params %.0f / %.0f; grads %.0f / %.0f; "
+            "communicated %.0f / %.0f; peak %.0f / %.0f\n",
+            c->dev, (long long)c->step, mine[PLAN_MEM_PARAM], plan[PLAN_MEM_PARAM], mine[PLAN_MEM_GRAD],
+            plan[PLAN_MEM_GRAD], c->comm_bytes, c->plan_comm_bytes, c->peak, c->plan_peak);
+}
+
 /* ---------------------------------------------------------------- dumps */
 
 /* Writes the elements [lo, hi) of a region's storage, tensor by tensor, with their indices in the
@@ -786,7 +822,7 @@ int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e)
     for (int r = 0; r < c->nreg; r++) {
         const cpu_region *R = &c->reg[r];
         if (!R->upd || R->param_buf < 0 || !c->buf[R->param_buf].p) continue;
-        dump_region(c, f, R, c->buf[R->param_buf].p, R->upd_lo, R->upd_hi);
+        dump_region(c, f, R, cpu_region_params(c, R, c->buf[R->param_buf].p), R->upd_lo, R->upd_hi);
     }
     if (fclose(f)) return base_errorf(e, "writing the parameter dump of device %d failed", c->dev);
     return 0;
@@ -796,7 +832,7 @@ int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e)
 
 static int run_upd(exec_cpu *c, int i, const plan_instr *in, cpu_region *R, base_error *e)
 {
-    char *param = exec_cpu_buf(c, R->param_buf, "the parameters", e);
+    char *param = cpu_region_params(c, R, exec_cpu_buf(c, R->param_buf, "the parameters", e));
     char *grad = param ? exec_cpu_buf(c, R->grad_buf, "the gradients", e) : NULL;
     char *opt = grad ? exec_cpu_buf(c, R->opt_buf, "the optimizer state", e) : NULL;
     if (!opt) return -1;
@@ -986,6 +1022,7 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
     c->loss = c->aux_loss = c->norm_sq = 0;
     c->have_norm = false;
     c->live = c->peak = c->plan_live = c->plan_peak = 0;
+    c->comm_bytes = c->plan_comm_bytes = 0;
     for (int64_t k = 0; k < c->nmb; k++) c->gate_out[k] = 0;
     /* every device of a replica draws the same samples: sample = (dp rank x m + mb) x b + row */
     for (int64_t k = 0; k < c->nmb; k++)

@@ -21,9 +21,10 @@ schedules.csv — every schedule at p = 4, 8 and 16 ranks (m = 2p micro-batches)
 moe.csv — the DualPipe(V) comparison on a MoE model with expert parallelism: qwen3_9b on one
   8 x H200 node, 4 pipeline ranks of 2 GPUs each, experts sharded over each rank's two GPUs
   (all-to-all on its own stream), m = 8, piper's cost model (not unit costs). For 1f1b, zb-h1,
-  zbv, dualpipev and dualpipev with every overlapped pair run as F then B ("dualpipev-noovl",
-  the same order without overlap): step time, tokens/s, per-rank idle and exposed
-  communication, peak memory and its activation and parameter parts.
+  zbv, dualpipev, dualpipev with every overlapped pair run as F then B ("dualpipev-noovl",
+  the same order without overlap) and dualpipe (4 annotated stages, mirrored with their EP/DP
+  groups onto the opposite rank; qwen3_9b's embeddings are untied): step time, tokens/s,
+  per-rank idle and exposed communication, peak memory and its activation and parameter parts.
 
 A figure of each schedule's per-rank grid at p = 4 is drawn with piper-viz when --figures is
 given (results/figures/, SVG; not meant for committing).
@@ -238,7 +239,8 @@ def moe_table(build, work, out):
     p, m = 4, 8
     rows = []
     variants = [("1f1b", "1f1b", None), ("zb-h1", "zb-h1", None), ("zbv", "zbv", None),
-                ("dualpipev", "dualpipev", None), ("dualpipev-noovl", "dualpipev", "noovl")]
+                ("dualpipev", "dualpipev", None), ("dualpipev-noovl", "dualpipev", "noovl"),
+                ("dualpipe", "dualpipe", None)]
     for name, kind, variant in variants:
         S = stages_of(kind, p)
         prog = os.path.join(work, "moe_%s.yaml" % name)

@@ -364,6 +364,39 @@ static const char *write_ep_program(const char *name, const char *sched)
     return path;
 }
 
+/* DualPipe with expert and data parallelism inside the stages (issue 4, item 5): qwen3_1b (untied)
+ * in 4 stages, stage i on devices i and i + 4 (replicated, experts sharded over the two, all-to-
+ * all on stream ep); the mirror stage p+i runs on stage p-1-i's two devices. The EP and DP
+ * collectives are free under nocomm, so every one of the 8 devices keeps the pipeline-only closed
+ * form: idle p - 2 and a step of 2 (m/2)(F + B) + p - 2, at m = 8 and 12. */
+static void test_dualpipe_ep(void)
+{
+    const int p = 4, ms[2] = {8, 12};
+    for (int i = 0; i < 2; i++) {
+        int m = ms[i];
+        const char *path = work_path(i ? "dp_ep12.yaml" : "dp_ep8.yaml");
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fprintf(f, "model: %s\n", test_src_path("configs/models/qwen3_1b.yaml"));
+        fprintf(f, "cluster: %s\n", test_src_path("configs/clusters/dgx_a100_8.yaml"));
+        fprintf(f, "batch: {global: %d, micro: 1}\nannotations: {pp: %d, ep: true}\ndirectives:\n"
+                   "  - {op: split, filter: {}, num_microbatches: %d}\n", 2 * m, p, m);
+        for (int s = 0; s < p; s++) {
+            fprintf(f, "  - {op: place, filter: {PP: %d}, devices: [%d, %d]}\n", s, s, s + p);
+            fprintf(f, "  - {op: replicate, filter: {PP: %d}, devices: [%d, %d]}\n", s, s, s + p);
+            fprintf(f, "  - {op: shard, filter: {PP: %d, EP: \"*\"}, devices: [%d, %d], stream: ep}\n", s, s, s + p);
+        }
+        fprintf(f, "  - {op: schedule, name: dualpipe}\n");
+        fclose(f);
+        char prog[2048];
+        snprintf(prog, sizeof prog, "%s", path);
+        sim_out o = run(prog, "", "--costs unit:F=1,B=2,BI=1,BW=1,nocomm");
+        CU_ASSERT_EQUAL_FATAL(o.ndev, 2 * p);
+        for (int r = 0; r < 2 * p; r++) ASSERT_CLOSE(o.idle[r], p - 2, 1e-9);
+        ASSERT_CLOSE(o.step, 2 * (m / 2) * 3 + (p - 2), 1e-9);
+    }
+}
+
 /* Per (stage, pass, micro-batch) of device `dev` in a Chrome trace of piper-sim: the first start
  * and the last end of its compute events (microseconds). */
 typedef struct span {
@@ -484,6 +517,7 @@ int piper_tests_register(void)
         {"zbv: idle p-1, peak 2p", test_zbv},
         {"dualpipev: idle 2p-2, makespan 66, peak 2p+1", test_dualpipev},
         {"dualpipe: idle p-2 at m = 8 and 12, peak p+1", test_dualpipe},
+        {"dualpipe with EP2 x DP2 in the stages: idle p-2 on all 8 devices", test_dualpipe_ep},
         {NULL, NULL},
     };
     static const test_case table5[] = {
