@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "ir/model.h"
+#include "tests/model_zoo.h"
 
 #define FD_TOL 1e-6
 
@@ -283,25 +284,8 @@ static void test_identity_table(void)
     base_arena_init(&a);
     base_error e;
     base_error_clear(&e);
-    int models = 0, ids = 0;
-    DIR *dir = opendir(test_src_path("configs/models"));
-    CU_ASSERT_FATAL(dir != NULL);
-    struct dirent *de;
-    while ((de = readdir(dir))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
-        char path[512];
-        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
-        ir_model m;
-        if (ir_model_load(test_src_path(path), &a, &m, &e)) {
-            fprintf(stderr, "\n  %s\n", e.msg);
-            CU_FAIL("model does not load");
-            continue;
-        }
-        ids += check_model_ids(&m, &a);
-        models++;
-    }
-    closedir(dir);
+    int models = 0;
+    int ids = test_for_each_zoo_model(&a, check_model_ids, &models);
     CU_ASSERT(models >= 10);
     CU_ASSERT(ids > 0);
     CU_ASSERT(exec_kernel_find("aux.grad_norm") && exec_kernel_find("aux.aux_loss"));

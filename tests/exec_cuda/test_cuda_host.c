@@ -18,6 +18,7 @@
 #include "exec/cuda/identities.h"
 #include "exec/cuda/rng.h"
 #include "ir/model.h"
+#include "tests/model_zoo.h"
 #include "sched/sched.h"
 #include "tests/testutil.h"
 /* plain C: the bf16 helpers are inline; the rest is used only with PIPER_HAVE_CUDA */
@@ -62,27 +63,8 @@ static void test_enumeration_covered(void)
 {
     base_arena a;
     base_arena_init(&a);
-    base_error e;
-    base_error_clear(&e);
-    int models = 0, ids = 0;
-    DIR *dir = opendir(test_src_path("configs/models"));
-    CU_ASSERT_FATAL(dir != NULL);
-    struct dirent *de;
-    while ((de = readdir(dir))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
-        char path[512];
-        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
-        ir_model m;
-        if (ir_model_load(test_src_path(path), &a, &m, &e)) {
-            fprintf(stderr, "\n  %s\n", e.msg);
-            CU_FAIL("model does not load");
-            continue;
-        }
-        ids += check_model_ids(&m, &a);
-        models++;
-    }
-    closedir(dir);
+    int models = 0;
+    int ids = test_for_each_zoo_model(&a, check_model_ids, &models);
     fprintf(stderr, "\n  %d models, %d region identities checked\n", models, ids);
     CU_ASSERT(models >= 10);
     CU_ASSERT(ids > 100);
