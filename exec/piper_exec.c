@@ -41,9 +41,13 @@ static void usage(FILE *f)
             "                     tokens), uint16:PATH or uint32:PATH (a pre-tokenised file of\n"
             "                     little-endian tokens)\n"
             "  --save DIR         after the last step, write a sharded checkpoint to DIR\n"
-            "                     (parameters, optimizer state, step, seed, data source)\n"
+            "                     (parameters, optimizer state, step, seed, data source); DIR is\n"
+            "                     created and checked for writing before the first step\n"
+            "  --save-every N     with --save: a checkpoint every N steps (and after the last) in\n"
+            "                     DIR/stepK, DIR/latest naming the newest complete one\n"
             "  --resume DIR       start from a checkpoint (written under any strategy of the same\n"
-            "                     model): run --steps more steps after its step\n"
+            "                     model; a --save-every DIR resumes from its latest): run --steps\n"
+            "                     more steps after its step\n"
             "  --trace FILE       write what every rank ran as a Chrome trace (the format of\n"
             "                     piper-sim --trace: a process per rank, a thread per stream)\n"
             "  --no-sim           do not print piper-sim's prediction of the plan next to the\n"
@@ -59,6 +63,7 @@ static void usage(FILE *f)
 typedef struct args {
     exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
     const char *dump_params, *save, *resume, *data;
+    int64_t save_every;     /* 0: only after the last step */
     bool no_sim;
     exec_cpu_options o;
 } args;
@@ -87,6 +92,14 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
             if (!(a->data = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--save") == 0) {
             if (!(a->save = exec_cli_value(argc, argv, &i, e))) return -1;
+        } else if (strcmp(s, "--save-every") == 0) {
+            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
+            char *end = NULL;
+            errno = 0;
+            long long n = strtoll(v, &end, 10);
+            if (errno || !end || *end || n < 1)
+                return base_errorf(e, "--save-every takes a number of steps of at least 1, not '%s'", v);
+            a->save_every = n;
         } else if (strcmp(s, "--resume") == 0) {
             if (!(a->resume = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--no-sim") == 0) {
@@ -97,6 +110,8 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
         }
     }
     if (exec_cli_finish(&a->c, "piper-exec", e)) return -1;
+    if (a->save_every && !a->save)
+        return base_errorf(e, "--save-every needs --save DIR, the directory its checkpoints go to");
     a->o.seed = a->c.seed;
     a->o.optim = a->c.optim;
     a->o.grad_clip = a->c.grad_clip;
@@ -153,6 +168,66 @@ static void print_prediction(const args *a, int size, const double *times, const
     exec_sim_prediction_free(&sp);
 }
 
+/* Rank 0: one step's line (and log line) from every rank's figures `all` (nv per rank); keeps
+ * the step's time and the ranks' peaks for the prediction at the end. */
+static void print_step(const double *all, int size, int nv, int64_t step, int64_t first_step,
+                       int64_t tokens, double flops, double *times, double *peaks, FILE *log)
+{
+    double ce, aux, norm, t;
+    exec_cli_step_reduce(all, size, nv, &ce, &aux, &norm, &t);
+    double loss = ce + aux;
+    times[step - first_step] = t;
+    for (int k = 0; k < size; k++) {
+        if (all[k * nv + 4] > peaks[2 * k]) peaks[2 * k] = all[k * nv + 4];
+        if (all[k * nv + 5] > peaks[2 * k + 1]) peaks[2 * k + 1] = all[k * nv + 5];
+    }
+    char nbuf[32];
+    exec_cli_norm_text(norm, nbuf, sizeof nbuf);
+    printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
+           (double)tokens / t, flops / t * 1e-9);
+    for (int k = 0; k < size; k++)
+        printf(" r%d %.2f/%.2f", k, exec_cli_mib(all[k * nv + 4]), exec_cli_mib(all[k * nv + 5]));
+    printf("\n");
+    fflush(stdout);
+    if (log) {
+        fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g\n", (long long)step, loss, ce,
+                aux, norm >= 0 ? sqrt(norm) : -1.0, t, (double)tokens / t, flops / t * 1e-9);
+        fflush(log);
+    }
+}
+
+/* A checkpoint after `step`: every rank its shard, rank 0 the manifest once all are written.
+ * Without --save-every into DIR itself; with it into DIR/stepK, and then DIR/latest names it. */
+static int save_checkpoint(exec_cpu *c, const sched_plan *plan, const args *a, int rank, int size,
+                           int64_t step, const char *data_name, const char *optim_name, base_error *e)
+{
+    char dir[4400];
+    if (a->save_every)
+        snprintf(dir, sizeof dir, "%s/step%lld", a->save, (long long)step);
+    else
+        snprintf(dir, sizeof dir, "%s", a->save);
+    uint64_t mine[2] = {0, 0};
+    if (exec_cpu_save_shard(c, dir, &mine[0], &mine[1], e)) return -1;
+    uint64_t *sh = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof *sh) : NULL;
+    MPI_Request r;
+    MPI_Igather(mine, 2, MPI_UINT64_T, sh, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
+    if (exec_cpu_wait(c, &r, "gathering the checkpoint's shards", e)) {
+        free(sh);
+        return -1;
+    }
+    if (rank != 0) return 0;
+    uint64_t *bytes = base_xcalloc((size_t)size, sizeof *bytes), *sums = base_xcalloc((size_t)size, sizeof *sums);
+    for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
+    exec_ckpt_meta meta = {step, a->o.seed, optim_name, data_name};
+    int rc = exec_ckpt_write_manifest(dir, plan, c->dt, &meta, size, bytes, sums, e);
+    if (!rc && a->save_every) rc = exec_ckpt_write_latest(a->save, dir + strlen(a->save) + 1, e);
+    free(bytes);
+    free(sums);
+    free(sh);
+    if (!rc && !a->c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)step, dir);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -186,7 +261,10 @@ int main(int argc, char **argv)
     memset(&data, 0, sizeof data);
     char data_name[4300] = "synthetic";
     /* a checkpoint gives the seed (data and dropout streams) and the step to continue from */
-    if (a.resume && exec_ckpt_read(&ck, a.resume, &e) == 0) {
+    char resume_dir[4400];
+    if (a.resume) a.resume = exec_ckpt_resolve(a.resume, resume_dir, sizeof resume_dir);
+    if (a.save && !e.set) exec_ckpt_probe_dir(a.save, rank, &e);
+    if (a.resume && !e.set && exec_ckpt_read(&ck, a.resume, &e) == 0) {
         if (a.c.seed_given && a.o.seed != ck.seed)
             base_errorf(&e, "--seed %llu, but the checkpoint %s was written with seed %llu; a resumed "
                             "run continues its data and dropout streams (leave --seed out)",
@@ -289,28 +367,11 @@ int main(int argc, char **argv)
         MPI_Request r;
         MPI_Igather(v, NV, MPI_DOUBLE, all, NV, MPI_DOUBLE, 0, MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "gathering the step's figures", &e)) goto fail;
-        if (rank != 0) continue;
-        double ce, aux, norm, t;
-        exec_cli_step_reduce(all, size, NV, &ce, &aux, &norm, &t);
-        double loss = ce + aux;
-        times[step - first_step] = t;
-        for (int k = 0; k < size; k++) {
-            if (all[k * NV + 4] > peaks[2 * k]) peaks[2 * k] = all[k * NV + 4];
-            if (all[k * NV + 5] > peaks[2 * k + 1]) peaks[2 * k + 1] = all[k * NV + 5];
-        }
-        char nbuf[32];
-        exec_cli_norm_text(norm, nbuf, sizeof nbuf);
-        printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
-               (double)tokens / t, flops / t * 1e-9);
-        for (int k = 0; k < size; k++)
-            printf(" r%d %.2f/%.2f", k, exec_cli_mib(all[k * NV + 4]), exec_cli_mib(all[k * NV + 5]));
-        printf("\n");
-        fflush(stdout);
-        if (log) {
-            fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g\n", (long long)step, loss, ce,
-                    aux, norm >= 0 ? sqrt(norm) : -1.0, t, (double)tokens / t, flops / t * 1e-9);
-            fflush(log);
-        }
+        if (rank == 0) print_step(all, size, NV, step, first_step, tokens, flops, times, peaks, log);
+        /* after the step's line, so that the output reads in order */
+        if (a.save_every && step % a.save_every == 0 &&
+            save_checkpoint(c, &plan, &a, rank, size, step, data_name, optim_name, &e))
+            goto fail;
     }
     if (a.dump_params && exec_cpu_dump_params(c, a.dump_params, &e)) goto fail;
     if (a.c.trace) {
@@ -318,25 +379,11 @@ int main(int argc, char **argv)
         exec_cpu_trace_free(&tr);
         if (rank == 0 && !a.c.quiet) printf("trace written to %s\n", a.c.trace);
     }
-    if (a.save) {
-        /* every rank its shard; rank 0 the manifest, once all are written */
-        uint64_t mine[2] = {0, 0};
-        if (exec_cpu_save_shard(c, a.save, &mine[0], &mine[1], &e)) goto fail;
-        uint64_t *sh = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof *sh) : NULL;
-        MPI_Request r;
-        MPI_Igather(mine, 2, MPI_UINT64_T, sh, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
-        if (exec_cpu_wait(c, &r, "gathering the checkpoint's shards", &e)) goto fail;
-        if (rank == 0) {
-            uint64_t *bytes = base_xcalloc((size_t)size, sizeof *bytes), *sums = base_xcalloc((size_t)size, sizeof *sums);
-            for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
-            exec_ckpt_meta meta = {first_step + a.c.steps - 1, a.o.seed, optim_name, data_name};
-            int src = exec_ckpt_write_manifest(a.save, &plan, c->dt, &meta, size, bytes, sums, &e);
-            free(bytes);
-            free(sums);
-            free(sh);
-            if (src) goto fail;
-            if (!a.c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)meta.step, a.save);
-        }
+    {
+        const int64_t last = first_step + a.c.steps - 1;
+        if (a.save && (!a.save_every || last % a.save_every != 0) &&
+            save_checkpoint(c, &plan, &a, rank, size, last, data_name, optim_name, &e))
+            goto fail;
     }
     if (a.c.memory) {
         /* the last step's figures next to the plan's, one rank after the other */

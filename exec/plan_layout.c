@@ -275,6 +275,9 @@ int exec_dp_rank_find(const sched_plan *p, const plan_list *L, const exec_coll *
         if (C->group == tp_group || C->group == ep_group || C->gsize != dp_size) continue;
         bool reads = false;
         for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == grad_buf;
+        /* ZeRO-2/3: a micro-batch's reduce-scatter reads its whole gradient and adds the piece
+         * into the kept gradient buffer */
+        for (int q = 0; q < in->nwrites; q++) reads |= in->writes[q] == grad_buf;
         if (reads && exec_group_holds(p, holds, C->group, r0)) return C->grank;
     }
     return -1;

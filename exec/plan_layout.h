@@ -46,7 +46,15 @@ typedef struct exec_buf {
 typedef struct exec_seg {
     int region;
     int64_t off, n;
+    int buf;  /* the plan buffer holding it (a gradient collective's read), -1: the region's own */
+    int out;  /* ZeRO-2/3 reduce-scatter: the buffer its piece is added into, -1: in place */
 } exec_seg;
+
+/* A segment of region r's storage in the region's own buffer. */
+static inline exec_seg exec_seg_at(int region, int64_t off, int64_t n)
+{
+    return (exec_seg){region, off, n, -1, -1};
+}
 
 /* What a collective instruction is to a backend: an activation collective (in, out: plan
  * buffers), a gradient sum (the segments summed), a ZeRO reduce-scatter of gradients or

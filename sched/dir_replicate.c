@@ -5,6 +5,11 @@
  *             updated parameters are all-gathered (2 also keeps only a gradient shard);
  *   zero 3: as 2, and parameters are sharded too: gathered before every forward and backward of
  *           every micro-batch, freed after use.
+ * Under ZeRO-2 and 3 a device keeps only its piece of the gradient, so no buffer can accumulate
+ * the whole gradient over micro-batches: each micro-batch's backward fills a transient full-size
+ * gradient, and that micro-batch's own reduce-scatter adds its piece into the kept one (as
+ * DeepSpeed's stage 2 reduces each micro-batch's gradient). Those reductions are per micro-batch
+ * nodes (one per bucket and micro-batch); ZeRO-0/1 reduce the accumulated gradient once per step.
  * Buckets fill in backward order (the order gradients become ready) until they reach
  * bucket_size (default 25 MB, PyTorch DDP's default; 0 = one bucket per region), never spanning
  * placements. */
@@ -148,36 +153,57 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
     }
     (void)moved;
 
-    /* Buckets per placement, regions in backward order. */
+    /* Buckets per placement, regions in backward order. A bucket has one reduction per step
+     * (ZeRO-0/1), or one per micro-batch (ZeRO-2/3: sync[k] for the micro-batch k; before a
+     * split there is only micro-batch 0, and split copies the per-micro-batch reduction). */
+    const bool per_mb = d->zero >= 2;
+    const int64_t nmb = per_mb && g->num_microbatches > 0 ? g->num_microbatches : 1;
+    int32_t *sync = base_xmalloc((size_t)nmb * sizeof *sync);
+    int32_t *sync_out = base_xmalloc((size_t)nmb * sizeof *sync_out);
+    /* ZeRO-2/3 hold at most two buckets' whole gradients per micro-batch, as DeepSpeed's
+     * double-buffered reduction does: the backward that starts bucket j + 2 waits for bucket j's
+     * reduce-scatter (a temporal edge), so a network slower than the backward stalls the
+     * backward instead of piling up whole gradients. prev1/prev2: the syncs of the last two
+     * buckets. Only B passes wait: split weight-gradient passes (BW) follow their schedule. */
+    int32_t *prev1 = base_xmalloc((size_t)nmb * sizeof *prev1);
+    int32_t *prev2 = base_xmalloc((size_t)nmb * sizeof *prev2);
+    BASE_VEC(int32_t) bounded = {0}; /* B nodes of the open bucket already given their wait */
     int nbuckets = 0;
     for (int pl = 0; pl < g->nplaces; pl++) {
-        int32_t sync = -1, sync_out = -1, gather = -1;
+        bool open = false;
+        for (int64_t k = 0; k < nmb; k++) prev1[k] = prev2[k] = sync[k] = -1;
+        int32_t gather = -1;
         double fill = 0;
         bool bucket_experts = false;
         for (int r = g->nregions - 1; r >= 0; r--) {
             if (!region_upd[r] || g->nodes[upd_of[r]].place != pl) continue;
-            const ir_node *un = &g->nodes[upd_of[r]];
+            const int32_t upd_stage = g->nodes[upd_of[r]].stage;
+            const int upd_tp = g->nodes[upd_of[r]].tp; /* copied: adding nodes moves g->nodes */
             /* Expert gradients get buckets of their own: under expert parallelism they are
              * reduced only over the ranks holding the same experts (sched_expert_grad_groups). */
             bool experts = g->regions[r].kind == IR_REGION_MOE_EXPERTS;
-            if (sync >= 0 && experts != bucket_experts) sync = gather = -1;
+            if (open && experts != bucket_experts) open = false;
             bucket_experts = experts;
-            if (sync < 0) {
-                sync = new_sync_node(g, d->zero == 0 ? IR_OP_ALL_REDUCE : IR_OP_REDUCE_SCATTER, pl,
-                                     un->stage, reduce_stream, nbuckets, un->tp);
-                g->nodes[sync].directive = d->index;
-                sync_out = ir_dag_add_tensor(g, sync, IR_T_GRAD_SYNC, 0);
+            if (!open) {
+                for (int64_t k = 0; k < nmb; k++) {
+                    prev2[k] = prev1[k];
+                    prev1[k] = sync[k];
+                    sync[k] = sync_out[k] = -1;
+                }
+                bounded.n = 0;
+                gather = -1;
                 if (d->zero == 1 || d->zero == 2) {
-                    gather = new_sync_node(g, IR_OP_ALL_GATHER, pl, un->stage, gather_stream,
-                                           nbuckets, un->tp);
+                    gather = new_sync_node(g, IR_OP_ALL_GATHER, pl, upd_stage, gather_stream,
+                                           nbuckets, upd_tp);
                     g->nodes[gather].directive = d->index;
                     ir_dag_add_tensor(g, gather, IR_T_PARAM, 0);
                 }
+                open = true;
                 nbuckets++;
                 fill = 0;
             }
-            /* Gradients of every micro-batch flow into the bucket's reduction; its consumers
-             * (optimizer, gradient norm) read the reduced gradient instead. */
+            /* Gradients flow into the bucket's reduction (of their micro-batch under ZeRO-2/3);
+             * its consumers (optimizer, gradient norm) read the reduced gradient instead. */
             size_t ne = g->nedges;
             for (size_t i = 0; i < ne; i++) {
                 ir_edge *ed = &g->edges[i];
@@ -185,12 +211,40 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                 const ir_tensor *t = &g->tensors[ed->tensor];
                 if (t->kind != IR_T_GRAD || g->nodes[ed->src].region != r) continue;
                 int32_t src = ed->src, tensor = ed->tensor;
+                int64_t k = per_mb ? g->nodes[src].mb : 0;
+                if (k < 0 || k >= nmb) {
+                    char lbl[96];
+                    free(sync);
+                    free(sync_out);
+                    free(region_upd);
+                    free(upd_of);
+                    return sched_dir_error(d, e, "'%s' produces a gradient outside the step's "
+                                                 "micro-batches; this is a compiler fault",
+                                           ir_node_label(g, src, lbl, sizeof lbl));
+                }
+                if (sync[k] < 0) {
+                    sync[k] = new_sync_node(g, d->zero == 0 ? IR_OP_ALL_REDUCE : IR_OP_REDUCE_SCATTER,
+                                            pl, upd_stage, reduce_stream, nbuckets - 1, upd_tp);
+                    g->nodes[sync[k]].directive = d->index;
+                    if (per_mb) {
+                        g->nodes[sync[k]].mb = (int32_t)k;
+                        g->nodes[sync[k]].flags |= IR_NODE_PER_MB;
+                    }
+                    sync_out[k] = ir_dag_add_tensor(g, sync[k], IR_T_GRAD_SYNC, 0);
+                    ed = &g->edges[i];
+                }
                 bool linked = false;
                 for (size_t j = ne; j < g->nedges; j++)
-                    if (g->edges[j].tensor == tensor && g->edges[j].dst == sync) linked = true;
-                ed->src = sync;
-                ed->tensor = sync_out;
-                if (!linked) ir_dag_add_edge(g, src, sync, tensor, IR_EDGE_DATA);
+                    if (g->edges[j].tensor == tensor && g->edges[j].dst == sync[k]) linked = true;
+                ed->src = sync[k];
+                ed->tensor = sync_out[k];
+                if (!linked) ir_dag_add_edge(g, src, sync[k], tensor, IR_EDGE_DATA);
+                bool waits = per_mb && prev2[k] >= 0 && g->nodes[src].op == IR_OP_B;
+                for (size_t q = 0; q < bounded.n && waits; q++) waits = bounded.v[q] != src;
+                if (waits) {
+                    BASE_VEC_PUSH(bounded, src);
+                    ir_dag_add_edge(g, prev2[k], src, -1, IR_EDGE_TEMPORAL);
+                }
             }
             if (gather >= 0) {
                 int32_t param = tensor_of(g, upd_of[r], IR_T_PARAM);
@@ -199,9 +253,14 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             ir_shape s = sched_node_shape(x, upd_of[r]);
             fill += (double)ir_region_params_per_device(g->model, &g->regions[r], &s) *
                     sched_plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
-            if (fill >= bucket_cap) sync = gather = -1;
+            if (fill >= bucket_cap) open = false;
         }
     }
+    free(sync);
+    free(sync_out);
+    free(prev1);
+    free(prev2);
+    free(bounded.v);
 
     /* ZeRO-3: gather a region's parameters before each of its forward, recompute and backward
      * passes, per micro-batch; ordering issues each gather just before its consumer. */

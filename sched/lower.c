@@ -180,7 +180,26 @@ static void emit_wait(list_builder *B, int stream, int event)
 /* Persistent per-region state for a region whose optimizer step runs on this device. */
 typedef struct region_bufs {
     int param, grad, opt;
+    bool sharded_grad;  /* ZeRO-2/3: `grad` is the device's piece, filled per micro-batch */
+    double full_grad;   /* bytes of the whole gradient */
 } region_bufs;
+
+/* ZeRO-2/3: the whole gradient of (region, micro-batch), which that micro-batch's backward
+ * passes fill and its reduce-scatter consumes (dir_replicate.c): allocated by the first writer,
+ * freed after the reduce-scatter. mb_grad[r * nmb + k]: the buffer, -1 none yet. */
+static int mb_grad_buffer(lowerer *L, list_builder *B, const region_bufs *rb, int32_t *mb_grad,
+                          int64_t nmb, int r, int32_t mb, int stream)
+{
+    if (mb < 0 || mb >= nmb) return rb[r].grad;
+    int32_t *slot = &mb_grad[(int64_t)r * nmb + mb];
+    if (*slot < 0) {
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s.mb%d", L->x->g->regions[r].name, (int)mb);
+        *slot = new_buffer(L, B, rb[r].full_grad, PLAN_MEM_GRAD, name);
+        emit_mem(B, PLAN_ALLOC, stream, *slot, &B->bufs.v[*slot]);
+    }
+    return *slot;
+}
 
 static void sendrecv_groups(list_builder *B)
 {
@@ -291,6 +310,13 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     /* persistent state of the regions whose optimizer step runs here */
     region_bufs *rb = base_xcalloc((size_t)g->nregions, sizeof *rb);
     for (int r = 0; r < g->nregions; r++) rb[r].param = rb[r].grad = rb[r].opt = -1;
+    const int64_t nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
+    int32_t *mb_grad = base_xmalloc((size_t)(g->nregions * nmb + 1) * sizeof *mb_grad);
+    for (int64_t k = 0; k < g->nregions * nmb; k++) mb_grad[k] = -1;
+    i32_vec mb_frees = {0};
+    int embed_region = -1;
+    for (int r = 0; r < g->nregions; r++)
+        if (g->regions[r].kind == IR_REGION_EMBED) embed_region = r;
     for (int i = 0; i < nn; i++) {
         int32_t v = nodes[i];
         const ir_node *n = &g->nodes[v];
@@ -306,6 +332,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         rb[n->region].param = new_buffer(L, &B, params * pb / (zero >= 3 ? dp : 1), PLAN_MEM_PARAM, name);
         snprintf(name, sizeof name, "grad.%s", rn);
         rb[n->region].grad = new_buffer(L, &B, params * gb / (zero >= 2 ? dp : 1), PLAN_MEM_GRAD, name);
+        rb[n->region].sharded_grad = zero >= 2;
+        rb[n->region].full_grad = params * gb;
         snprintf(name, sizeof name, "opt.%s", rn);
         rb[n->region].opt = new_buffer(L, &B, params * opt_per_param / (zero >= 1 ? dp : 1), PLAN_MEM_OPT, name);
         for (int k = 0; k < 3; k++) {
@@ -381,8 +409,18 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 BASE_VEC_PUSH(rd, rb[n->region].param);
                 if (n->op == IR_OP_UPD)
                     BASE_VEC_PUSH(rd, rb[n->region].grad);
-                else if (n->op == IR_OP_B || n->op == IR_OP_BW)
+                else if ((n->op == IR_OP_B || n->op == IR_OP_BW) && !rb[n->region].sharded_grad)
                     BASE_VEC_PUSH(wr, rb[n->region].grad);
+                else if (n->op == IR_OP_B || n->op == IR_OP_BW) {
+                    /* ZeRO-2/3: this micro-batch's whole gradient; with the embedding's token
+                     * table tied to the head on this device (no copy of its own), the head's
+                     * backward adds into the embedding's gradient too, so that one is named */
+                    int r = n->region;
+                    BASE_VEC_PUSH(wr, mb_grad_buffer(L, &B, rb, mb_grad, nmb, r, n->mb, s));
+                    if (m->tied_embeddings && g->regions[r].kind == IR_REGION_HEAD &&
+                        embed_region >= 0 && rb[embed_region].sharded_grad)
+                        BASE_VEC_PUSH(wr, mb_grad_buffer(L, &B, rb, mb_grad, nmb, embed_region, n->mb, s));
+                }
                 if (n->op == IR_OP_UPD) {
                     BASE_VEC_PUSH(wr, rb[n->region].param);
                     BASE_VEC_PUSH(wr, rb[n->region].opt);
@@ -436,6 +474,20 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 int32_t b = L->buf_of[ed->tensor];
                 uint8_t tk = g->tensors[ed->tensor].kind;
                 int r = n->region >= 0 ? n->region : g->nodes[ed->src].region;
+                /* ZeRO-2/3: a micro-batch's reduction reads that micro-batch's whole gradient;
+                 * its reduce-scatter adds the device's piece into the kept gradient (writes),
+                 * and that whole gradient is freed after it (below) */
+                if (b < 0 && r >= 0 && tk == IR_T_GRAD && rb[r].sharded_grad && n->mb >= 0 &&
+                    n->mb < nmb) {
+                    b = mb_grad[(int64_t)r * nmb + n->mb];
+                    if (b == -2) continue; /* a second tensor of it (BW after BI): listed */
+                    if (b < 0) b = rb[r].grad; /* cannot happen: the backward comes first */
+                    else if (in.coll == PLAN_REDUCE_SCATTER) {
+                        BASE_VEC_PUSH(wr, rb[r].grad);
+                        BASE_VEC_PUSH(mb_frees, b);
+                        mb_grad[(int64_t)r * nmb + n->mb] = -2; /* freed */
+                    }
+                }
                 if (b < 0 && r >= 0 && (tk == IR_T_GRAD || tk == IR_T_GRAD_SYNC)) b = rb[r].grad;
                 if (b < 0 && r >= 0 && tk == IR_T_PARAM) b = rb[r].param;
                 bool dup = b < 0;
@@ -479,6 +531,10 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             L->event_of[v] = r.event;
             BASE_VEC_PUSH(B.ins, r);
         }
+        /* ZeRO-2/3: the micro-batch's whole gradients the reduce-scatter consumed */
+        for (size_t q = 0; q < mb_frees.n; q++)
+            emit_mem(&B, PLAN_FREE, s, mb_frees.v[q], &B.bufs.v[mb_frees.v[q]]);
+        mb_frees.n = 0;
         /* 5. frees of buffers whose last use this was */
         for (int pass = 0; pass < 2; pass++) {
             int32_t lo = pass == 0 ? g->in_off[v] : g->out_off[v];
@@ -506,6 +562,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         }
     }
     free(rb);
+    free(mb_grad);
+    free(mb_frees.v);
 
     if (!L->opt->no_sendrecv_groups) sendrecv_groups(&B);
 

@@ -80,7 +80,6 @@ int32_t sched_insert_pair_sum(ir_dag *g, int32_t upd, int peer_place)
 int sched_tie_embeddings(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
-    (void)e;
     if (!g->model->tied_embeddings) return 0;
     int32_t upd_embed = -1, upd_head = -1;
     for (size_t v = 0; v < g->nnodes; v++) {
@@ -93,6 +92,22 @@ int sched_tie_embeddings(sched_ctx *x, base_error *e)
     if (upd_embed < 0 || upd_head < 0) return 0;
     int pe = g->nodes[upd_embed].place, ph = g->nodes[upd_head].place;
     if (pe == ph) return 0; /* one weight on one device: nothing to sum */
+    int zero = (g->nodes[upd_embed].dp > g->nodes[upd_head].dp ? g->nodes[upd_embed].dp
+                                                               : g->nodes[upd_head].dp) - 1;
+    /* reported at the replicate directive that asked for it */
+    const ir_directive *rd = NULL;
+    for (int i = 0; i < x->prog->ndirectives && !rd; i++)
+        if (x->prog->directives[i].op == IR_DIR_REPLICATE && x->prog->directives[i].zero >= 2)
+            rd = &x->prog->directives[i];
+    if (zero >= 2 && rd)
+        return sched_dir_error(rd, e, "the tied embedding and LM head run on different devices, so their "
+                              "gradients are summed between the two, but under ZeRO-%d each device "
+                              "keeps only its piece of each region's gradient and the two regions' "
+                              "pieces do not line up; use zero 0 or 1 for these regions (DeepSpeed "
+                              "too allows no ZeRO-2/3 with pipeline stages), or untie the embeddings "
+                              "in the model (tied_embeddings: false)",
+                           zero);
+    if (zero >= 2) return base_errorf(e, "tied embeddings on two devices cannot use ZeRO-%d", zero);
     g->nodes[upd_head].flags |= IR_NODE_TIED;
     sched_insert_pair_sum(g, upd_embed, ph);
     sched_insert_pair_sum(g, upd_head, pe);

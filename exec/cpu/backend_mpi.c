@@ -201,7 +201,7 @@ static char *seg_base(exec_cpu *c, const exec_seg *s, bool grads, base_error *e)
     /* ZeRO-3 gathers read the device's piece of the parameters; coll_finish writes the gathered
      * buffer itself */
     const cpu_region *R = &c->reg[s->region];
-    if (grads) return exec_cpu_buf(c, R->grad_buf, "the gradients", e);
+    if (grads) return exec_cpu_buf(c, s->buf >= 0 ? s->buf : R->grad_buf, "the gradients", e);
     return cpu_region_params(c, R, exec_cpu_buf(c, R->param_buf, "the parameters", e));
 }
 
@@ -369,13 +369,25 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
             int64_t outoff = 0;
             for (int s = 0; s < C->nseg; s++) {
                 const exec_seg *S = &C->seg[s];
+                int64_t lo, hi;
+                seg_piece(c, S, k, g, &lo, &hi);
+                if (grads && S->out >= 0) {
+                    /* ZeRO-2/3: the micro-batch's piece adds into the kept piece */
+                    const cpu_region *G = &c->reg[S->region];
+                    char *b = cpu_region_grads(c, G, exec_cpu_buf(c, S->out, "the gradient piece", e));
+                    if (!b) return -1;
+                    if (c->dt == PLAN_FP32)
+                        for (int64_t q = 0; q < hi - lo; q++) ((float *)b)[lo + q] += ((const float *)src)[q];
+                    else
+                        for (int64_t q = 0; q < hi - lo; q++) ((double *)b)[lo + q] += ((const double *)src)[q];
+                    src += (size_t)(hi - lo) * es;
+                    continue;
+                }
                 /* a ZeRO-3 gathered buffer holds the segments one after the other */
                 const bool out = !grads && C->out >= 0;
                 char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);
                 if (!b) return -1;
                 if (out) b += (size_t)(outoff - S->off) * es;
-                int64_t lo, hi;
-                seg_piece(c, S, k, g, &lo, &hi);
                 memcpy(b + lo * es, src, (size_t)(hi - lo) * es);
                 src += (size_t)(hi - lo) * es;
                 outoff += S->n;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cpu_exec.h"
 
@@ -216,6 +217,54 @@ int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt
     /* the manifest appears last and whole: a checkpoint without one is incomplete */
     if (rename(tmp, path)) return base_errorf(e, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     return 0;
+}
+
+int exec_ckpt_probe_dir(const char *dir, int dev, base_error *e)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return base_errorf(e, "--save %s: cannot create the directory: %s; give a directory that "
+                              "can be created and written",
+                           dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.write-test.dev%d", dir, dev);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return base_errorf(e, "--save %s: cannot write there: %s; give a writable directory",
+                           dir, strerror(errno));
+    fclose(f);
+    remove(path);
+    return 0;
+}
+
+int exec_ckpt_write_latest(const char *dir, const char *name, base_error *e)
+{
+    char tmp[4096], path[4096];
+    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return base_errorf(e, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "%s\n", name);
+    if (fclose(f)) return base_errorf(e, "writing %s failed", tmp);
+    if (rename(tmp, path)) return base_errorf(e, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    return 0;
+}
+
+const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
+    if (access(path, F_OK) == 0) return dir;
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return dir;
+    char name[256] = "";
+    bool ok = fgets(name, sizeof name, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\r\n")] = 0;
+    /* a name of the directory's own, never a path elsewhere */
+    if (!ok || !name[0] || strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, ".")) return dir;
+    snprintf(buf, n, "%s/%s", dir, name);
+    return buf;
 }
 
 /* ---------------------------------------------------------------- reading */

@@ -76,6 +76,11 @@ typedef struct cpu_region {
      * buffers (a gather into a comm buffer that every compute but the optimizer step reads
      * instead). reads_whole: some compute, or a gather in place, needs the whole block here. */
     int64_t param_lo;
+    /* The gradient buffer holds [grad_lo, grad_lo + its size): the whole block (0), or under
+     * ZeRO-2/3 the device's piece, which each micro-batch's reduce-scatter adds into from that
+     * micro-batch's whole gradient (the buffers the backward passes write, cpu_bind.gb). */
+    int64_t grad_lo;
+    bool grad_piece;    /* the gradient buffer is the piece (above) */
     bool gathered, reads_whole;
     int scatter_group;  /* the group whose reduce-scatter makes the shard, -1 */
     bool norm_skip;     /* a data-parallel replica other than the first: not in the grad norm */
@@ -93,6 +98,9 @@ typedef struct cpu_bind {   /* a compute instruction, resolved */
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;                /* plan buffers, -1 */
     int pb;                 /* ZeRO-3: the gathered parameters the kernel reads */
+    int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
+                               ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
+                               the embedding's token table, -1: the regions' own */
     exec_bind_slots sl;     /* comm buffers and slots of the boundary tensors, -1 */
 } cpu_bind;
 
@@ -183,6 +191,12 @@ static inline char *cpu_region_params(const exec_cpu *c, const cpu_region *R, ch
     return p ? p - (ptrdiff_t)R->param_lo * (ptrdiff_t)c->es : NULL;
 }
 
+/* The same for the region's kept gradient buffer (grad_lo). */
+static inline char *cpu_region_grads(const exec_cpu *c, const cpu_region *R, char *p)
+{
+    return p ? p - (ptrdiff_t)R->grad_lo * (ptrdiff_t)c->es : NULL;
+}
+
 /* ---------------------------------------------------------------- runtime.c */
 
 /* Reads the plan for `device`: regions, shards, buffer roles and sizes, compute bindings,
@@ -249,6 +263,15 @@ int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t 
 int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt,
                              const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
                              const uint64_t *sums, base_error *e);
+/* Before the first step: creates DIR and checks that this rank can write there, so that a bad
+ * --save path fails at the start, not after the run. */
+int exec_ckpt_probe_dir(const char *dir, int dev, base_error *e);
+/* --save-every: DIR/latest names the newest complete checkpoint (DIR/NAME), replaced by rename
+ * once that checkpoint's manifest is written. */
+int exec_ckpt_write_latest(const char *dir, const char *name, base_error *e);
+/* The checkpoint DIR means: DIR itself when it has a manifest, else the one DIR/latest names
+ * (written into buf), else DIR (whose reading then reports what is missing). */
+const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n);
 /* Reads and checks DIR's manifest; exec_ckpt_free releases it. */
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
 void exec_ckpt_free(exec_ckpt *ck);

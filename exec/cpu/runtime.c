@@ -169,7 +169,7 @@ static int read_computes(exec_cpu *c, base_error *e)
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         cpu_bind *b = &c->bind[i];
-        b->act = b->pb = -1;
+        b->act = b->pb = b->gb = b->egb = -1;
         b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
         b->region = in->region;
         b->mb = in->mb;
@@ -228,8 +228,15 @@ static int read_computes(exec_cpu *c, base_error *e)
                     }
                     R->param_buf = bb;
                 } else if (m == PLAN_MEM_GRAD) {
-                    rc = set_role(c, i, bb, EXEC_BUF_GRAD, r, 0, e);
-                    R->grad_buf = bb;
+                    /* the optimizer step reads the kept gradient; a backward adds into its own
+                     * (the same buffer, or under ZeRO-2/3 its micro-batch's whole gradient), and
+                     * a tied head's second one is the embedding's */
+                    bool embed = b->gb >= 0 && bwd && side == 1 && R->kind == EXEC_HEAD &&
+                                 c->cfg.tied && c->embed_region >= 0;
+                    rc = set_role(c, i, bb, EXEC_BUF_GRAD, embed ? c->embed_region : r, 0, e);
+                    if (pass == PLAN_PASS_UPD) R->grad_buf = bb;
+                    else if (embed) b->egb = bb;
+                    else if (bwd && side == 1) b->gb = bb;
                 } else if (m == PLAN_MEM_OPT) {
                     rc = set_role(c, i, bb, EXEC_BUF_OPT, r, 0, e);
                     R->opt_buf = bb;
@@ -399,17 +406,18 @@ static int read_collectives(exec_cpu *c, base_error *e)
             int r = B->region;
             cpu_region *R = &c->reg[r];
             bool whole_group = exec_group_holds(p, c->holds, C->group, r);
+            const int seg0 = C->nseg;
             if (in->coll == PLAN_ALL_REDUCE && grads && C->group == R->tp_group) {
                 /* TP sync: the tensors every TP rank holds whole */
                 for (int t = 0; t < R->npar; t++)
                     if (R->par[t].replicated)
-                        C->seg[C->nseg++] = (exec_seg){r, R->par[t].offset, R->par[t].count};
+                        C->seg[C->nseg++] = exec_seg_at(r, R->par[t].offset, R->par[t].count);
             } else if (in->coll == PLAN_ALL_REDUCE && grads && !whole_group) {
                 /* the tied-embedding pair: the token table on both sides */
                 if (R->kind == EXEC_EMBED && c->cfg.tied)
-                    C->seg[C->nseg++] = (exec_seg){r, R->par[0].offset, R->par[0].count};
+                    C->seg[C->nseg++] = exec_seg_at(r, R->par[0].offset, R->par[0].count);
                 else if (R->kind == EXEC_HEAD && R->ncopy)
-                    C->seg[C->nseg++] = (exec_seg){r, R->copy.offset, R->ncopy};
+                    C->seg[C->nseg++] = exec_seg_at(r, R->copy.offset, R->ncopy);
                 else {
                     base_errorf(e, "region %s's gradient is summed over group %s, which has members "
                                    "without the region, and it is not a tied embedding",
@@ -431,8 +439,27 @@ static int read_collectives(exec_cpu *c, base_error *e)
                             grads ? "gradients" : "parameters");
                 return instr_err(c, i, e);
             } else {
-                C->seg[C->nseg++] = (exec_seg){r, 0, R->nstore};
+                C->seg[C->nseg++] = exec_seg_at(r, 0, R->nstore);
                 if (in->coll == PLAN_ALL_REDUCE && grads && C->grank > 0) R->norm_skip = true;
+            }
+            /* gradients: the segments live in the buffer read; a reduce-scatter that writes
+             * (ZeRO-2/3) adds its piece into the region's buffer among the writes */
+            for (int q2 = seg0; q2 < C->nseg && grads; q2++) {
+                C->seg[q2].buf = bb;
+                if (in->coll != PLAN_REDUCE_SCATTER || in->nwrites == 0) continue;
+                for (int w = 0; w < in->nwrites; w++) {
+                    const exec_buf *W = &c->buf[in->writes[w]];
+                    if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == r)
+                        C->seg[q2].out = in->writes[w];
+                }
+                R->grad_piece = true;
+                if (C->seg[q2].out < 0 || C->seg[q2].out != R->grad_buf) {
+                    base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
+                                   "that the region's optimizer step reads; the executor cannot "
+                                   "tell where the device's piece goes",
+                                R->name, buf_name(c, bb));
+                    return instr_err(c, i, e);
+                }
             }
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
@@ -465,7 +492,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
                                        "other than the head's and the embedding's parameters");
                         return instr_err(c, i, e);
                     }
-                    C->seg[1] = (exec_seg){c->embed_region, E->par[0].offset, E->par[0].count};
+                    C->seg[1] = exec_seg_at(c->embed_region, E->par[0].offset, E->par[0].count);
                 } else if (C->nseg != 1) {
                     base_errorf(e, "a ZeRO-3 gather of %d regions; the CPU executor gathers one", C->nseg);
                     return instr_err(c, i, e);
@@ -503,7 +530,16 @@ static int read_collectives(exec_cpu *c, base_error *e)
         R->param_lo = piece ? R->upd_lo : 0;
         if (R->param_buf >= 0)
             c->buf[R->param_buf].bytes = (piece ? R->upd_hi - R->upd_lo : R->nstore) * (int64_t)c->es;
-        if (R->grad_buf >= 0) c->buf[R->grad_buf].bytes = R->nstore * (int64_t)c->es;
+        R->grad_lo = R->grad_piece ? R->upd_lo : 0;
+        if (R->grad_buf >= 0)
+            c->buf[R->grad_buf].bytes = (R->grad_piece ? R->upd_hi - R->upd_lo : R->nstore) * (int64_t)c->es;
+    }
+    /* every other gradient buffer is a whole one, of its region or (a tied head's) the
+     * embedding's: under ZeRO-2/3 a micro-batch's */
+    for (int b = 0; b < L->nbufs; b++) {
+        exec_buf *B = &c->buf[b];
+        if (B->role == EXEC_BUF_GRAD && B->region >= 0 && b != c->reg[B->region].grad_buf)
+            B->bytes = c->reg[B->region].nstore * (int64_t)c->es;
     }
     return 0;
 }
@@ -833,7 +869,7 @@ int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e)
 static int run_upd(exec_cpu *c, int i, const plan_instr *in, cpu_region *R, base_error *e)
 {
     char *param = cpu_region_params(c, R, exec_cpu_buf(c, R->param_buf, "the parameters", e));
-    char *grad = param ? exec_cpu_buf(c, R->grad_buf, "the gradients", e) : NULL;
+    char *grad = param ? cpu_region_grads(c, R, exec_cpu_buf(c, R->grad_buf, "the gradients", e)) : NULL;
     char *opt = grad ? exec_cpu_buf(c, R->opt_buf, "the optimizer state", e) : NULL;
     if (!opt) return -1;
     const int64_t lo = R->upd_lo, hi = R->upd_hi, n = hi - lo;
@@ -891,7 +927,7 @@ static int run_grad_norm(exec_cpu *c, base_error *e)
     for (int r = 0; r < c->nreg; r++) {
         const cpu_region *R = &c->reg[r];
         if (!R->upd || R->norm_skip || R->tp_copy) continue;
-        const char *g = exec_cpu_buf(c, R->grad_buf, "the gradients", e);
+        const char *g = cpu_region_grads(c, R, exec_cpu_buf(c, R->grad_buf, "the gradients", e));
         if (!g) return -1;
         for (int t = 0; t < R->npar; t++) {
             const exec_param *P = &R->par[t];
@@ -946,7 +982,8 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
         return -1;
     }
     bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
-    if (bwd && R->grad_buf >= 0 && !(call.grad = exec_cpu_buf(c, R->grad_buf, "the gradients", e))) return -1;
+    const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
+    if (bwd && gb >= 0 && !(call.grad = exec_cpu_buf(c, gb, "the gradients", e))) return -1;
     if (!(call.act = exec_cpu_buf(c, b->act, "the saved activations", e))) return -1;
     if (R->kind == EXEC_HEAD && c->cfg.tied) {
         if (R->ncopy) {
@@ -963,7 +1000,7 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
                 call.lm_w = ep + (size_t)E->par[0].offset * es;
             }
             if (bwd) {
-                char *eg = exec_cpu_buf(c, E->grad_buf, "the embedding's gradients", e);
+                char *eg = exec_cpu_buf(c, b->egb >= 0 ? b->egb : E->grad_buf, "the embedding's gradients", e);
                 if (!eg) return -1;
                 call.lm_grad = eg + (size_t)E->par[0].offset * es;
             }

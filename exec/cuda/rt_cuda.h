@@ -45,6 +45,8 @@ int exec_cuda_copy_h2d(void *stream, void *dst, const void *src, size_t bytes, b
 int exec_cuda_copy_d2h(void *stream, void *dst, const void *src, size_t bytes, base_error *e);
 int exec_cuda_copy_d2d(void *stream, void *dst, const void *src, size_t bytes, base_error *e);
 int exec_cuda_zero(void *stream, void *dst, size_t bytes, base_error *e);
+/* dst[i] += src[i] for n floats, on the stream (ZeRO-2/3 gradient pieces). */
+int exec_cuda_add_f32(void *stream, float *dst, const float *src, int64_t n, base_error *e);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,9 @@ typedef struct rt_bind {
     const exec_cuda_kernel *k;
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;
+    int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
+                               ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
+                               the embedding's token table; -1: the regions' own */
     exec_bind_slots sl;     /* comm buffers and boundary slots (plan_layout.h), -1 */
 } rt_bind;
 
@@ -276,8 +279,14 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                     rc = set_role(r, i, bb, EXEC_BUF_PARAM, g, 0, e);
                     R->param_buf = bb;
                 } else if (m == PLAN_MEM_GRAD) {
-                    rc = set_role(r, i, bb, EXEC_BUF_GRAD, g, 0, e);
-                    R->grad_buf = bb;
+                    /* as the CPU executor: the optimizer step reads the kept gradient, a backward
+                     * adds into its own, a tied head's second one is the embedding's */
+                    bool embed = b->gb >= 0 && bwd && side == 1 && R->kind == EXEC_HEAD &&
+                                 r->cfg.tied && r->embed_region >= 0;
+                    rc = set_role(r, i, bb, EXEC_BUF_GRAD, embed ? r->embed_region : g, 0, e);
+                    if (pass == PLAN_PASS_UPD) R->grad_buf = bb;
+                    else if (embed) b->egb = bb;
+                    else if (bwd && side == 1) b->gb = bb;
                 } else if (m == PLAN_MEM_OPT) {
                     rc = set_role(r, i, bb, EXEC_BUF_OPT, g, 0, e);
                     R->opt_buf = bb;
@@ -418,6 +427,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
             int g = B->region;
             rt_region *R = &r->reg[g];
             bool whole = exec_group_holds(p, r->holds, C->group, g);
+            const int seg0 = C->nseg;
             if (C->kind != EXEC_COLL_GRAD_SUM) {
                 /* ZeRO: a region's block cut in group-size pieces */
                 if (C->group == R->tp_group || C->group == R->ep_group || !whole || R->ncopy) {
@@ -427,15 +437,15 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                                 p->groups[C->group].name ? p->groups[C->group].name : "?");
                     return instr_err(r, i, e);
                 }
-                C->seg[C->nseg++] = (exec_seg){g, 0, R->n};
+                C->seg[C->nseg++] = exec_seg_at(g, 0, R->n);
             } else if (C->group == R->tp_group) {
                 for (int t = 0; t < R->npar; t++)
-                    if (R->par[t].replicated) C->seg[C->nseg++] = (exec_seg){g, R->par[t].offset, R->par[t].count};
+                    if (R->par[t].replicated) C->seg[C->nseg++] = exec_seg_at(g, R->par[t].offset, R->par[t].count);
             } else if (!whole) {
                 if (R->kind == EXEC_EMBED && r->cfg.tied) {
-                    C->seg[C->nseg++] = (exec_seg){g, R->par[0].offset, R->par[0].count};
+                    C->seg[C->nseg++] = exec_seg_at(g, R->par[0].offset, R->par[0].count);
                 } else if (R->kind == EXEC_HEAD && R->ncopy) {
-                    C->seg[C->nseg++] = (exec_seg){g, R->copy.offset, R->ncopy};
+                    C->seg[C->nseg++] = exec_seg_at(g, R->copy.offset, R->ncopy);
                 } else {
                     base_errorf(e, "region %s's gradient is summed over group %s, which has members "
                                    "without the region, and it is not a tied embedding",
@@ -449,8 +459,25 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                             R->name);
                 return instr_err(r, i, e);
             } else {
-                C->seg[C->nseg++] = (exec_seg){g, 0, R->n};
+                C->seg[C->nseg++] = exec_seg_at(g, 0, R->n);
                 if (C->grank > 0) R->norm_skip = true;
+            }
+            /* gradients: the segments live in the buffer read; a reduce-scatter that writes
+             * (ZeRO-2/3) adds its piece into the region's kept gradient among the writes */
+            for (int q2 = seg0; q2 < C->nseg && grads; q2++) {
+                C->seg[q2].buf = bb;
+                if (C->kind != EXEC_COLL_GRAD_SCATTER || in->nwrites == 0) continue;
+                for (int w = 0; w < in->nwrites; w++) {
+                    const exec_buf *W = &r->buf[in->writes[w]];
+                    if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == g)
+                        C->seg[q2].out = in->writes[w];
+                }
+                if (C->seg[q2].out < 0 || C->seg[q2].out != R->grad_buf) {
+                    base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
+                                   "that the region's optimizer step reads",
+                                R->name, buf_name(r, bb));
+                    return instr_err(r, i, e);
+                }
             }
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
@@ -496,6 +523,11 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
         if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->n;
         if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = 8 * R->n;
     }
+    /* every gradient buffer holds a whole fp32 block: the kept one (also under ZeRO-2/3, where
+     * only the piece is used: a known excess over the plan) and a micro-batch's */
+    for (int b = 0; b < L->nbufs; b++)
+        if (r->buf[b].role == EXEC_BUF_GRAD && r->buf[b].region >= 0)
+            r->buf[b].bytes = 4 * r->reg[r->buf[b].region].n;
     return 0;
 }
 
@@ -649,7 +681,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
-        b->act = -1;
+        b->act = b->gb = b->egb = -1;
         b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
@@ -842,7 +874,14 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
     return 0;
 }
 
-static bool persistent(exec_buf_role role) { return role == EXEC_BUF_PARAM || role == EXEC_BUF_GRAD || role == EXEC_BUF_OPT; }
+/* Buffers kept across steps: parameters, optimizer state and the kept gradients (a ZeRO-2/3
+ * micro-batch's whole gradient goes back to the pool when the plan frees it). */
+static bool persistent(const exec_cuda_rt *r, int b)
+{
+    const exec_buf *B = &r->buf[b];
+    if (B->role == EXEC_BUF_GRAD) return B->region >= 0 && r->reg[B->region].grad_buf == b;
+    return B->role == EXEC_BUF_PARAM || B->role == EXEC_BUF_OPT;
+}
 
 static int rt_release(void *ctx, int instr, int b, base_error *e)
 {
@@ -851,7 +890,7 @@ static int rt_release(void *ctx, int instr, int b, base_error *e)
     if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(r, b));
     B->live = false;
     r->plan_live -= (double)r->L->bufs[b].bytes;
-    if (!persistent(B->role)) {
+    if (!persistent(r, b)) {
         if (exec_cuda_pool_free(&r->pool, B->p, (size_t)B->bytes, r->L->ins[instr].stream, e)) return -1;
         B->p = NULL;
     }
@@ -1069,7 +1108,8 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
         c->out = r->sc.gate + (int64_t)b->mb * r->nreg + b->region;
     if (R->param_buf >= 0 && !(c->param = buf_ptr(r, R->param_buf, "the parameters", e))) return -1;
     bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
-    if (bwd && R->grad_buf >= 0 && !(c->grad = buf_ptr(r, R->grad_buf, "the gradients", e))) return -1;
+    const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
+    if (bwd && gb >= 0 && !(c->grad = buf_ptr(r, gb, "the gradients", e))) return -1;
     if (!(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
     if (R->kind == EXEC_HEAD && r->cfg.tied && R->ncopy) {
         c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
@@ -1080,7 +1120,7 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
         if (!ep) return -1;
         c->lm_w = ep + (size_t)E->par[0].offset * 2;
         if (bwd) {
-            char *eg = buf_ptr(r, E->grad_buf, "the embedding's gradients", e);
+            char *eg = buf_ptr(r, b->egb >= 0 ? b->egb : E->grad_buf, "the embedding's gradients", e);
             if (!eg) return -1;
             c->lm_grad = eg + (size_t)E->par[0].offset * 4;
         }
@@ -1266,7 +1306,7 @@ static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *
     int rc = 0;
     for (int k = 0; k < C->nseg && !rc; k++) {
         const exec_seg *g = &C->seg[k];
-        float *gr = buf_ptr(r, r->reg[g->region].grad_buf, "the gradients", e);
+        float *gr = buf_ptr(r, g->buf >= 0 ? g->buf : r->reg[g->region].grad_buf, "the gradients", e);
         if (!gr) {
             rc = -1;
             break;
@@ -1303,7 +1343,8 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
             const rt_region *R = &r->reg[C->seg[q].region];
             int64_t lo, hi;
             exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
-            char *src = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, scatter ? "the gradients" : "the parameters", e);
+            const int sb = scatter ? (C->seg[q].buf >= 0 ? C->seg[q].buf : R->grad_buf) : R->param_buf;
+            char *src = buf_ptr(r, sb, scatter ? "the gradients" : "the parameters", e);
             if (!src) {
                 rc = -1;
                 break;
@@ -1324,13 +1365,19 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
             const rt_region *R = &r->reg[C->seg[q].region];
             int64_t lo, hi;
             exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
-            char *dst = buf_ptr(r, scatter ? R->grad_buf : R->param_buf, "the collective's region", e);
+            const int out = C->seg[q].out;
+            const int db = scatter ? (out >= 0 ? out : C->seg[q].buf >= 0 ? C->seg[q].buf : R->grad_buf)
+                                   : R->param_buf;
+            char *dst = buf_ptr(r, db, "the collective's region", e);
             if (!dst) {
                 rc = -1;
                 break;
             }
             const char *src = scatter ? mine + off * es : all + ((size_t)k * chunk + off) * es;
-            rc = exec_cuda_copy_d2d(s, dst + (size_t)lo * es, src, (size_t)(hi - lo) * es, e);
+            if (scatter && out >= 0) /* ZeRO-2/3: the micro-batch's piece adds into the kept one */
+                rc = exec_cuda_add_f32(s, (float *)dst + lo, (const float *)src, hi - lo, e);
+            else
+                rc = exec_cuda_copy_d2d(s, dst + (size_t)lo * es, src, (size_t)(hi - lo) * es, e);
             off += (size_t)((R->n + C->gsize - 1) / C->gsize);
         }
     }
@@ -1471,7 +1518,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
         exec_buf *B = &r->buf[b];
         if (!B->live) continue;
         B->live = false;
-        if (!persistent(B->role)) {
+        if (!persistent(r, b)) {
             if (exec_cuda_pool_free(&r->pool, B->p, (size_t)B->bytes, -1, e)) return -1;
             B->p = NULL;
         }

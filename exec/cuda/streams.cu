@@ -122,3 +122,19 @@ extern "C" int exec_cuda_zero(void *stream, void *dst, size_t bytes, base_error 
     CUDA_OK(cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)stream));
     return 0;
 }
+
+/* dst += src in fp32 on the stream: a ZeRO-2/3 micro-batch's reduced gradient piece added into
+ * the kept gradient. */
+__global__ void k_add_f32(float *dst, const float *src, int64_t n)
+{
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+extern "C" int exec_cuda_add_f32(void *stream, float *dst, const float *src, int64_t n,
+                                 base_error *e)
+{
+    if (n <= 0) return 0;
+    k_add_f32<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, src, n);
+    LAUNCH_OK("k_add_f32");
+    return 0;
+}

@@ -12,6 +12,9 @@
 #      parameters after AdamW steps, key biases left out: their gradient is zero in exact
 #      arithmetic and AdamW turns its rounding noise into full steps); the same runs in fp64 agree
 #      to 1e-10, which shows that nothing but rounding is being tolerated;
+#   4. periodic checkpoints (--save-every 2, 5 steps under DP2 ZeRO-1): DIR/step2, step4 and step5,
+#      DIR/latest names step5; resuming DIR/step2 for 3 steps ends bit for bit where the straight
+#      run does, and resuming DIR itself continues after step 5;
 #   3. bad checkpoints fail on every rank with a message naming the cause: no directory, no
 #      manifest, a truncated manifest, a missing, truncated or corrupt shard, a shard left out of
 #      the manifest (elements missing), another model, another seed, another optimizer, other
@@ -83,6 +86,28 @@ cross pp2_to_tp2_fp64 fp64 1e-10 1e-10 gpt_pp2 2 gpt_tp2 2
 # MoE: experts split over two ranks (EP2) saved, resumed with every expert TP-split (TP2)
 cross moe_ep2_to_tp2_fp64 fp64 1e-10 1e-10 moe_ep2 2 moe_tp2 2 moe_single
 fi
+# 4. periodic checkpoints
+if [ "$part" != errors ]; then
+  d="$work/every" straight="$work/exact_gpt_zero1"
+  mkdir -p "$d"
+  if mpi 2 "$work/gpt_zero1.plan" --steps 5 --seed 7 -q --timeout 60 --save "$d/ck" --save-every 2 > /dev/null &&
+     mpi 2 "$work/gpt_zero1.plan" --steps 3 -q --timeout 60 --resume "$d/ck/step2" --dump-params "$d/resumed" > /dev/null &&
+     mpi 2 "$work/gpt_zero1.plan" --steps 1 --timeout 60 --resume "$d/ck" --log "$d/after.log" > "$d/after.out"; then
+    ok=1
+    for s in step2 step4 step5; do [ -f "$d/ck/$s/manifest.txt" ] || { ok=0; fail "save-every: no $s/manifest.txt"; }; done
+    [ -e "$d/ck/step1" ] || [ -e "$d/ck/step3" ] && { ok=0; fail "save-every: a checkpoint off the period"; }
+    [ "$(cat "$d/ck/latest")" = step5 ] || { ok=0; fail "save-every: latest is '$(cat "$d/ck/latest")', not step5"; }
+    for k in 0 1; do
+      cmp -s "$straight/straight/params.dev$k.txt" "$d/resumed/params.dev$k.txt" ||
+        { ok=0; fail "save-every: device $k's parameters after step2 + 3 steps differ from 5 straight steps"; }
+    done
+    grep -q "resumed from $d/ck/step5 after step 5" "$d/after.out" && [ "$(cols "$d/after.log" 1 | cut -d' ' -f1)" = 6 ] ||
+      { ok=0; fail "save-every: resuming the directory did not continue after step 5"; sed 's/^/    /' "$d/after.out"; }
+    [ $ok = 1 ] && echo "ok   save-every 2: step2, step4, step5 written, latest = step5; step2 + 3 steps bit for bit; DIR resumes at step 6"
+  else
+    fail "save-every: a run failed"
+  fi
+fi
 [ "$part" = resume ] && { [ $fails -eq 0 ] && echo "checkpoint.sh resume: all cases pass"; exit $((fails > 0)); }
 
 # 3. bad checkpoints: every case fails, on every rank, naming the cause
@@ -119,6 +144,26 @@ bad other_model "another model \(the checkpoint has name=gpt_tiny4? .*where the 
 bad other_seed "--seed 3, but the checkpoint .* was written with seed 7" "$good" --seed 3
 bad other_optimizer "--optimizer sgd, but the checkpoint .* holds adamw state" "$good" --optimizer sgd
 bad other_data "trained on data 'synthetic', this run reads 'corpus bytes=[0-9]+'" "$good" --data corpus
+# an unwritable --save fails before the first step, on every rank; --save-every needs --save
+touch "$work/a_file"
+mpi 2 "$work/gpt_zero1.plan" --steps 1 --timeout 30 --save "$work/a_file/ck" > "$work/bad_save.out" 2>&1
+if [ $? -eq 1 ] && grep -q "rank 1.*failed: --save .*a_file/ck: cannot create the directory\|rank 1: stopping because rank 0 (device 0) failed: --save .*a_file/ck: cannot create the directory" "$work/bad_save.out" &&
+   ! grep -q "^1 " "$work/bad_save.out"; then
+  echo "ok   bad_save: $(grep -m1 'cannot create' "$work/bad_save.out" | cut -c1-150)"
+else
+  fail "bad_save; output:"
+  sed 's/^/    /' "$work/bad_save.out"
+fi
+for args in "--save-every 2" "--save $work/x --save-every 0" "--save $work/x --save-every two"; do
+  # shellcheck disable=SC2086
+  mpi 1 "$work/gpt_zero1.plan" --steps 1 $args > "$work/bad_every.out" 2>&1
+  if [ $? -ne 0 ] && grep -q "save-every" "$work/bad_every.out"; then
+    echo "ok   bad --save-every ($args): $(grep -m1 'save-every' "$work/bad_every.out" | cut -c1-120)"
+  else
+    fail "bad --save-every ($args); output:"
+    sed 's/^/    /' "$work/bad_every.out"
+  fi
+done
 # a bad --data source stops every rank at start-up, named
 mpi 2 "$work/gpt_zero1.plan" --steps 1 -q --data uint16:"$work/nothing.bin" > "$work/bad_data.out" 2>&1
 if [ $? -eq 1 ] && grep -q "rank 1: stopping because rank 0 (device 0) failed: --data uint16:.*cannot open" "$work/bad_data.out"; then
