@@ -42,6 +42,17 @@ static int32_t new_sync_node(ir_dag *g, ir_op op, int place, int32_t stage, int 
     return c;
 }
 
+/* ZeRO-3's prefetch limit: the pass a gather's consumer runs, 0 F, 1 R, 2 B; -1 not limited. */
+static int prefetch_pass(int op)
+{
+    switch (op) {
+    case IR_OP_F: return 0;
+    case IR_OP_R: return 1;
+    case IR_OP_B: return 2;
+    default: return -1;
+    }
+}
+
 int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
 {
     ir_dag *g = x->g;
@@ -60,7 +71,11 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
     int own = ir_dag_intern_place(g, &own_p);
     bool moved = false;
     int reduce_stream = ir_dag_intern_stream(g, d->reduce_stream ? d->reduce_stream : "dp");
-    int gather_stream = ir_dag_intern_stream(g, d->gather_stream ? d->gather_stream : "dp");
+    /* ZeRO-3's gathers feed the computation and must not queue behind the reduce-scatters of
+     * the previous micro-batch: a stream of their own by default (FSDP's unshard stream). The
+     * parameter all-gather of ZeRO-1/2 follows the optimizer step and shares the "dp" stream. */
+    int gather_stream = ir_dag_intern_stream(g, d->gather_stream ? d->gather_stream
+                                                : d->zero == 3 ? "gather" : "dp");
     double bucket_cap = d->bucket_bytes; /* 0: every region closes its own bucket */
 
     /* Mark the nodes; the optimizer steps name the regions whose gradients we synchronise. */
@@ -263,9 +278,21 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
     free(bounded.v);
 
     /* ZeRO-3: gather a region's parameters before each of its forward, recompute and backward
-     * passes, per micro-batch; ordering issues each gather just before its consumer. */
+     * passes, per micro-batch; ordering issues each gather just before its consumer. The gather
+     * stream would still run ahead of the computation, holding every gathered copy it had made,
+     * so prefetching is limited as FSDP's limit_all_gathers and DeepSpeed's prefetch bucket do:
+     * the gather for region r's pass waits until the same pass of the region two before it on
+     * the chain (r - 2 forward; r + 2 for recomputes and backward passes, which run backwards;
+     * same micro-batch and devices) has run, leaving at most the copies of three regions alive.
+     * Split weight-gradient passes (BI, BW) follow their schedule and are not limited. */
     if (d->zero == 3) {
         size_t n0 = g->nnodes;
+        const int64_t nmbs = g->num_microbatches > 0 ? g->num_microbatches : 1;
+        /* consumer of a gather by (region, pass F/R/B, micro-batch), -1 */
+        const size_t nkey = (size_t)g->nregions * 3 * (size_t)nmbs;
+        int32_t *consumer = base_xmalloc((nkey ? nkey : 1) * sizeof *consumer);
+        for (size_t k = 0; k < nkey; k++) consumer[k] = -1;
+        BASE_VEC(int32_t) gathers = {0};
         for (size_t v = 0; v < n0; v++) {
             ir_node *n = &g->nodes[v];
             if (n->dead || n->region < 0 || !region_upd[n->region]) continue;
@@ -282,7 +309,25 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             cn->directive = d->index;
             int32_t t = ir_dag_add_tensor(g, c, IR_T_COMM, 0);
             ir_dag_add_edge(g, c, (int32_t)v, t, IR_EDGE_DATA);
+            BASE_VEC_PUSH(gathers, c);
+            int pk = prefetch_pass(g->nodes[v].op);
+            int32_t mb = g->nodes[v].mb;
+            if (pk >= 0 && mb >= 0 && mb < nmbs)
+                consumer[((size_t)g->nodes[v].region * 3 + (size_t)pk) * (size_t)nmbs + (size_t)mb] = (int32_t)v;
         }
+        for (size_t i = 0; i < gathers.n; i++) {
+            const ir_node *cn = &g->nodes[gathers.v[i]];
+            const ir_node *un = &g->nodes[cn->link];
+            int pk = prefetch_pass(un->op);
+            if (pk < 0 || un->mb < 0 || un->mb >= nmbs) continue;
+            int before = pk == 0 ? un->region - 2 : un->region + 2; /* R and B run backwards */
+            if (before < 0 || before >= g->nregions) continue;
+            int32_t prev = consumer[((size_t)before * 3 + (size_t)pk) * (size_t)nmbs + (size_t)un->mb];
+            if (prev < 0 || g->nodes[prev].place != un->place) continue;
+            ir_dag_add_edge(g, prev, gathers.v[i], -1, IR_EDGE_TEMPORAL);
+        }
+        free(consumer);
+        free(gathers.v);
     }
     free(region_upd);
     free(upd_of);

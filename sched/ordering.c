@@ -111,6 +111,15 @@ static void overlap_keys(const sched_compilation *c, const ir_dag *g, int32_t *m
 static heap_item item_of(const ir_dag *g, const int32_t *mbk, const int32_t *sub, const double *bl, int32_t v)
 {
     const ir_node *n = &g->nodes[v];
+    /* A just-in-time collective (a ZeRO-3 gather) ranks as its consumer does, just ahead of it
+     * (its bottom level is the consumer's and more), so it is issued right before the consumer
+     * and not as soon as it is released: released gathers of later micro-batches would otherwise
+     * all go first, each holding a gathered copy until its consumer runs. */
+    if ((n->flags & IR_NODE_JIT) && n->link >= 0 && IR_OP_INFO[n->op].kind == IR_KIND_COLL) {
+        int32_t u = n->link;
+        const ir_node *un = &g->nodes[u];
+        return (heap_item){category(un), mbk[u] != -2 ? mbk[u] : mb_key(un), sub[u], bl[v], v};
+    }
     return (heap_item){category(n), mbk[v] != -2 ? mbk[v] : mb_key(n), sub[v], bl[v], v};
 }
 
