@@ -15,16 +15,18 @@
  * tied embeddings do), so both copies take the same step and stay identical. The gradient norm
  * reads each pair once: the original's summed gradient.
  *
- * Expert and data parallelism inside the stages (shard with stream ep, replicate with zero 0)
- * come along: their collectives are relative to a node's placement (ir_place: DP rank = position
+ * Expert and data parallelism inside the stages (shard with stream ep, replicate with zero 0 or
+ * 1, DeepSeek-V3's setting) come along: their collectives are relative to a node's placement (ir_place: DP rank = position
  * / tp, EP groups = runs of ep DP ranks), so a moved per-micro-batch all-to-all runs on the
  * mirror devices at the same positions, and each stage's per-step data-parallel gradient
- * reductions (the buckets) are copied onto the mirror's placement, fed by the mirror's
- * gradients, ahead of the copied updates. The pair sum then adds position j of stage i to
- * position j of its mirror: the same replica of the same experts.
+ * reductions (the buckets: ZeRO-0's all-reduces, ZeRO-1's reduce-scatters and the all-gathers
+ * of the updated pieces) are copied onto the mirror's placement, fed by the mirror's gradients
+ * (parameters), around the copied updates. The pair sum then adds position j of stage i to
+ * position j of its mirror: the same replica of the same experts, hence under ZeRO-1 the same
+ * piece of the reduced gradient.
  *
  * Runs once the placement directives are done and before the sends and receives are made, so
- * that fix_p2p connects the mirrored pipeline like any other. Tensor parallelism, ZeRO, and tied
+ * that fix_p2p connects the mirrored pipeline like any other. Tensor parallelism, ZeRO-2/3, and tied
  * embeddings (whose two copies would each meet a mirror: four copies to sum) are refused with a
  * clear error. */
 #include "schedule.h"
@@ -46,6 +48,10 @@ static bool supported_op(const ir_node *n)
     case IR_OP_ALL_REDUCE: /* the gradient norm's, and data-parallel gradient buckets */
         return n->coll_group == IR_CG_WORLD ||
                (n->coll_group == IR_CG_DP && (n->flags & IR_NODE_DP_SYNC));
+    case IR_OP_REDUCE_SCATTER: /* ZeRO-1: per-step buckets, and the updated pieces' gathers */
+    case IR_OP_ALL_GATHER:
+        return (n->coll_group == IR_CG_DP || n->coll_group == IR_CG_EDP) &&
+               (n->flags & IR_NODE_DP_SYNC) && !(n->flags & IR_NODE_PER_MB);
     case IR_OP_ALL_TO_ALL: return n->coll_group == IR_CG_EP; /* tokens to their experts */
     default: return false;
     }
@@ -68,11 +74,11 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         const ir_node *n = &g->nodes[v];
         if (n->dead) continue;
         char lbl[96];
-        if (!supported_op(n) || n->tp > 1 || n->dp > 1) {
-            rc = sched_dir_error(d, e, "dualpipe supports pipeline, expert and plain data "
-                                       "parallelism (replicate with zero: 0) so far, but '%s' "
-                                       "belongs to tensor parallelism or ZeRO; drop those "
-                                       "directives and annotations, or use dualpipev",
+        if (!supported_op(n) || n->tp > 1 || n->dp > 2) {
+            rc = sched_dir_error(d, e, "dualpipe supports pipeline, expert and data parallelism "
+                                       "(replicate with zero 0 or 1) so far, but '%s' belongs to "
+                                       "tensor parallelism or ZeRO-2/3; drop those directives "
+                                       "and annotations, use zero 0 or 1, or use dualpipev",
                                  ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
             break;
         }
@@ -144,8 +150,12 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
     for (size_t v = 0; v < n0; v++) {
         const ir_node *n = &g->nodes[v];
         bool upd = n->op == IR_OP_UPD;
-        bool bucket = n->op == IR_OP_ALL_REDUCE && (n->flags & IR_NODE_DP_SYNC) &&
-                      !(n->flags & IR_NODE_PER_MB) && n->coll_group == IR_CG_DP;
+        /* a per-step bucket: ZeRO-0's all-reduce, ZeRO-1's reduce-scatter (and the all-gather
+         * of the updated pieces after the step, which reads the update's parameters) */
+        bool bucket = (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER ||
+                       n->op == IR_OP_ALL_GATHER) &&
+                      (n->flags & IR_NODE_DP_SYNC) && !(n->flags & IR_NODE_PER_MB) &&
+                      (n->coll_group == IR_CG_DP || n->coll_group == IR_CG_EDP);
         if (n->dead || !(upd || bucket)) continue;
         int s = n->stage;
         if (s < 0 || s >= p) continue;
@@ -154,13 +164,16 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         g->nodes[u2].stage = p + s;
         g->nodes[u2].place = place_of[p - 1 - s];
         g->nodes[u2].directive = d->index;
-        int32_t t2 = ir_dag_add_tensor(g, u2, upd ? IR_T_PARAM : IR_T_GRAD_SYNC, 0);
-        if (bucket)
-            for (size_t ti = 0; ti < g->ntensors; ti++)
-                if (g->tensors[ti].producer == (int32_t)v && g->tensors[ti].kind == IR_T_GRAD_SYNC) {
-                    BASE_VEC_PUSH(orig_out, (int32_t)ti);
-                    BASE_VEC_PUSH(copy_out, t2);
-                }
+        const ir_tensor_kind out_kind =
+            upd || n->op == IR_OP_ALL_GATHER ? IR_T_PARAM : IR_T_GRAD_SYNC;
+        int32_t t2 = ir_dag_add_tensor(g, u2, out_kind, 0);
+        /* what an original produces, and its copy's: a bucket's reduced gradient, an update's
+         * parameters (which a ZeRO-1 gather reads) */
+        for (size_t ti = 0; ti < g->ntensors; ti++)
+            if (g->tensors[ti].producer == (int32_t)v && g->tensors[ti].kind == out_kind) {
+                BASE_VEC_PUSH(orig_out, (int32_t)ti);
+                BASE_VEC_PUSH(copy_out, t2);
+            }
         BASE_VEC_PUSH(orig, (int32_t)v);
         BASE_VEC_PUSH(copy, u2);
         if (upd) {

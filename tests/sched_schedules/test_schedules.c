@@ -741,10 +741,11 @@ static void test_compile_errors(void)
     compile_path(&k, write_program("dp_tied", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: dualpipe}"), NULL, NULL, false);
     TEST_ASSERT_CONTAINS(k.e.msg, "dualpipe with tied embeddings is not supported yet");
     sched_compilation_free(&k.c);
-    /* EP and plain DP come along with the mirror (test_schedules_sim, tests/exec_mpi); ZeRO not */
-    compile_path(&k, write_program("dp_zero", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: replicate, filter: {PP: 0}, devices: [0], zero: 1}\n  - {op: schedule, name: dualpipe}"), UNTIED, NULL, false);
+    /* EP, plain DP and ZeRO-1 come along with the mirror (test_schedules_sim, tests/exec_mpi);
+     * ZeRO-2/3 not */
+    compile_path(&k, write_program("dp_zero", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: replicate, filter: {PP: 0}, devices: [0], zero: 2}\n  - {op: schedule, name: dualpipe}"), UNTIED, NULL, false);
     CU_ASSERT_NOT_EQUAL(k.rc, 0);
-    TEST_ASSERT_CONTAINS(k.e.msg, "'F embed mb0' belongs to tensor parallelism or ZeRO");
+    TEST_ASSERT_CONTAINS(k.e.msg, "'F embed mb0' belongs to tensor parallelism or ZeRO-2/3");
     sched_compilation_free(&k.c);
     compile_path(&k, write_program("dp_order", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: order, filters: [[{PP: 0, PASS: F, MB: 0}], [{PP: 0, PASS: F, MB: 1}]]}\n  - {op: schedule, name: dualpipe}"), UNTIED, NULL, false);
     TEST_ASSERT_CONTAINS(k.e.msg, "dualpipe must be the first order or schedule directive");
