@@ -13,6 +13,10 @@
 /* Launch overhead per kernel entry: a CUDA launch plus the gaps between back-to-back kernels is a
  * few microseconds; 4 us is our estimate, a calibration constant. */
 #define DEFAULT_LAUNCH 4e-6
+/* Where the host waits for its GPU by default: after each p2p run, after the gradient-norm
+ * all-reduce and before each micro-batch's input (sim.h, SIM_SYNC_*; docs/simulator.md, "The
+ * host"): what Megatron-LM and Megatron-DeepSpeed do. */
+#define DEFAULT_HOST_SYNC (SIM_SYNC_P2P | SIM_SYNC_NORM | SIM_SYNC_BATCH)
 /* hardware.md: a 16384^3 fp16 GEMM on an A100 runs at 256 of 312 TFLOP/s. */
 #define DEFAULT_GEMM_EFF_LARGE (256.0 / 312.0)
 /* Our estimate: a dimension of 128 (one tensor-core tile row of a typical CUTLASS/cuBLAS tile)
@@ -72,12 +76,22 @@ void sim_options_init(sim_options *o, const sched_plan *p)
     sim_links_from_plan(&o->links, p);
     o->platform = p ? p->links.platform : NULL;
     o->costs.launch_overhead = DEFAULT_LAUNCH;
+    o->costs.launch_model = SIM_LAUNCH_HOST;
+    o->costs.launch_bwd = -1;
+    o->costs.host_sync = DEFAULT_HOST_SYNC;
     o->costs.gemm_eff_large = DEFAULT_GEMM_EFF_LARGE;
     o->costs.gemm_half_dim = DEFAULT_GEMM_HALF;
     o->costs.hbm_eff = 1;
     o->costs.net_eff = 1;
     o->coll = SIM_COLL_AUTO;
     o->fold = true;
+}
+
+const char *sim_host_sync_name(unsigned bits)
+{
+    static const char *const names[] = {"none",  "p2p",       "norm",       "p2p+norm",
+                                        "batch", "p2p+batch", "norm+batch", "p2p+norm+batch"};
+    return names[bits & 7u];
 }
 
 const char *sim_coll_name(sim_coll_algo a)
@@ -240,6 +254,35 @@ static int costs_item(void *ctx, const char *key, const char *val, base_error *e
         c->nocomm = true;
         return 0;
     }
+    if (!strcmp(key, "launch_model")) {
+        if (val && !strcmp(val, "host")) c->launch_model = SIM_LAUNCH_HOST;
+        else if (val && !strcmp(val, "list")) c->launch_model = SIM_LAUNCH_LIST;
+        else
+            return base_errorf(e, "--costs: 'launch_model=%s' is not a launch model; write launch_model=host (a "
+                               "host thread issuing the plan) or launch_model=list (per-list launch_overlap)",
+                               val ? val : "");
+        return 0;
+    }
+    if (!strcmp(key, "host_sync")) {
+        unsigned bits = 0;
+        int bad = !val || !*val;
+        for (const char *s = val; !bad && *s;) {
+            const char *plus = strchr(s, '+');
+            size_t n = plus ? (size_t)(plus - s) : strlen(s);
+            if (n == 0 || (plus && !plus[1])) bad = 1;
+            else if (n == 3 && !strncmp(s, "p2p", 3)) bits |= SIM_SYNC_P2P;
+            else if (n == 4 && !strncmp(s, "norm", 4)) bits |= SIM_SYNC_NORM;
+            else if (n == 5 && !strncmp(s, "batch", 5)) bits |= SIM_SYNC_BATCH;
+            else if (!(n == 4 && !strncmp(s, "none", 4))) bad = 1;
+            s = plus ? plus + 1 : s + n;
+        }
+        if (bad)
+            return base_errorf(e, "--costs: 'host_sync=%s' is not a set of synchronisation points; write "
+                               "host_sync=p2p+norm+batch (any of p2p, norm, batch joined by +) or host_sync=none",
+                               val ? val : "");
+        c->host_sync = bits;
+        return 0;
+    }
     /* the cost model's constants: name, field, kind (0 a fraction in (0, 1], 1 a fraction in
      * [0, 1], 2 a positive number, 3 a duration, 4 a fraction in [0, 0.5]: the replay's
      * background load can take at most half of a device from one compute), an example */
@@ -250,6 +293,7 @@ static int costs_item(void *ctx, const char *key, const char *val, base_error *e
         const char *example;
     } consts[] = {
         {"launch", offsetof(sim_costs, launch_overhead), 3, "4us"},
+        {"launch_bwd", offsetof(sim_costs, launch_bwd), 3, "4us"},
         {"gemm_eff", offsetof(sim_costs, gemm_eff_large), 0, "0.8"},
         {"gemm_half", offsetof(sim_costs, gemm_half_dim), 2, "128"},
         {"launch_overlap", offsetof(sim_costs, launch_overlap), 1, "0.5"},
@@ -289,7 +333,8 @@ static int costs_item(void *ctx, const char *key, const char *val, base_error *e
     if (p >= 0)
         return base_errorf(e, "--costs: pass cost '%s' outside a unit list; write unit:%s=%s", key, key, val ? val : "1");
     return base_errorf(e, "--costs: unknown item '%s'; known: unit:PASS=seconds,... (passes F, B, BI, BW, R, UPD, "
-                       "AUX), nocomm, launch=TIME, gemm_eff=FRACTION, gemm_half=DIM, launch_overlap=FRACTION, "
+                       "AUX), nocomm, launch=TIME, launch_bwd=TIME, launch_model=host|list, "
+                       "host_sync=p2p+norm+batch, gemm_eff=FRACTION, gemm_half=DIM, launch_overlap=FRACTION, "
                        "hbm_eff=FRACTION, net_eff=FRACTION, comm_slowdown=FRACTION", key);
 }
 
@@ -339,8 +384,36 @@ double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kern
     return roofline_seconds(c, g, k) + (c->launch_overhead > 0 ? c->launch_overhead : 0);
 }
 
+double sim_launch_seconds(const sim_costs *c, int pass)
+{
+    double l = c->launch_overhead;
+    if (c->launch_bwd >= 0 && (pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW)) l = c->launch_bwd;
+    return l > 0 ? l : 0;
+}
+
+void sim_kernel_list_host(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl, double launch,
+                          double *gpu, double *lead)
+{
+    double before = 0, best = 0;
+    if (launch < 0) launch = 0;
+    for (int j = 0; j < kl->n; j++) {
+        /* kernel j + 1 is issued at (j + 1) x launch; starting the list's GPU work later than
+         * that minus the GPU time of the kernels before it never waits for a launch */
+        double need = (j + 1) * launch - before;
+        if (need > best) best = need;
+        before += roofline_seconds(c, g, &kl->k[j]);
+    }
+    *gpu = before;
+    *lead = best;
+}
+
 double sim_kernel_list_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl)
 {
+    if (c->launch_model == SIM_LAUNCH_HOST) {
+        double gpu, lead;
+        sim_kernel_list_host(c, g, kl, c->launch_overhead, &gpu, &lead);
+        return lead + gpu;
+    }
     double gpu = 0;
     for (int j = 0; j < kl->n; j++) gpu += roofline_seconds(c, g, &kl->k[j]);
     double launch = (c->launch_overhead > 0 ? c->launch_overhead : 0) * kl->n;
@@ -432,8 +505,8 @@ int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e)
         sim_costs tmp = *c;
         if (sim_costs_parse(&tmp, item, &ie) || tmp.unit || tmp.nocomm) {
             base_warn_at(e, NULL, 0, 0, "the cluster's calibration '%s' = %g is not a cost-model constant piper-sim "
-                         "uses (launch, gemm_eff, gemm_half, launch_overlap, hbm_eff, net_eff, comm_slowdown); "
-                         "ignored", p->calib[i].name, p->calib[i].value);
+                         "uses (launch, launch_bwd, gemm_eff, gemm_half, launch_overlap, hbm_eff, net_eff, "
+                         "comm_slowdown); ignored", p->calib[i].name, p->calib[i].value);
             continue;
         }
         *c = tmp;

@@ -10,7 +10,14 @@
  *    neighbours (or everyone, for all-to-all) through per-(group, stream, rank) mailboxes, so that
  *    collectives contend with each other and with p2p on the links;
  *  - record/wait: per-device progress counters and a condition variable;
- *  - alloc/free: per-device memory by category in simulated time.
+ *  - alloc/free: per-device memory by category in simulated time;
+ *  - the host (SIM_LAUNCH_HOST): each device's host thread issues the whole launch order, `launch`
+ *    per kernel entry and communication call, and runs ahead of the GPU except at its
+ *    synchronisation points. Between two such points its issue times are a running sum fixed
+ *    before the run (prepare_host), so no actor plays the host: a stream waits for the host to
+ *    reach the instruction's segment (a per-device counter the streams advance when the
+ *    synchronisation's instructions are done), then sleeps until the issue time. A compute's GPU
+ *    time starts once enough of its kernels are issued never to starve (sim_kernel_list_host).
  *
  * Where the time goes is integrated per device as the simulation runs: compute while a compute
  * instruction runs, exposed communication while a transfer moves data (from the moment both sides
@@ -60,6 +67,17 @@ typedef struct list_rt {
     int32_t *skey;               /* per stream: global id of the stream's name */
     int32_t *slot_ncoll;         /* per group slot: collectives issued through it */
     double model_flops, hw_flops;
+    /* the host's issue clock (host_model): instruction i belongs to segment seg[i] (segments end
+     * at the host's synchronisation points) and may start hrel[i] after the segment's base, the
+     * moment the host resumed issuing (computes: once the host issued enough of its kernels,
+     * sim_kernel_list_host's lead; communication: once issued). Segment k's host time is
+     * seg_len[k]; its synchronisation waits until stream s has done seg_need[k * nstreams + s]
+     * instructions. NULL when the host is not modelled. */
+    int32_t *seg;
+    double *hrel;
+    int nseg;
+    double *seg_len;
+    int32_t *seg_need;
 } list_rt;
 
 typedef struct dev_rt {
@@ -79,6 +97,9 @@ typedef struct dev_rt {
     sg_host_t host;              /* the device's host (simulated devices) */
     sg_exec_t interference;      /* comm_slowdown: the background load while transfers run */
     double *slot_alpha;          /* per group slot and phase (4): latency to the peer it sends to (-1 unknown) */
+    double *seg_base;            /* host model: per segment, when the host began issuing it */
+    int seg_known;               /* segments whose base is known (the host has reached them) */
+    double host_wait_t;          /* host model: time streams waited for the host to issue */
 } dev_rt;
 
 typedef struct coll_inst {
@@ -125,6 +146,8 @@ typedef struct sim_state {
     int64_t activities;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
+    unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
+    char host_note[200];         /* why one was left out */
     int64_t ticks;
     double wall0, wall_last;
     char dummy;
@@ -658,15 +681,71 @@ static void trace_names(const sched_plan *p)
     }
 }
 
-/* A communication call is a kernel launch too: the CPU spends the launch overhead issuing it, of
- * which launch_overlap is hidden behind GPU work it issued earlier (as for kernel lists). Not with
- * unit costs or free communication, whose closed forms know no launches. */
+/* Is the device's host thread modelled (SIM_LAUNCH_HOST with a launch cost)? Not with unit costs,
+ * whose closed forms know no launches; with launch 0 the host is never behind (and never waits:
+ * an infinitely fast host needs no synchronisation points either). */
+static bool host_model(const sim_costs *c)
+{
+    return !c->unit && c->launch_model == SIM_LAUNCH_HOST &&
+           (sim_launch_seconds(c, PLAN_PASS_F) > 0 || sim_launch_seconds(c, PLAN_PASS_B) > 0);
+}
+
+/* SIM_LAUNCH_LIST: a communication call is a kernel launch too: the CPU spends the launch overhead
+ * issuing it, of which launch_overlap is hidden behind GPU work it issued earlier (as for kernel
+ * lists). Not with unit costs or free communication, whose closed forms know no launches. */
 static void comm_launch(void)
 {
     const sim_costs *c = &S->o->costs;
-    if (c->unit || c->nocomm || c->launch_overhead <= 0) return;
+    if (c->unit || c->nocomm || c->launch_overhead <= 0 || c->launch_model != SIM_LAUNCH_LIST) return;
     double t = c->launch_overhead * (1 - (c->launch_overlap > 0 ? c->launch_overlap : 0));
     if (t > 0) sg_actor_sleep_for(t);
+}
+
+/* SIM_LAUNCH_HOST: the stream may run instruction i only once the host has issued it: wait for
+ * the host to reach i's segment (it may be blocked at a synchronisation), then until its issue
+ * time. */
+static void host_issue_wait(dev_rt *dv, const list_rt *li, int i)
+{
+    int sg = li->seg[i];
+    if (sg >= dv->seg_known) {
+        if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
+        double t0 = simgrid_get_clock();
+        sg_mutex_lock(dv->mutex);
+        dv->nwaiting++;
+        while (sg >= dv->seg_known) sg_cond_wait(dv->cond, dv->mutex);
+        dv->nwaiting--;
+        sg_mutex_unlock(dv->mutex);
+        dv->host_wait_t += simgrid_get_clock() - t0;
+    }
+    double t = dv->seg_base[sg] + li->hrel[i], now = simgrid_get_clock();
+    if (t > now) {
+        dv->host_wait_t += t - now;
+        sg_actor_sleep_until(t);
+    }
+}
+
+/* SIM_LAUNCH_HOST: after an instruction finished, the host may come back from its pending
+ * synchronisation: when every stream has done what was launched up to the synchronisation point,
+ * the next segment begins now, or when the host finishes issuing the current one if later. */
+static void host_sync_check(dev_rt *dv, const list_rt *li, int nstreams)
+{
+    bool moved = false;
+    while (dv->seg_known < li->nseg) {
+        int sg = dv->seg_known - 1;
+        const int32_t *need = li->seg_need + (size_t)sg * (size_t)nstreams;
+        for (int s = 0; s < nstreams; s++)
+            if (dv->done[s] < need[s]) goto out;
+        double now = simgrid_get_clock(), issued = dv->seg_base[sg] + li->seg_len[sg];
+        dv->seg_base[sg + 1] = issued > now ? issued : now;
+        dv->seg_known++;
+        moved = true;
+    }
+out:
+    if (moved && dv->nwaiting > 0) {
+        sg_mutex_lock(dv->mutex);
+        sg_cond_notify_all(dv->cond);
+        sg_mutex_unlock(dv->mutex);
+    }
 }
 
 static void stream_main(int argc, char **argv)
@@ -684,7 +763,10 @@ static void stream_main(int argc, char **argv)
         int i = order[pos];
         const plan_instr *in = &L->ins[i];
         int adv = 1;
-        double t0 = simgrid_get_clock();
+        if (li->seg && (in->op == PLAN_COMPUTE || in->op == PLAN_COLL ||
+                        ((in->op == PLAN_SEND || in->op == PLAN_RECV) && li->run[i] > 0)))
+            host_issue_wait(dv, li, i);
+        double t0 = simgrid_get_clock(); /* the trace shows the GPU's work, from when it was issued */
         switch (in->op) {
         case PLAN_COMPUTE: {
             double t = li->dur[i];
@@ -718,6 +800,7 @@ static void stream_main(int argc, char **argv)
         pos += adv;
         dv->done[s] = pos;
         dv->ninstr += adv;
+        if (li->seg && dv->seg_known < li->nseg) host_sync_check(dv, li, L->nstreams);
         if (in->op == PLAN_RECORD && dv->nwaiting > 0) {
             sg_mutex_lock(dv->mutex);
             sg_cond_notify_all(dv->cond);
@@ -762,7 +845,9 @@ bool sim_pass_is_model(int pass)
     return pass == PLAN_PASS_F || pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
 }
 
-static void prepare_list(sim_state *st, int l, const double *kl_dur)
+static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const double *kl_lead);
+
+static void prepare_list(sim_state *st, int l, const double *kl_dur, const double *kl_lead)
 {
     const sched_plan *p = st->p;
     const plan_list *L = &p->lists[l];
@@ -820,6 +905,7 @@ static void prepare_list(sim_state *st, int l, const double *kl_dur)
     }
     free(last);
     free(first);
+    if (host_model(&st->o->costs)) prepare_host(st, L, li, kl_lead);
 
     /* compute durations; with unit costs, P / (instructions of pass P for the same stage and
      * micro-batch on this list) */
@@ -857,6 +943,83 @@ static void prepare_list(sim_state *st, int l, const double *kl_dur)
     free(keys);
 }
 
+/* Is instruction i the host's synchronisation point (sim.h, SIM_SYNC_*)? A p2p run (at its first
+ * instruction, where the stream posts it); the gradient norm's all-reduce: the first collective
+ * on the stream of an `aux.grad_norm` compute after it (the compute itself when none follows
+ * before the stream's next compute); a micro-batch's input: the instruction before its first
+ * forward compute. */
+static void host_sync_points(const sched_plan *p, const plan_list *L, const list_rt *li, unsigned bits, uint8_t *sync)
+{
+    int norm_kid = -1;
+    for (int k = 0; k < p->nkernel_ids; k++)
+        if (p->kernel_ids[k] && !strcmp(p->kernel_ids[k], "aux.grad_norm")) norm_kid = k;
+    int next_mb = 0; /* micro-batches are numbered from 0 and begin in order */
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if ((bits & SIM_SYNC_BATCH) && in->op == PLAN_COMPUTE && in->pass == PLAN_PASS_F && in->mb >= next_mb) {
+            next_mb = in->mb + 1;
+            if (i > 0) sync[i - 1] = 1;
+        }
+        if ((bits & SIM_SYNC_P2P) && (in->op == PLAN_SEND || in->op == PLAN_RECV) && li->run[i] > 0) sync[i] = 1;
+        if ((bits & SIM_SYNC_NORM) && in->op == PLAN_COMPUTE && norm_kid >= 0 && in->kid == norm_kid) {
+            int at = i;
+            for (int j = i + 1; j < L->n; j++) {
+                const plan_instr *nx = &L->ins[j];
+                if (nx->stream != in->stream) continue;
+                if (nx->op == PLAN_COLL) at = j;
+                if (nx->op == PLAN_COLL || nx->op == PLAN_COMPUTE) break;
+            }
+            sync[at] = 1;
+        }
+    }
+}
+
+/* The host's issue clock of a list (SIM_LAUNCH_HOST): the host walks the launch order, spending
+ * launch per kernel entry of a compute and per communication call (none with nocomm), and stops
+ * at each synchronisation point until the device has done everything launched so far. */
+static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const double *kl_lead)
+{
+    const sched_plan *p = st->p;
+    const sim_costs *c = &st->o->costs;
+    size_t n = (size_t)L->n + 1, ns = (size_t)L->nstreams;
+    uint8_t *sync = base_xcalloc(n, 1);
+    host_sync_points(p, L, li, st->host_sync, sync);
+    li->nseg = 1;
+    for (int i = 0; i < L->n; i++) li->nseg += sync[i];
+    li->seg = base_xcalloc(n, sizeof *li->seg);
+    li->hrel = base_xcalloc(n, sizeof *li->hrel);
+    li->seg_len = base_xcalloc((size_t)li->nseg, sizeof *li->seg_len);
+    li->seg_need = base_xcalloc((size_t)li->nseg * ns + 1, sizeof *li->seg_need);
+    int32_t *cnt = base_xcalloc(ns + 1, sizeof *cnt);
+    double launch = c->launch_overhead, t = 0;
+    double launch_b = sim_launch_seconds(c, PLAN_PASS_B);
+    int sg = 0;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        double rel = t;
+        if (in->op == PLAN_COMPUTE && in->kernels >= 0) {
+            int bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
+            rel = t + kl_lead[2 * in->kernels + bwd];
+            t += (bwd ? launch_b : launch) * p->kernel_lists[in->kernels].n;
+        } else if (in->op == PLAN_COLL || ((in->op == PLAN_SEND || in->op == PLAN_RECV) && li->run[i] > 0)) {
+            if (!c->nocomm) t += launch;
+            rel = t;
+        }
+        li->seg[i] = sg;
+        li->hrel[i] = rel;
+        cnt[in->stream]++;
+        if (sync[i]) {
+            li->seg_len[sg] = t;
+            memcpy(li->seg_need + (size_t)sg * ns, cnt, ns * sizeof *cnt);
+            sg++;
+            t = 0;
+        }
+    }
+    li->seg_len[sg] = t;
+    free(cnt);
+    free(sync);
+}
+
 /* The group's rings: the flat one in rank order, and the hierarchical grid (fold.c). */
 static void prepare_group(sim_state *st, int g)
 {
@@ -873,13 +1036,37 @@ static void prepare_group(sim_state *st, int g)
 static int prepare(sim_state *st, base_error *e)
 {
     const sched_plan *p = st->p;
+    /* a compute takes its kernels' GPU time G on its stream; the host model adds when it may
+     * start (prepare_host), the per-list model the launches (sim_kernel_list_seconds) */
+    const sim_costs *c = &st->o->costs;
+    st->host_sync = c->host_sync;
+    /* a plan whose p2p a blocking host cannot follow (receives posted ahead: asynchronous p2p) would
+     * deadlock at those waits, and at the micro-batch ones too (a pending receive's sender may be
+     * a host waiting in turn); the gradient norm's wait comes after every transfer, always safe */
+    if (host_model(c) && (st->host_sync & (SIM_SYNC_P2P | SIM_SYNC_BATCH)) && !sim_host_can_block_at_p2p(p)) {
+        st->host_sync &= ~(SIM_SYNC_P2P | SIM_SYNC_BATCH);
+        snprintf(st->host_note, sizeof st->host_note, "the host waits neither at p2p transfers nor before "
+                 "micro-batches: the plan posts receives ahead of the work feeding their sends (asynchronous "
+                 "p2p), which a blocking host would deadlock on");
+    }
     double *kl_dur = base_xcalloc((size_t)p->nkernel_lists + 1, sizeof *kl_dur);
-    for (int k = 0; k < p->nkernel_lists; k++) kl_dur[k] = sim_kernel_list_seconds(&st->o->costs, &p->gpu, &p->kernel_lists[k]);
+    /* kl_lead[2k], kl_lead[2k + 1]: the lead of list k at the forward's and the backward's launch */
+    double *kl_lead = base_xcalloc(2 * (size_t)p->nkernel_lists + 1, sizeof *kl_lead);
+    double launch_f = sim_launch_seconds(c, PLAN_PASS_F), launch_b = sim_launch_seconds(c, PLAN_PASS_B);
+    for (int k = 0; k < p->nkernel_lists; k++) {
+        if (c->launch_model == SIM_LAUNCH_HOST) {
+            sim_kernel_list_host(c, &p->gpu, &p->kernel_lists[k], launch_f, &kl_dur[k], &kl_lead[2 * k]);
+            sim_kernel_list_host(c, &p->gpu, &p->kernel_lists[k], launch_b, &kl_dur[k], &kl_lead[2 * k + 1]);
+        } else {
+            kl_dur[k] = sim_kernel_list_seconds(c, &p->gpu, &p->kernel_lists[k]);
+        }
+    }
     st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
     for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
     for (int l = 0; l < p->nlists; l++)
-        if (st->li[l].used) prepare_list(st, l, kl_dur);
+        if (st->li[l].used) prepare_list(st, l, kl_dur, kl_lead);
     free(kl_dur);
+    free(kl_lead);
 
     sim_fold_plan(p, st->o, &st->fold);
     st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
@@ -892,6 +1079,10 @@ static int prepare(sim_state *st, base_error *e)
         const int32_t *slots = p->devices[d].group_slots;
         dev_rt *dv = &st->dv[d];
         dv->done = base_xcalloc((size_t)L->nstreams + 1, sizeof *dv->done);
+        if (li->seg) {
+            dv->seg_base = base_xcalloc((size_t)li->nseg, sizeof *dv->seg_base);
+            dv->seg_known = 1; /* the step begins with host and GPU idle, both at 0 */
+        }
         dv->streams_left = L->nstreams;
         dv->slot_rank = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *dv->slot_rank);
         dv->slot_alpha = base_xcalloc(4 * (size_t)L->ngroup_slots + 1, sizeof *dv->slot_alpha);
@@ -943,10 +1134,11 @@ static void state_free(sim_state *st)
         list_rt *li = &st->li[l];
         free(li->soff), free(li->sidx), free(li->spos), free(li->aux), free(li->run), free(li->dur);
         free(li->skey), free(li->slot_ncoll);
+        free(li->seg), free(li->hrel), free(li->seg_len), free(li->seg_need);
     }
     for (int d = 0; st->dv && d < p->ndevices; d++) {
         dev_rt *dv = &st->dv[d];
-        free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha);
+        free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha), free(dv->seg_base);
     }
     for (int g = 0; st->gr && g < p->ngroups; g++) {
         free(st->gr[g].ring);
@@ -1093,6 +1285,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
             x->compute_seconds = dv->compute_t;
             x->exposed_comm_seconds = dv->exposed_t;
             x->comm_seconds = dv->comm_t;
+            x->launch_wait_seconds = dv->host_wait_t;
             x->peak_bytes = dv->peak;
             memcpy(x->at_peak, dv->at_peak, sizeof x->at_peak);
             memcpy(x->peak_by_mem, dv->peak_by_mem, sizeof x->peak_by_mem);
@@ -1105,6 +1298,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
         r->folded_replicas = st.fold.replicas;
         r->simulated_devices = st.fold.nsimulated;
         snprintf(r->fold_note, sizeof r->fold_note, "%s", o->fold && st.fold.replicas == 1 ? st.fold.reason : "");
+        snprintf(r->host_note, sizeof r->host_note, "%s", st.host_note);
         r->wall_seconds = wall_now() - st.wall0;
         sim_result_finish(p, r);
     }

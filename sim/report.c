@@ -30,9 +30,16 @@ static void costs_text(const sim_options *o, char *buf, size_t n)
             if (c->unit_pass[p] > 0)
                 at += (size_t)snprintf(buf + at, n - at, " %s=%g", sched_plan_pass_name((plan_pass)p), c->unit_pass[p]);
     } else {
-        at += (size_t)snprintf(buf + at, n - at, "kernel model (launch %g us, %.3g hidden; GEMM efficiency %.3g at "
-                               "16384^3, half at %g; HBM %.3g)", c->launch_overhead * 1e6, c->launch_overlap,
-                               c->gemm_eff_large, c->gemm_half_dim, c->hbm_eff);
+        if (c->launch_model == SIM_LAUNCH_LIST)
+            at += (size_t)snprintf(buf + at, n - at, "kernel model (launch %g us per list, %.3g hidden; ",
+                                   c->launch_overhead * 1e6, c->launch_overlap);
+        else
+            at += (size_t)snprintf(buf + at, n - at, "kernel model (host issues at %g us per launch, %g us backward, "
+                                   "waits at %s; ", c->launch_overhead * 1e6,
+                                   sim_launch_seconds(c, PLAN_PASS_B) * 1e6, sim_host_sync_name(c->host_sync));
+        if (at < n)
+            at += (size_t)snprintf(buf + at, n - at, "GEMM efficiency %.3g at 16384^3, half at %g; HBM %.3g)",
+                                   c->gemm_eff_large, c->gemm_half_dim, c->hbm_eff);
     }
     if (at < n && (c->net_eff != 1 || c->comm_slowdown > 0))
         at += (size_t)snprintf(buf + at, n - at, "; network efficiency %.3g, compute slowdown %.3g during transfers",
@@ -74,6 +81,7 @@ void sim_report_write(const sched_plan *p, const sim_options *o, const sim_resul
                 r->folded_replicas, r->simulated_devices, r->ndevices);
     else if (r->fold_note[0])
         fprintf(f, "  not folded: %s\n", r->fold_note);
+    if (r->host_note[0]) fprintf(f, "  host: %s\n", r->host_note);
     fputc('\n', f);
     fprintf(f, "  step time        %.6f s\n", r->step_seconds);
     fprintf(f, "  tokens/s         %.6g  (%" PRId64 " sequences x %" PRId64 " tokens)\n", r->tokens_per_second,
@@ -189,7 +197,10 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
     json_num(f, c->gemm_eff_large);
     fputs(", \"gemm_half_dim\": ", f);
     json_num(f, c->gemm_half_dim);
-    fputs(", \"launch_overlap\": ", f);
+    fputs(", \"launch_bwd\": ", f);
+    json_num(f, sim_launch_seconds(c, PLAN_PASS_B));
+    fprintf(f, ", \"launch_model\": \"%s\", \"host_sync\": \"%s\", \"launch_overlap\": ",
+            c->launch_model == SIM_LAUNCH_LIST ? "list" : "host", sim_host_sync_name(c->host_sync));
     json_num(f, c->launch_overlap);
     fputs(", \"hbm_eff\": ", f);
     json_num(f, c->hbm_eff);
@@ -229,6 +240,10 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
     if (r->fold_note[0]) json_str(f, r->fold_note);
     else fputs("null", f);
     fputs("},\n", f);
+    fputs("  \"host_note\": ", f);
+    if (r->host_note[0]) json_str(f, r->host_note);
+    else fputs("null", f);
+    fputs(",\n", f);
     fputs("  \"over_memory\": [", f);
     for (int d = 0, k = 0; d < r->ndevices; d++)
         if (r->dev[d].over_memory) fprintf(f, "%s%d", k++ ? ", " : "", d);
@@ -243,6 +258,8 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
         json_num(f, x->comm_seconds);
         fputs(", \"idle_seconds\": ", f);
         json_num(f, x->idle_seconds);
+        fputs(", \"launch_wait_seconds\": ", f);
+        json_num(f, x->launch_wait_seconds);
         fputs(", \"end_seconds\": ", f);
         json_num(f, x->end_seconds);
         fputs(", \"model_flops\": ", f);

@@ -10,8 +10,10 @@
  *    `gpus_per_nic` GPUs into a leaf switch of a fat-tree; latency + size/bandwidth with max-min
  *    sharing (CM02, TCP-gamma 0, no cross-traffic);
  *  - one actor per (device, stream) running the stream's instructions in launch order;
- *  - a kernel takes max(FLOPs / (peak x efficiency), bytes / HBM bandwidth) + launch overhead,
- *    where GEMM efficiency depends on m, n and k (sim_gemm_efficiency);
+ *  - a kernel takes max(FLOPs / (peak x efficiency), bytes / HBM bandwidth) on the GPU, where
+ *    GEMM efficiency depends on m, n and k (sim_gemm_efficiency), and starts only once the
+ *    device's host thread has issued it (launch overhead per kernel, running ahead of the GPU
+ *    between synchronisation points);
  *  - collectives are rings (or all-to-all exchanges) of concurrent flows between the members,
  *    hierarchical across nodes (NVLink rings inside each node, NIC rings across nodes).
  *
@@ -55,19 +57,40 @@ typedef enum {
 /* "auto", "ring", "ring-steps", "tree" */
 const char *sim_coll_name(sim_coll_algo a);
 
+enum { SIM_LAUNCH_HOST, SIM_LAUNCH_LIST };
+/* Host synchronisation points (--costs host_sync=p2p+norm+batch): after each p2p run (Megatron's
+ * batch_isend_irecv is followed by torch.cuda.synchronize()), after the gradient-norm all-reduce
+ * (clipping reads the norm with .item()), before each micro-batch's first forward compute
+ * (Megatron's get_batch broadcasts the batch's sizes and copies them to the host). At such a
+ * point the host waits until every instruction launched so far on the device has finished. */
+#define SIM_SYNC_P2P 1u
+#define SIM_SYNC_NORM 2u
+#define SIM_SYNC_BATCH 4u
+/* "none", "p2p", "norm", "p2p+norm", "batch", ... */
+const char *sim_host_sync_name(unsigned bits);
+
 /* What-if overrides (--costs). */
 typedef struct sim_costs {
     bool unit;                        /* compute times from unit_pass instead of kernel lists */
     double unit_pass[PLAN_NPASS];     /* seconds per (stage, micro-batch) and pass; see sim_costs_parse */
     bool nocomm;                      /* communication is free: zero latency, infinite bandwidth */
-    double launch_overhead;           /* seconds of CPU launch per kernel of a kernel list */
+    double launch_overhead;           /* seconds of host (CPU) time to issue one kernel entry or communication call */
+    /* SIM_LAUNCH_HOST: host time per kernel entry of a backward compute (B, BI, BW), which the
+     * autograd engine issues from C++ rather than the framework's Python forward; < 0: as
+     * launch_overhead. (Recompute re-runs the Python forward: launch_overhead.) */
+    double launch_bwd;
     double gemm_eff_large;            /* GEMM efficiency of a 16384^3 GEMM (sim_gemm_efficiency) */
     double gemm_half_dim;             /* dimension at which one factor of the efficiency is 1/2 */
-    /* How far a kernel list's launches hide behind its GPU time (the CPU queues kernels ahead
-     * while the GPU runs): 0 = they add up, 1 = the list takes max(GPU, launches), in between
-     * the smooth maximum (G^k + L^k)^(1/k), k = 1 / (1 - launch_overlap): hidden when one
-     * dominates, partly when they are comparable. */
-    double launch_overlap;
+    /* How launches cost (docs/simulator.md, "The host"). SIM_LAUNCH_HOST (the default): each
+     * device has one host thread that issues its plan in launch order, `launch_overhead` per
+     * kernel entry and per communication call; a stream starts a kernel only once the host has
+     * issued it, and the host runs ahead of the GPU except at the synchronisation points of
+     * `host_sync` (and the step's end). SIM_LAUNCH_LIST: the earlier per-list model, kept for
+     * comparison: a list costs the smooth maximum (G^k + L^k)^(1/k), k = 1 / (1 - launch_overlap),
+     * of its GPU time G and its launches L, and a communication call launch x (1 - overlap). */
+    int launch_model;
+    unsigned host_sync;               /* SIM_SYNC_* bits: where the host waits for its GPU */
+    double launch_overlap;            /* SIM_LAUNCH_LIST only: 0 = G + L, 1 = max(G, L) */
     double hbm_eff;                   /* fraction of the HBM bandwidth memory-bound kernels reach */
     double net_eff;                   /* fraction of a link's bandwidth transfers reach (NCCL's busbw / line rate) */
     /* Compute slows by this fraction (0 .. 0.5) while a transfer of its device is in flight
@@ -130,9 +153,19 @@ int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e)
 double sim_gemm_efficiency(const sim_costs *c, int64_t m, int64_t n, int64_t k);
 /* Seconds of one kernel entry (all its `count` launches) on the GPU, launch overhead included. */
 double sim_kernel_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel *k);
-/* Seconds of a kernel list: G = the sum of its kernels' roofline times (without launches), L =
- * launch overhead x its kernels, combined by launch_overlap (above). */
+/* Seconds of a kernel list on its own (host and GPU idle when it starts). SIM_LAUNCH_HOST: the
+ * host issues kernel j (1-based) at j x launch and the GPU runs the kernels in order, each once
+ * issued, so the list takes lead + G (sim_kernel_list_host); SIM_LAUNCH_LIST: G and L = launch x
+ * its kernels combined by launch_overlap (above). */
 double sim_kernel_list_seconds(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl);
+/* The host model's view of a kernel list: *gpu = G, the sum of its kernels' roofline times, and
+ * *lead = max over k of (k x launch - the GPU time of kernels 1 .. k-1): how long after the host
+ * begins issuing the list the GPU can start it and never wait for a launch again (launch: the
+ * host time per kernel entry, sim_launch_seconds). */
+void sim_kernel_list_host(const sim_costs *c, const plan_gpu *g, const plan_kernel_list *kl, double launch,
+                          double *gpu, double *lead);
+/* The host time per kernel entry of a compute of pass `pass` (launch_bwd for B, BI, BW). */
+double sim_launch_seconds(const sim_costs *c, int pass);
 
 /* ---------------------------------------------------------------- platform */
 
@@ -154,6 +187,7 @@ typedef struct sim_device_result {
     double exposed_comm_seconds;   /* time with a transfer in flight and no compute running */
     double comm_seconds;           /* time with a transfer in flight (overlapped or not) */
     double idle_seconds;           /* step - compute - exposed communication */
+    double launch_wait_seconds;    /* host model: time its streams waited for the host to issue, summed over streams */
     double peak_bytes;             /* peak of the live total, in simulated time */
     double at_peak[PLAN_NMEM];     /* breakdown at that moment */
     double peak_by_mem[PLAN_NMEM]; /* each category's own peak */
@@ -180,6 +214,7 @@ typedef struct sim_result {
     int folded_replicas;           /* data-parallel replicas folded into one (1: not folded) */
     int simulated_devices;         /* devices the replay ran (the others copy one of them) */
     char fold_note[200];           /* why the plan was not folded ("" when folded or folding is off) */
+    char host_note[200];           /* why the host model left out a synchronisation ("" when none) */
     double wall_seconds;           /* of the simulation (not part of any deterministic output) */
 } sim_result;
 

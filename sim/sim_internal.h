@@ -32,6 +32,11 @@ typedef struct sim_group_grid {
 void sim_group_grid_init(const sched_plan *p, int g, sim_group_grid *gg);
 void sim_group_grid_free(sim_group_grid *gg);
 
+/* Can every device's host block at its p2p runs until they complete (host_sync=p2p) without the
+ * step deadlocking (host_block.c)? False for plans that post receives ahead of the work feeding
+ * the matching sends (DualPipe's overlapped pairs); the replay then leaves out those waits. */
+bool sim_host_can_block_at_p2p(const sched_plan *p);
+
 /* Folding of data-parallel replicas (fold.c): which devices the replay simulates. */
 typedef struct sim_fold {
     int replicas;        /* R >= 2 when folded, else 1 */

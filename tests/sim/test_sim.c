@@ -138,6 +138,28 @@ static void test_kernel_seconds(void)
                           {.kind = PLAN_KERNEL_MEM, .dtype = PLAN_BF16, .count = 1, .bytes = 2e9}};
     plan_kernel_list kl = {2, two};
     o.costs.launch_overhead = 1.5e-3;
+    /* the host model: kernel j is issued at j x launch and runs once issued and once the GPU is
+     * free. Launch-bound (1 ms kernels, 1.5 ms launches): the last kernel is issued at 3 ms and
+     * ends at 4 ms; the GPU may start at 2 ms without ever waiting again */
+    double gpu, lead;
+    sim_kernel_list_host(&o.costs, &g, &kl, 1.5e-3, &gpu, &lead);
+    ASSERT_NEAR(gpu, 2e-3, 1e-12);
+    ASSERT_NEAR(lead, 2e-3, 1e-12);
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 2 * 1.5e-3 + 1e-3, 1e-12);
+    /* GPU-bound (0.5 ms launches): the first launch, then the GPU time */
+    o.costs.launch_overhead = 0.5e-3;
+    ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 0.5e-3 + 2e-3, 1e-12);
+    sim_kernel_list_host(&o.costs, &g, &kl, 0, &gpu, &lead);
+    ASSERT_NEAR(lead, 0, 0);
+    /* backward computes pay launch_bwd when set */
+    ASSERT_NEAR(sim_launch_seconds(&o.costs, PLAN_PASS_B), 0.5e-3, 0);
+    o.costs.launch_bwd = 0.2e-3;
+    ASSERT_NEAR(sim_launch_seconds(&o.costs, PLAN_PASS_BW), 0.2e-3, 0);
+    ASSERT_NEAR(sim_launch_seconds(&o.costs, PLAN_PASS_R), 0.5e-3, 0);
+
+    /* the per-list model (launch_model=list) */
+    o.costs.launch_model = SIM_LAUNCH_LIST;
+    o.costs.launch_overhead = 1.5e-3;
     ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 2e-3 + 3e-3, 1e-12);
     o.costs.launch_overlap = 1;
     ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 3e-3, 1e-12);
@@ -146,6 +168,97 @@ static void test_kernel_seconds(void)
     o.costs.launch_overlap = 0;
     o.costs.hbm_eff = 0.5;
     ASSERT_NEAR(sim_kernel_list_seconds(&o.costs, &g, &kl), 4e-3 + 3e-3, 1e-12);
+}
+
+/* The host model in the replay: one device, one stream of three 1 ms computes (one kernel each).
+ * The host issues a kernel every `launch`; a compute starts once issued and once the GPU is free. */
+static double host_queue_step(double launch, const char *sync, int p2p, double *wait)
+{
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 2, 2);
+    int k = pb_kernels(&b, 1e9, 0); /* 1 ms */
+    pb_device(&b, 0, 0, 0, 0, NULL);
+    pb_device(&b, 1, 1, 0, 0, NULL);
+    int s0 = pb_stream(&b, 0, "c"), s1 = pb_stream(&b, 1, "r");
+    pb_compute(&b, 0, s0, PLAN_PASS_F, k, 0, 0);
+    if (p2p) pb_send(&b, 0, s0, 1, 7, 1000, -1);
+    pb_compute(&b, 0, s0, PLAN_PASS_F, k, 0, 0);
+    pb_compute(&b, 0, s0, PLAN_PASS_F, k, 0, 0);
+    if (p2p) pb_recv(&b, 1, s1, 0, 7, 1000, -1);
+    sim_options o;
+    exact_options(&o, &p);
+    o.costs.launch_overhead = launch;
+    o.costs.nocomm = true; /* transfers take no time and communication calls no host time */
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, sync, &e), 0);
+    sim_result r;
+    double step = -1;
+    if (simulate(&p, &o, &r) == 0) {
+        step = r.step_seconds;
+        *wait = r.dev[0].launch_wait_seconds;
+        sim_result_free(&r);
+    }
+    pb_done(&b);
+    sched_plan_free(&p);
+    return step;
+}
+
+static void test_host_queue(void)
+{
+    double wait;
+    /* launch-bound: issued at 2, 4, 6 ms; the last ends at 7 ms; the stream waited 2 + 1 + 1 ms */
+    ASSERT_NEAR(host_queue_step(2e-3, "host_sync=none", 0, &wait), 3 * 2e-3 + 1e-3, 1e-9);
+    ASSERT_NEAR(wait, 4e-3, 1e-9);
+    /* GPU-bound: the host runs ahead; only the first launch shows */
+    ASSERT_NEAR(host_queue_step(0.5e-3, "host_sync=none", 0, &wait), 0.5e-3 + 3e-3, 1e-9);
+    ASSERT_NEAR(wait, 0.5e-3, 1e-9);
+    /* a send between the first and the second compute: without synchronisation the host still
+     * runs ahead; when the host waits for the send (host_sync=p2p) it issues the second compute
+     * only after the first has run: launch + 1 ms, then launch + 1 ms + 1 ms */
+    ASSERT_NEAR(host_queue_step(0.5e-3, "host_sync=none", 1, &wait), 0.5e-3 + 3e-3, 1e-9);
+    ASSERT_NEAR(host_queue_step(0.5e-3, "host_sync=p2p", 1, &wait), 2 * 0.5e-3 + 3e-3, 1e-9);
+    /* launch 0: no host at all */
+    ASSERT_NEAR(host_queue_step(0, "host_sync=p2p", 1, &wait), 3e-3, 1e-9);
+    /* the per-list model: each list costs launch + GPU time (launch_overlap 0) */
+    ASSERT_NEAR(host_queue_step(0.5e-3, "launch_model=list", 0, &wait), 3 * (0.5e-3 + 1e-3), 1e-9);
+}
+
+/* The host waits at p2p only where a blocking host cannot deadlock: both devices receive on one
+ * stream and send on another; posting the receive first (asynchronous p2p, as DualPipe's plans
+ * do) would stop both hosts at their receives, so the replay leaves those waits out and says so;
+ * sending first on one device (a blocking order) keeps them. */
+static void check_host_block(int ahead, int expect_note)
+{
+    sched_plan p;
+    plan_builder b;
+    pb_init(&b, &p, 2, 2);
+    int k = pb_kernels(&b, 1e9, 0);
+    for (int d = 0; d < 2; d++) {
+        pb_device(&b, d, d, 0, 0, NULL);
+        int c = pb_stream(&b, d, "c"), r = pb_stream(&b, d, "r"), x = pb_stream(&b, d, "x");
+        pb_compute(&b, d, c, PLAN_PASS_F, k, 0, 0);
+        if (ahead || d == 1) pb_recv(&b, d, r, 1 - d, 1 - d, 1000, -1);
+        pb_send(&b, d, x, 1 - d, d, 1000, -1);
+        if (!ahead && d == 0) pb_recv(&b, d, r, 1, 1, 1000, -1);
+    }
+    sim_options o;
+    exact_options(&o, &p);
+    o.costs.launch_overhead = 1e-4;
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    CU_ASSERT_EQUAL(r.host_note[0] != 0, expect_note);
+    if (expect_note) TEST_ASSERT_CONTAINS(r.host_note, "posts receives ahead");
+    sim_result_free(&r);
+    pb_done(&b);
+    sched_plan_free(&p);
+}
+
+static void test_host_block(void)
+{
+    check_host_block(1, 1);
+    check_host_block(0, 0);
 }
 
 static void test_link_defaults(void)
@@ -231,6 +344,22 @@ static void test_costs_parse(void)
     base_error_clear(&e);
     CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "cheap", &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "unknown item 'cheap'");
+
+    /* the launch model and the host's synchronisation points */
+    CU_ASSERT_EQUAL(o.costs.launch_model, SIM_LAUNCH_HOST);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "launch_model=list,host_sync=norm+p2p,launch_bwd=10us", &e), 0);
+    CU_ASSERT_EQUAL(o.costs.launch_model, SIM_LAUNCH_LIST);
+    CU_ASSERT_EQUAL(o.costs.host_sync, SIM_SYNC_P2P | SIM_SYNC_NORM);
+    CU_ASSERT_STRING_EQUAL(sim_host_sync_name(o.costs.host_sync), "p2p+norm");
+    ASSERT_NEAR(o.costs.launch_bwd, 10e-6, 1e-15);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "host_sync=none", &e), 0);
+    CU_ASSERT_EQUAL(o.costs.host_sync, 0u);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "host_sync=p2p+often", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "'host_sync=p2p+often' is not a set of synchronisation points");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "launch_model=fast", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "write launch_model=host");
 }
 
 /* Calibration files: the entry of the longest matching GPU type applies; errors name file:line;
@@ -1197,6 +1326,7 @@ static void test_cli_errors(void)
                              test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 0);
     t = slurp(err);
     TEST_ASSERT_CONTAINS(t, "\"launch_overhead\": 4e-06, \"gemm_eff_large\": 0.820512820513, \"gemm_half_dim\": 128, "
+                            "\"launch_bwd\": 4e-06, \"launch_model\": \"host\", \"host_sync\": \"p2p+norm+batch\", "
                             "\"launch_overlap\": 0, \"hbm_eff\": 1, \"net_eff\": 1, \"comm_slowdown\": 0, \"calibration\": null");
     free(t);
     CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' -q --json - > '%s' 2>/dev/null", bin_path("piper-sim"),
@@ -1217,6 +1347,8 @@ int piper_tests_register(void)
     static const test_case model[] = {
         {"GEMM efficiency: 256/312 at 16384^3, less when small or skinny", test_gemm_efficiency},
         {"kernel time: roofline with GEMM efficiency and launch overhead", test_kernel_seconds},
+        {"host model: launch-bound, GPU-bound, synchronisation at p2p", test_host_queue},
+        {"host model: no p2p waits where a blocking host would deadlock", test_host_block},
         {"link defaults per GPU type", test_link_defaults},
         {"--links values, units and errors", test_links_parse},
         {"--costs values and errors", test_costs_parse},
