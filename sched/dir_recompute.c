@@ -1,7 +1,9 @@
 /* dir_recompute.c — `recompute {filter, mode: full|selective}`: activation checkpointing. The
  * forward keeps only a checkpoint (full: the region's input; selective: everything but the
  * attention core, Korthikanti et al.), and a recompute node R rebuilds the rest right before the
- * backward: F -(checkpoint)-> R -(activations)-> B. Ordering issues R just in time. */
+ * backward: F -(checkpoint)-> R -(the rest)-> B, and the backward reads the checkpoint too
+ * (F -(checkpoint)-> B), so that it lives until the backward, not just until R. Ordering issues R
+ * just in time. */
 #include "sched_internal.h"
 
 int sched_dir_recompute(sched_ctx *x, const ir_directive *d, base_error *e)
@@ -51,9 +53,9 @@ int sched_dir_recompute(sched_ctx *x, const ir_directive *d, base_error *e)
             int32_t act = ir_dag_add_tensor(g, r, IR_T_RECOMP, 0);
             ed = &g->edges[ei];
             int32_t saved = ed->tensor;
-            ed->dst = r;
+            /* F -> B stays: the backward uses the kept part and the rebuilt part together */
+            ir_dag_add_edge(g, v, r, saved, IR_EDGE_DATA);
             ir_dag_add_edge(g, r, b, act, IR_EDGE_DATA);
-            (void)saved;
             changed++;
             break;
         }
