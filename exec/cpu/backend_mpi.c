@@ -11,8 +11,10 @@
  * Point-to-point traffic needs no such care: every transfer has its own tag, so one communicator
  * serves all streams (a sender's and a receiver's streams may even have different names).
  *
- * Bucketed gradient collectives copy the tensors they move into one staging buffer, reduce it
- * in place, and copy back when MPI_Test reports completion. */
+ * A gradient bucket's all-reduce sums each of its tensors in place (one MPI_Iallreduce each,
+ * tested together); ZeRO reduce-scatters and all-gathers lay the bucket out rank by rank in one
+ * staging buffer, as MPI_Ireduce_scatter / MPI_Iallgatherv need it, and copy (add) back when
+ * MPI reports completion. */
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -141,6 +143,9 @@ static void req_done(exec_cpu *c, int r)
     R->staging = NULL;
     free(R->counts);
     R->counts = NULL;
+    free(R->more);
+    R->more = NULL;
+    R->nmore = 0;
     R->used = false;
 }
 
@@ -285,20 +290,18 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         }
     }
     case EXEC_COLL_GRAD_SUM: {
-        int64_t n = 0;
-        for (int s = 0; s < C->nseg; s++) n += C->seg[s].n;
-        if (int_count(n, "a gradient bucket", e)) return -1;
-        c->comm_bytes += (double)n * (double)es;
-        R->staging_bytes = n * (int64_t)es;
-        R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
-        int64_t off = 0;
+        /* each segment summed in place where it lives, as NCCL does a bucket's tensors in one
+         * group: no staging copy of the bucket (which the plan does not size) */
+        if (C->nseg > 1) R->more = base_xcalloc((size_t)(C->nseg - 1), sizeof *R->more);
         for (int s = 0; s < C->nseg; s++) {
-            char *b = seg_base(c, &C->seg[s], true, e);
+            const exec_seg *S = &C->seg[s];
+            if (int_count(S->n, "a gradient bucket's tensor", e)) return -1;
+            char *b = seg_base(c, S, true, e);
             if (!b) return -1;
-            memcpy(R->staging + off * es, b + C->seg[s].off * es, (size_t)C->seg[s].n * es);
-            off += C->seg[s].n;
+            c->comm_bytes += (double)S->n * (double)es;
+            MPI_Request *q = s == 0 ? &R->r : &R->more[R->nmore++];
+            EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, b + S->off * es, (int)S->n, c->mdt, MPI_SUM, comm, q), e);
         }
-        EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, R->staging, (int)n, c->mdt, MPI_SUM, comm, &R->r), e);
         return 0;
     }
     case EXEC_COLL_GRAD_SCATTER:
@@ -349,15 +352,7 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
 {
     const exec_coll *C = &c->coll[R->instr];
     const size_t es = c->es;
-    if (C->kind == EXEC_COLL_GRAD_SUM) {
-        int64_t off = 0;
-        for (int s = 0; s < C->nseg; s++) {
-            char *b = seg_base(c, &C->seg[s], true, e);
-            if (!b) return -1;
-            memcpy(b + C->seg[s].off * es, R->staging + off * es, (size_t)C->seg[s].n * es);
-            off += C->seg[s].n;
-        }
-    } else if (C->kind == EXEC_COLL_GRAD_SCATTER || C->kind == EXEC_COLL_PARAM_GATHER) {
+    if (C->kind == EXEC_COLL_GRAD_SCATTER || C->kind == EXEC_COLL_PARAM_GATHER) {
         const int g = C->gsize;
         const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
         const int *dsp = R->counts + g;
@@ -404,6 +399,7 @@ static int be_test(void *ctx, int req, bool *done, base_error *e)
     int flag = 0;
     MPI_Status st;
     EXEC_MPI(MPI_Test(&R->r, &flag, &st), e);
+    if (flag && R->nmore) EXEC_MPI(MPI_Testall(R->nmore, R->more, &flag, MPI_STATUSES_IGNORE), e);
     *done = flag != 0;
     if (!flag) return 0;
     int rc = 0;
@@ -578,6 +574,8 @@ void exec_cpu_disconnect(exec_cpu *c)
                 MPI_Cancel(&c->req[i].r);
                 MPI_Request_free(&c->req[i].r);
             }
+            for (int k = 0; k < c->req[i].nmore && !fin; k++)
+                if (c->req[i].more[k] != MPI_REQUEST_NULL) MPI_Request_free(&c->req[i].more[k]);
             req_done(c, i);
         }
     free(c->req);

@@ -119,8 +119,11 @@ typedef struct cpu_req {
     MPI_Request r;
     int instr;
     int64_t expect;         /* RECV: bytes */
-    char *staging;          /* bucket collectives */
+    char *staging;          /* ZeRO collectives: the bucket laid out rank by rank */
     int64_t staging_bytes;
+    MPI_Request *more;      /* a gradient bucket: one in-place all-reduce per segment, the
+                               first in r, the others here (nmore) */
+    int nmore;
     int *counts;            /* ZeRO collectives: per rank, elements and displacements (2 x size),
                                kept until MPI completes the call */
 } cpu_req;
