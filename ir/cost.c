@@ -556,8 +556,9 @@ static double region_input_bytes(const ir_model *m, const ir_region *r, const ir
     case IR_REGION_MOE_EXPERTS:
         return buf;
     case IR_REGION_MOE_COMBINE:
-        /* expert outputs, routing weights (fp32) and the residual stream */
-        return buf + 4.0 * d->tl * (double)m->top_k + hidden;
+        /* expert outputs, routing weights (fp32 or wider) with their slots (int32), and the
+         * residual stream */
+        return buf + ((d->e > 4.0 ? d->e : 4.0) + 4.0) * d->tl * (double)m->top_k + hidden;
     default:
         return hidden;
     }
@@ -575,18 +576,28 @@ static double region_input_bytes(const ir_model *m, const ir_region *r, const ir
  *               + b*s*(fc1 output f*e + gelu output f*e)            -> s*b*h*21 for f = 4h
  *          llama: tl*(norm input + gate/up input)*h*e + b*s*(gate, up, down input)*f*e
  *               (SiLU is recomputed inside the fused SwiGLU backward).
- *   moe_gate:    tl*(norm input + router input)*h*e + tl*E*4 (fp32 router probabilities)
+ *   moe_gate:    tl*(norm input + router input)*h*e + tl*E*w (router probabilities)
  *                + tl*top_k*4 (expert indices, for the permutation's backward)
  *   moe_experts: E*C tokens * (input h*e + gate, up, down input 3*ef*e)
- *   moe_combine: expert outputs E*C*h*e + routing weights tl*top_k*4
+ *   moe_combine: expert outputs E*C*h*e + routing weights tl*top_k*w + the slot of each choice
+ *                tl*top_k*4 (int32): the unpermute gathers expert outputs by an index map, and
+ *                its backward scatters the gradient with the same map, so it keeps the indices
+ *                (Megatron's unpermute saves its sorted indices) — the gate's expert indices are
+ *                another region's tensor
  *   embed: token ids b*s*4 (+ gpt dropout mask tl*h)
- *   head:  tl*(norm input + LM-head input)*h*e + fp32 probabilities b*s*V/t*4.
- * Norm statistics (per-token mean/rstd) are not counted, as in the published accounting. */
+ *   head:  tl*(norm input + LM-head input)*h*e + probabilities (or the logits' gradient, which a
+ *          fused cross-entropy keeps instead) b*s*V/t*w.
+ * w = max(e, 4): router probabilities, routing weights and the softmax over the vocabulary are
+ * kept in fp32 when activations are narrower (bf16/fp16 training upcasts them), at the
+ * activation dtype when it is wider (an fp64 run keeps them in fp64, as the CPU executor does).
+ * Norm statistics (per-token mean/rstd) are not counted, as in the published accounting: a
+ * backward recomputes them from the kept norm input. */
 double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const ir_shape *s)
 {
     ir_dims d;
     ir_dims_init(m, s, &d);
     double e = d.e, h = (double)d.h, tl = d.tl, bs = (double)d.bs;
+    double w = e > 4.0 ? e : 4.0; /* fp32, or the activation dtype when wider */
     if (is_layer_region(r->kind) && s->recompute == IR_RECOMPUTE_FULL)
         return s->recompute_from_prev ? 0.0 : region_input_bytes(m, r, &d);
     switch (r->kind) {
@@ -609,13 +620,13 @@ double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const i
             return tl * (2.0 * h * e + (m->dropout ? h : 0.0)) + bs * (double)d.f_dev * 2.0 * e;
         return tl * 2.0 * h * e + bs * (double)d.f_dev * 3.0 * e;
     case IR_REGION_MOE_GATE:
-        return tl * 2.0 * h * e + tl * (double)m->experts * 4.0 + tl * (double)m->top_k * 4.0;
+        return tl * 2.0 * h * e + tl * (double)m->experts * w + tl * (double)m->top_k * 4.0;
     case IR_REGION_MOE_EXPERTS:
         return (double)d.moe_buf * e * (h + 3.0 * (double)d.ef_dev);
     case IR_REGION_MOE_COMBINE:
-        return (double)d.moe_buf * h * e + tl * (double)m->top_k * 4.0;
+        return (double)d.moe_buf * h * e + tl * (double)m->top_k * (w + 4.0);
     case IR_REGION_HEAD:
-        return tl * 2.0 * h * e + bs * (double)d.v_dev * 4.0;
+        return tl * 2.0 * h * e + bs * (double)d.v_dev * w;
     case IR_NREGION_KINDS:
         break;
     }

@@ -43,33 +43,30 @@ void FN(exec_rope_apply)(real *x, int64_t tokens, int64_t heads, int64_t d, int6
     }
 }
 
-/* ---------------------------------------------------------------- the act buffer */
+/* ---------------------------------------------------------------- the act and work buffers */
 
+/* act: exactly ir/cost.c's attention list, in this order: the norm input x and output xn (the
+ * QKV input), Q, K, V as the core used them (after QK-norm and RoPE), the QK-norm inputs, the
+ * core output o (the out-projection input), the softmax output, and with dropout the dropped
+ * probabilities (attn.V's input) and the two 1-byte masks (probabilities, output). */
 typedef struct attn_act {
-    real *x, *mean, *rstd, *xn;     /* region input, norm statistics, norm output (QKV input) */
-    real *q, *k, *v;                /* what the core used: after QK-norm and RoPE */
-    real *q_raw, *k_raw;            /* QK-norm inputs */
-    real *q_rstd, *k_rstd;
-    real *rope;                     /* cos/sin table */
-    real *probs;                    /* softmax output [b][nheads][s][s] */
-    real *o;                        /* core output = out-projection input [T][nheads*d] */
-    real *s1, *s2;                  /* per-head s x s workspaces */
-    /* left by BI for BW */
-    real *dyd;                      /* dy through the output dropout */
-    real *dO, *dq, *dk, *dv;        /* dq, dk, dv: gradients of the projections' outputs */
-    real *dqn, *dkn;                /* gradients of the QK-norm outputs */
-    real *dxn;                      /* gradient of the norm output */
+    real *x, *xn, *q, *k, *v, *q_raw, *k_raw, *o, *probs, *pd;
+    uint8_t *mprobs, *mout;
 } attn_act;
 
-static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_act *A)
+static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0, void *b1,
+                          attn_act *A, size_t *rebuilt)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
-    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
+    const int64_t qw = sh->nheads * d, kw = sh->nkv * d, ss = c->b * sh->nheads * s * s;
+    const bool drop = c->dropout > 0;
+    const int pin = act_part(mode, ACT_INPUT), poth = act_part(mode, ACT_OTHER),
+              pcore = act_part(mode, ACT_CORE);
     memset(A, 0, sizeof *A);
+    cv.part = pin;
     A->x = carve_r(&cv, T * h);
-    A->mean = carve_r(&cv, T);
-    A->rstd = carve_r(&cv, T);
+    cv.part = poth;
     A->xn = carve_r(&cv, T * h);
     A->q = carve_r(&cv, T * qw);
     A->k = carve_r(&cv, T * kw);
@@ -77,29 +74,77 @@ static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, a
     if (c->qk_norm) {
         A->q_raw = carve_r(&cv, T * qw);
         A->k_raw = carve_r(&cv, T * kw);
-        A->q_rstd = carve_r(&cv, T * sh->nheads);
-        A->k_rstd = carve_r(&cv, T * sh->nkv);
-        A->dqn = carve_r(&cv, T * qw);
-        A->dkn = carve_r(&cv, T * kw);
     }
-    if (!c->gpt) A->rope = carve_r(&cv, s * d);
-    A->probs = carve_r(&cv, c->b * sh->nheads * s * s);
     A->o = carve_r(&cv, T * qw);
-    A->s1 = carve_r(&cv, s * s);
-    A->s2 = carve_r(&cv, s * s);
-    A->dyd = carve_r(&cv, T * h);
-    A->dO = carve_r(&cv, T * qw);
-    A->dq = carve_r(&cv, T * qw);
-    A->dk = carve_r(&cv, T * kw);
-    A->dv = carve_r(&cv, T * kw);
-    A->dxn = carve_r(&cv, T * h);
-    return cv.off;
+    cv.part = pcore;
+    A->probs = carve_r(&cv, ss);
+    if (drop) {
+        A->pd = carve_r(&cv, ss);
+        A->mprobs = carve_b(&cv, ss);
+        cv.part = poth;
+        A->mout = carve_b(&cv, T * h);
+    }
+    if (rebuilt) *rebuilt = cv.off[1];
+    return cv.off[0];
+}
+
+/* work: the statistics F and BI compute (norm, QK-norm; not kept across passes but for BW),
+ * the RoPE table, an s x s and a [T][qw] workspace, and what BI leaves for BW: the gradients of
+ * the out-projection output (through dropout), of Q/K/V, of the QK-norm outputs and of the norm
+ * output. */
+typedef struct attn_work {
+    real *mean, *rstd, *q_rstd, *k_rstd, *rope, *s1, *dO;
+    real *dyd, *dq, *dk, *dv, *dqn, *dkn, *dxn;
+} attn_work;
+
+static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_work *W,
+                               size_t *fbytes)
+{
+    carver cv = carver_work(base);
+    const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
+    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
+    memset(W, 0, sizeof *W);
+    W->mean = carve_r(&cv, T);
+    W->rstd = carve_r(&cv, T);
+    if (c->qk_norm) {
+        W->q_rstd = carve_r(&cv, T * sh->nheads);
+        W->k_rstd = carve_r(&cv, T * sh->nkv);
+    }
+    if (!c->gpt) W->rope = carve_r(&cv, s * d);
+    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
+    if (c->qk_norm) {
+        W->dqn = carve_r(&cv, T * qw);
+        W->dkn = carve_r(&cv, T * kw);
+    }
+    W->s1 = carve_r(&cv, s * s);
+    W->dO = carve_r(&cv, T * qw);
+    W->dyd = carve_r(&cv, T * h);
+    W->dq = carve_r(&cv, T * qw);
+    W->dk = carve_r(&cv, T * kw);
+    W->dv = carve_r(&cv, T * kw);
+    W->dxn = carve_r(&cv, T * h);
+    return cv.off[0];
+}
+
+int64_t FN(exec_attn_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    attn_act A;
+    size_t r = 0;
+    size_t k = attn_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t FN(exec_attn_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    attn_act A;
-    return (int64_t)attn_layout(c, s, NULL, &A);
+    return FN(exec_attn_act_split)(c, s, EXEC_ACT_ALL, NULL);
+}
+
+int64_t FN(exec_attn_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    attn_work W;
+    size_t f = 0, all = attn_work_layout(c, s, NULL, &W, &f);
+    return pass_f ? (int64_t)f : (int64_t)all;
 }
 
 /* The region's tensors in a parameter (or gradient) block. */
@@ -140,6 +185,7 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     NEED(c->y, "the output y");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -147,7 +193,11 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     attn_w w;
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     const int64_t group = cfg->heads / cfg->kv_heads;
@@ -155,8 +205,9 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     const real *x = c->x;
     real *y = c->y;
 
-    memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    if (A.x != x) /* R under full recompute reads the input F kept */
+        memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
     real *qdst = cfg->qk_norm ? A.q_raw : A.q, *kdst = cfg->qk_norm ? A.k_raw : A.k;
     FN(exec_gemm)(false, false, T, qw, h, 1, A.xn, h, w.wq, qw, 0, qdst, qw);
     FN(exec_gemm)(false, false, T, kw, h, 1, A.xn, h, w.wk, kw, 0, kdst, kw);
@@ -168,13 +219,13 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     }
     if (cfg->qk_norm) {
         /* Qwen3: RMSNorm over each head's d dimensions, one weight shared by all heads */
-        FN(exec_rmsnorm_f)(A.q_raw, w.qg, A.q, A.q_rstd, T * nh, d, cfg->norm_eps);
-        FN(exec_rmsnorm_f)(A.k_raw, w.kg, A.k, A.k_rstd, T * nkv, d, cfg->norm_eps);
+        FN(exec_rmsnorm_f)(A.q_raw, w.qg, A.q, W.q_rstd, T * nh, d, cfg->norm_eps);
+        FN(exec_rmsnorm_f)(A.k_raw, w.kg, A.k, W.k_rstd, T * nkv, d, cfg->norm_eps);
     }
     if (!cfg->gpt) {
-        FN(exec_rope_table)(A.rope, s, d, cfg->rope_theta);
-        FN(exec_rope_apply)(A.q, T, nh, d, s, A.rope, false);
-        FN(exec_rope_apply)(A.k, T, nkv, d, s, A.rope, false);
+        FN(exec_rope_table)(W.rope, s, d, cfg->rope_theta);
+        FN(exec_rope_apply)(A.q, T, nh, d, s, W.rope, false);
+        FN(exec_rope_apply)(A.k, T, nkv, d, s, W.rope, false);
     }
 
     const double p = cfg->dropout;
@@ -201,17 +252,20 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
             }
             const real *Pd = Pr;
             if (p > 0) {
-                memcpy(A.s1, Pr, (size_t)(s * s) * sizeof(real));
-                dropout_apply(A.s1, s * s, pkey, probs_index(c, bi, j), p);
-                Pd = A.s1;
+                real *pd = A.pd + (bi * nh + j) * s * s;
+                memcpy(pd, Pr, (size_t)(s * s) * sizeof(real));
+                dropout_apply_mask(pd, A.mprobs + (bi * nh + j) * s * s, s * s, pkey,
+                                   probs_index(c, bi, j), p);
+                Pd = pd;
             }
             FN(exec_gemm)(false, false, s, d, s, 1, Pd, s, V, kw, 0, A.o + bi * s * qw + j * d, qw);
         }
 
     FN(exec_gemm)(false, false, T, h, qw, 1, A.o, qw, w.wo, h, 0, y, h);
     if (sh->first && w.bo) bias_add(y, T, h, w.bo);
-    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
-                  (uint64_t)c->sample0 * (uint64_t)(s * h), p);
+    if (p > 0)
+        dropout_apply_mask(y, A.mout, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
+                           (uint64_t)c->sample0 * (uint64_t)(s * h), p);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
     return 0;
@@ -225,6 +279,7 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -232,7 +287,11 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     attn_w w;
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     const int64_t group = cfg->heads / cfg->kv_heads;
@@ -241,30 +300,26 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     const real *dy = c->dy;
     real *dx = c->dx;
 
-    memcpy(A.dyd, dy, (size_t)(T * h) * sizeof(real));
-    dropout_apply(A.dyd, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
-                  (uint64_t)c->sample0 * (uint64_t)(s * h), p);
-    FN(exec_gemm)(false, true, T, qw, h, 1, A.dyd, h, w.wo, h, 0, A.dO, qw);
+    if (p > 0)
+        dropout_from_mask(dy, W.dyd, A.mout, T * h, p);
+    else
+        memcpy(W.dyd, dy, (size_t)(T * h) * sizeof(real));
+    FN(exec_gemm)(false, true, T, qw, h, 1, W.dyd, h, w.wo, h, 0, W.dO, qw);
 
-    memset(A.dk, 0, (size_t)(T * kw) * sizeof(real));
-    memset(A.dv, 0, (size_t)(T * kw) * sizeof(real));
-    const uint64_t pkey = dropout_key(c, EXEC_DROP_ATTN_PROBS);
+    memset(W.dk, 0, (size_t)(T * kw) * sizeof(real));
+    memset(W.dv, 0, (size_t)(T * kw) * sizeof(real));
     for (int64_t bi = 0; bi < cfg->b; bi++)
         for (int64_t j = 0; j < nh; j++) {
             int64_t kv = (sh->head0 + j) / group - sh->kv0;
-            const real *Q = A.q + bi * s * qw + j * d, *dO = A.dO + bi * s * qw + j * d;
+            const real *Q = A.q + bi * s * qw + j * d, *dO = W.dO + bi * s * qw + j * d;
             const real *K = A.k + bi * s * kw + kv * d, *V = A.v + bi * s * kw + kv * d;
-            real *dK = A.dk + bi * s * kw + kv * d, *dV = A.dv + bi * s * kw + kv * d;
-            const real *Pr = A.probs + (bi * nh + j) * s * s, *Pd = Pr;
-            if (p > 0) {
-                memcpy(A.s2, Pr, (size_t)(s * s) * sizeof(real));
-                dropout_apply(A.s2, s * s, pkey, probs_index(c, bi, j), p);
-                Pd = A.s2;
-            }
-            real *dP = A.s1;
+            real *dK = W.dk + bi * s * kw + kv * d, *dV = W.dv + bi * s * kw + kv * d;
+            const real *Pr = A.probs + (bi * nh + j) * s * s;
+            const real *Pd = p > 0 ? A.pd + (bi * nh + j) * s * s : Pr;
+            real *dP = W.s1;
             FN(exec_gemm)(false, true, s, s, d, 1, dO, qw, V, kw, 0, dP, s);
             FN(exec_gemm)(true, false, s, d, s, 1, Pd, s, dO, qw, 1, dV, kw);
-            dropout_apply(dP, s * s, pkey, probs_index(c, bi, j), p);
+            if (p > 0) dropout_from_mask(dP, dP, A.mprobs + (bi * nh + j) * s * s, s * s, p);
             for (int64_t i = 0; i < s; i++) {
                 real *dr = dP + i * s;
                 const real *pr = Pr + i * s;
@@ -272,25 +327,30 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
                 for (int64_t jj = 0; jj <= i; jj++) dot += (double)dr[jj] * pr[jj];
                 for (int64_t jj = 0; jj < s; jj++) dr[jj] = pr[jj] * (dr[jj] - (real)dot);
             }
-            FN(exec_gemm)(false, false, s, d, s, scale, dP, s, K, kw, 0, A.dq + bi * s * qw + j * d,
+            FN(exec_gemm)(false, false, s, d, s, scale, dP, s, K, kw, 0, W.dq + bi * s * qw + j * d,
                           qw);
             FN(exec_gemm)(true, false, s, d, s, scale, dP, s, Q, qw, 1, dK, kw);
         }
 
     if (!cfg->gpt) {
-        FN(exec_rope_apply)(A.dq, T, nh, d, s, A.rope, true);
-        FN(exec_rope_apply)(A.dk, T, nkv, d, s, A.rope, true);
+        FN(exec_rope_table)(W.rope, s, d, cfg->rope_theta);
+        FN(exec_rope_apply)(W.dq, T, nh, d, s, W.rope, true);
+        FN(exec_rope_apply)(W.dk, T, nkv, d, s, W.rope, true);
     }
     if (cfg->qk_norm) {
-        memcpy(A.dqn, A.dq, (size_t)(T * qw) * sizeof(real));
-        memcpy(A.dkn, A.dk, (size_t)(T * kw) * sizeof(real));
-        FN(exec_rmsnorm_bi)(A.dqn, A.q_raw, w.qg, A.q_rstd, A.dq, T * nh, d, false);
-        FN(exec_rmsnorm_bi)(A.dkn, A.k_raw, w.kg, A.k_rstd, A.dk, T * nkv, d, false);
+        /* the statistics from the kept inputs; BW reads them here too */
+        FN(exec_rmsnorm_stats)(A.q_raw, W.q_rstd, T * nh, d, cfg->norm_eps);
+        FN(exec_rmsnorm_stats)(A.k_raw, W.k_rstd, T * nkv, d, cfg->norm_eps);
+        memcpy(W.dqn, W.dq, (size_t)(T * qw) * sizeof(real));
+        memcpy(W.dkn, W.dk, (size_t)(T * kw) * sizeof(real));
+        FN(exec_rmsnorm_bi)(W.dqn, A.q_raw, w.qg, W.q_rstd, W.dq, T * nh, d, false);
+        FN(exec_rmsnorm_bi)(W.dkn, A.k_raw, w.kg, W.k_rstd, W.dk, T * nkv, d, false);
     }
-    FN(exec_gemm)(false, true, T, h, qw, 1, A.dq, qw, w.wq, qw, 0, A.dxn, h);
-    FN(exec_gemm)(false, true, T, h, kw, 1, A.dk, kw, w.wk, kw, 1, A.dxn, h);
-    FN(exec_gemm)(false, true, T, h, kw, 1, A.dv, kw, w.wv, kw, 1, A.dxn, h);
-    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, dx, T, false);
+    FN(exec_gemm)(false, true, T, h, qw, 1, W.dq, qw, w.wq, qw, 0, W.dxn, h);
+    FN(exec_gemm)(false, true, T, h, kw, 1, W.dk, kw, w.wk, kw, 1, W.dxn, h);
+    FN(exec_gemm)(false, true, T, h, kw, 1, W.dv, kw, w.wv, kw, 1, W.dxn, h);
+    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
+    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, dx, T, false);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -302,6 +362,7 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
 {
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -309,24 +370,28 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
     attn_w g;
     attn_weights(cfg, &rp, c->grad, &g);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
 
-    FN(exec_gemm)(true, false, h, qw, T, 1, A.xn, h, A.dq, qw, 1, g.wq, qw);
-    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, A.dk, kw, 1, g.wk, kw);
-    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, A.dv, kw, 1, g.wv, kw);
-    FN(exec_gemm)(true, false, qw, h, T, 1, A.o, qw, A.dyd, h, 1, g.wo, h);
+    FN(exec_gemm)(true, false, h, qw, T, 1, A.xn, h, W.dq, qw, 1, g.wq, qw);
+    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, W.dk, kw, 1, g.wk, kw);
+    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, W.dv, kw, 1, g.wv, kw);
+    FN(exec_gemm)(true, false, qw, h, T, 1, A.o, qw, W.dyd, h, 1, g.wo, h);
     if (cfg->gpt) {
-        colsum_acc(A.dq, T, qw, g.bq);
-        colsum_acc(A.dk, T, kw, g.bk);
-        colsum_acc(A.dv, T, kw, g.bv);
-        if (sh->first) colsum_acc(A.dyd, T, h, g.bo);
+        colsum_acc(W.dq, T, qw, g.bq);
+        colsum_acc(W.dk, T, kw, g.bk);
+        colsum_acc(W.dv, T, kw, g.bv);
+        if (sh->first) colsum_acc(W.dyd, T, h, g.bo);
     }
     if (cfg->qk_norm) {
-        FN(exec_rmsnorm_bw)(A.dqn, A.q_raw, A.q_rstd, g.qg, T * nh, d);
-        FN(exec_rmsnorm_bw)(A.dkn, A.k_raw, A.k_rstd, g.kg, T * nkv, d);
+        FN(exec_rmsnorm_bw)(W.dqn, A.q_raw, W.q_rstd, g.qg, T * nh, d);
+        FN(exec_rmsnorm_bw)(W.dkn, A.k_raw, W.k_rstd, g.kg, T * nkv, d);
     }
-    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
     return 0;
 }

@@ -11,10 +11,10 @@
  * Point-to-point traffic needs no such care: every transfer has its own tag, so one communicator
  * serves all streams (a sender's and a receiver's streams may even have different names).
  *
- * A gradient bucket's all-reduce sums each of its tensors in place (one MPI_Iallreduce each,
- * tested together); ZeRO reduce-scatters and all-gathers lay the bucket out rank by rank in one
- * staging buffer, as MPI_Ireduce_scatter / MPI_Iallgatherv need it, and copy (add) back when
- * MPI reports completion. */
+ * A bucket's collectives run one call per tensor, where the tensor lives (requests tested
+ * together): all-reduces in place, ZeRO all-gathers in place or into the plan's gathered buffer,
+ * ZeRO reduce-scatters into a scratch of the rank's pieces, copied (ZeRO-2/3: added) into place
+ * when MPI reports completion. No staging copy of a whole bucket, which the plan does not size. */
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -221,18 +221,6 @@ static void seg_piece(const exec_cpu *c, const exec_seg *S, int k, int g, int64_
     if (*hi < *lo) *hi = *lo;
 }
 
-/* The elements rank k of g holds of a ZeRO collective: its pieces of every segment. */
-static int64_t rank_count(const exec_cpu *c, const exec_coll *C, int k)
-{
-    int64_t n = 0;
-    for (int s = 0; s < C->nseg; s++) {
-        int64_t lo, hi;
-        seg_piece(c, &C->seg[s], k, C->gsize, &lo, &hi);
-        n += hi - lo;
-    }
-    return n;
-}
-
 static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cpu *c = ctx;
@@ -306,87 +294,91 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     }
     case EXEC_COLL_GRAD_SCATTER:
     case EXEC_COLL_PARAM_GATHER: {
-        /* the whole tensors laid out rank by rank, each rank's pieces segment by segment, with
-         * no padding (MPI_Ireduce_scatter / MPI_Iallgatherv take each rank's count), so that
-         * what moves is what the plan counts */
+        /* one call per segment, on the tensor where it lives: a segment's elements are its
+         * ranks' pieces one after the other (seg_piece), so MPI_Ireduce_scatter and
+         * MPI_Iallgatherv take it as it is, with each rank's count and no padding; what moves
+         * is what the plan counts. A reduce-scatter receives this rank's pieces into a scratch
+         * of their size (copied, or under ZeRO-2/3 added, into place when it completes); a
+         * gather writes in place, or into the plan's gathered buffer (ZeRO-3) */
         const int g = C->gsize;
         const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
-        R->counts = base_xcalloc((size_t)2 * (size_t)g, sizeof *R->counts);
-        int *cnt = R->counts, *dsp = R->counts + g;
-        int64_t total = 0;
-        for (int k = 0; k < g; k++) {
-            int64_t n = rank_count(c, C, k);
-            if (int_count(total + n, "a ZeRO bucket", e)) return -1;
-            cnt[k] = (int)n;
-            dsp[k] = (int)total;
-            total += n;
+        R->counts = base_xcalloc((size_t)2 * (size_t)g * (size_t)C->nseg + 1, sizeof *R->counts);
+        if (C->nseg > 1) R->more = base_xcalloc((size_t)(C->nseg - 1), sizeof *R->more);
+        int64_t mine = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            int64_t lo, hi;
+            seg_piece(c, &C->seg[s], C->grank, g, &lo, &hi);
+            mine += hi - lo;
         }
-        c->comm_bytes += (double)total * (double)es;
-        R->staging_bytes = (total + cnt[C->grank]) * (int64_t)es;
-        R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
-        char *all = R->staging, *mine = R->staging + (size_t)total * es;
-        for (int k = 0; k < g; k++) {
-            if (!grads && k != C->grank) continue;
-            char *dst = grads ? all + (size_t)dsp[k] * es : mine;
-            for (int s = 0; s < C->nseg; s++) {
-                char *b = seg_base(c, &C->seg[s], grads, e);
-                if (!b) return -1;
+        if (grads) {
+            R->staging_bytes = mine * (int64_t)es;
+            R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
+        }
+        int64_t moff = 0, outoff = 0;
+        for (int s = 0; s < C->nseg; s++) {
+            const exec_seg *S = &C->seg[s];
+            int *cnt = R->counts + (size_t)2 * (size_t)g * (size_t)s, *dsp = cnt + g;
+            int64_t total = 0;
+            for (int k = 0; k < g; k++) {
                 int64_t lo, hi;
-                seg_piece(c, &C->seg[s], k, g, &lo, &hi);
-                memcpy(dst, b + lo * es, (size_t)(hi - lo) * es);
-                dst += (size_t)(hi - lo) * es;
+                seg_piece(c, S, k, g, &lo, &hi);
+                if (int_count(total + (hi - lo), "a ZeRO bucket's tensor", e)) return -1;
+                cnt[k] = (int)(hi - lo);
+                dsp[k] = (int)(lo - S->off);
+                total += hi - lo;
             }
+            c->comm_bytes += (double)total * (double)es;
+            MPI_Request *q = s == 0 ? &R->r : &R->more[R->nmore++];
+            char *b = seg_base(c, S, grads, e);
+            if (!b) return -1;
+            if (grads) {
+                EXEC_MPI(MPI_Ireduce_scatter(b + S->off * es, R->staging + moff * es, cnt, c->mdt, MPI_SUM,
+                                             comm, q), e);
+                moff += cnt[C->grank];
+            } else if (C->out >= 0) {
+                char *o = exec_cpu_buf(c, C->out, "the gathered parameters", e);
+                if (!o) return -1;
+                EXEC_MPI(MPI_Iallgatherv(b + (S->off + dsp[C->grank]) * es, cnt[C->grank], c->mdt,
+                                         o + outoff * es, cnt, dsp, c->mdt, comm, q), e);
+            } else {
+                EXEC_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, c->mdt, b + S->off * es, cnt, dsp, c->mdt,
+                                         comm, q), e);
+            }
+            outoff += S->n;
         }
-        if (grads)
-            EXEC_MPI(MPI_Ireduce_scatter(all, mine, cnt, c->mdt, MPI_SUM, comm, &R->r), e);
-        else
-            EXEC_MPI(MPI_Iallgatherv(mine, cnt[C->grank], c->mdt, all, cnt, dsp, c->mdt, comm, &R->r), e);
         return 0;
     }
     default: return base_errorf(e, "collective the executor did not resolve");
     }
 }
 
-/* Finishes a completed collective: bucket contents go back where they came from. */
+/* Finishes a completed collective: a reduce-scatter's pieces go into place (added into the kept
+ * piece under ZeRO-2/3). */
 static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
 {
     const exec_coll *C = &c->coll[R->instr];
     const size_t es = c->es;
-    if (C->kind == EXEC_COLL_GRAD_SCATTER || C->kind == EXEC_COLL_PARAM_GATHER) {
-        const int g = C->gsize;
-        const bool grads = C->kind == EXEC_COLL_GRAD_SCATTER;
-        const int *dsp = R->counts + g;
-        const int64_t total = (int64_t)dsp[g - 1] + R->counts[g - 1];
-        const char *all = R->staging, *mine = R->staging + (size_t)total * es;
-        for (int k = 0; k < g; k++) {
-            if (grads && k != C->grank) continue;
-            const char *src = grads ? mine : all + (size_t)dsp[k] * es;
-            int64_t outoff = 0;
-            for (int s = 0; s < C->nseg; s++) {
-                const exec_seg *S = &C->seg[s];
-                int64_t lo, hi;
-                seg_piece(c, S, k, g, &lo, &hi);
-                if (grads && S->out >= 0) {
-                    /* ZeRO-2/3: the micro-batch's piece adds into the kept piece */
-                    const cpu_region *G = &c->reg[S->region];
-                    char *b = cpu_region_grads(c, G, exec_cpu_buf(c, S->out, "the gradient piece", e));
-                    if (!b) return -1;
-                    if (c->dt == PLAN_FP32)
-                        for (int64_t q = 0; q < hi - lo; q++) ((float *)b)[lo + q] += ((const float *)src)[q];
-                    else
-                        for (int64_t q = 0; q < hi - lo; q++) ((double *)b)[lo + q] += ((const double *)src)[q];
-                    src += (size_t)(hi - lo) * es;
-                    continue;
-                }
-                /* a ZeRO-3 gathered buffer holds the segments one after the other */
-                const bool out = !grads && C->out >= 0;
-                char *b = out ? exec_cpu_buf(c, C->out, "the gathered parameters", e) : seg_base(c, S, grads, e);
-                if (!b) return -1;
-                if (out) b += (size_t)(outoff - S->off) * es;
-                memcpy(b + lo * es, src, (size_t)(hi - lo) * es);
-                src += (size_t)(hi - lo) * es;
-                outoff += S->n;
-            }
+    if (C->kind != EXEC_COLL_GRAD_SCATTER) return 0;
+    const int g = C->gsize;
+    int64_t moff = 0;
+    for (int s = 0; s < C->nseg; s++) {
+        const exec_seg *S = &C->seg[s];
+        const int *cnt = R->counts + (size_t)2 * (size_t)g * (size_t)s, *dsp = cnt + g;
+        const int64_t lo = S->off + dsp[C->grank], n = cnt[C->grank];
+        const char *src = R->staging + moff * es;
+        moff += n;
+        if (S->out >= 0) {
+            const cpu_region *G = &c->reg[S->region];
+            char *b = cpu_region_grads(c, G, exec_cpu_buf(c, S->out, "the gradient piece", e));
+            if (!b) return -1;
+            if (c->dt == PLAN_FP32)
+                for (int64_t q = 0; q < n; q++) ((float *)b)[lo + q] += ((const float *)src)[q];
+            else
+                for (int64_t q = 0; q < n; q++) ((double *)b)[lo + q] += ((const double *)src)[q];
+        } else {
+            char *b = seg_base(c, S, true, e);
+            if (!b) return -1;
+            memcpy(b + lo * es, src, (size_t)n * es);
         }
     }
     return 0;

@@ -62,6 +62,10 @@ typedef struct cpu_region {
     int tp_group, ep_group; /* global group ids, -1 */
     exec_shard sh;
     exec_region_sizes sz;
+    /* the act buffers: under recompute F's keeps act_kept bytes and R's act_rebuilt
+     * (exec_region_act_split of act_mode, the mode whose sizes are the plan's) */
+    exec_act_mode act_mode;
+    int64_t act_kept, act_rebuilt;
     exec_param par[EXEC_MAX_REGION_PARAMS];
     int npar;
     int64_t nkern;      /* elements of the kernels' parameter block */
@@ -97,6 +101,7 @@ typedef struct cpu_bind {   /* a compute instruction, resolved */
     const exec_kernel *k;   /* NULL for the aux identities */
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;                /* plan buffers, -1 */
+    int act2;               /* under recompute: R's act buffer (what R writes, what B reads) */
     int pb;                 /* ZeRO-3: the gathered parameters the kernel reads */
     int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
                                ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
@@ -159,6 +164,19 @@ typedef struct exec_cpu {
     char **slot;
     int64_t *slot_bytes;
     int *slot_last;         /* instruction after which the slot is freed */
+    /* work buffers of the kernels (exec_region_sizes.work_bytes): a pass's workspace, held from
+     * a BI to its BW [(region * nmb + mb)]; executor memory the plan does not size */
+    char **work;
+    double work_live, work_peak;
+    /* what the executor held at its peak: plan buffers (in its sizes), boundary slots, work
+     * buffers, other scratch (MPI staging, recompute outputs), and the plan's live bytes then */
+    double scratch_live, slot_live;
+    double at_peak[6];
+    /* act buffers a backward reads after the plan frees them (per buffer: the last such compute,
+     * -1; whether it ran this step; whether the plan's free came first and is pending) */
+    int *act_hold;
+    bool *hold_done, *deferred;
+    double deferred_live;   /* bytes held past the plan's free, now */
     int32_t **tokens, **targets; /* per micro-batch */
     /* the step */
     int64_t step;

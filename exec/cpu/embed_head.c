@@ -11,22 +11,27 @@
  *   loss = loss_scale * sum_t (log sum_v exp z[t][v] - z[t][target_t]),
  * computed vocab-parallel as Megatron does: global max m_t (all-reduce MAX), the slice's
  * sum of exp(z - m_t) and target logit (all-reduce SUM), then lse_t = m_t + log(sum). The
- * forward keeps the slice's probabilities p = exp(z - lse); backward
- *   dz = loss_scale * (p - onehot(target)),  dxn = dz W,  dW += dz^T xn,
+ * forward keeps the slice's dz = loss_scale * (p - onehot(target)) with p = exp(z - lse) (once
+ * the loss is known the gradient is; keeping it, not p, spares the targets); backward
+ *   dxn = dz W,  dW += dz^T xn,
  * then the norm's backward (the partial dxn of a slice goes through it: it is linear). */
 #include "real.h"
 
 /* ---------------------------------------------------------------- embed */
 
+/* act: exactly ir/cost.c's embedding list: the token ids and, with dropout, the 1-byte mask. No
+ * work buffer. */
 typedef struct embed_act {
     int32_t *tokens;
+    uint8_t *mask;
 } embed_act;
 
 static size_t embed_layout(const exec_cfg *c, void *base, embed_act *A)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(base, NULL);
     A->tokens = carve_i(&cv, c->b * c->s);
-    return cv.off;
+    A->mask = c->dropout > 0 ? carve_b(&cv, c->b * c->s * c->h) : NULL;
+    return cv.off[0];
 }
 
 int64_t FN(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s)
@@ -34,6 +39,14 @@ int64_t FN(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s)
     (void)s;
     embed_act A;
     return (int64_t)embed_layout(c, NULL, &A);
+}
+
+int64_t FN(exec_embed_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)c;
+    (void)s;
+    (void)pass_f;
+    return 0;
 }
 
 int FN(exec_embed_f)(const exec_call *c, base_error *e)
@@ -68,8 +81,9 @@ int FN(exec_embed_f)(const exec_call *c, base_error *e)
         if (sh->first && pos)
             for (int64_t j = 0; j < h; j++) yr[j] += pos[(t % cfg->s) * h + j];
     }
-    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_EMBED),
-                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    if (cfg->dropout > 0)
+        dropout_apply_mask(y, A.mask, T * h, dropout_key(c, EXEC_DROP_EMBED),
+                           (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
     return 0;
 }
 
@@ -88,15 +102,13 @@ int FN(exec_embed_bw)(const exec_call *c, base_error *e)
     const int64_t T = cfg->b * cfg->s, h = cfg->h;
     const real *dy = c->dy;
     const double p = cfg->dropout;
-    const uint64_t key = dropout_key(c, EXEC_DROP_EMBED);
-    const uint64_t idx0 = (uint64_t)c->sample0 * (uint64_t)(cfg->s * h);
     const real scale = (real)(1.0 / (1.0 - p));
     for (int64_t t = 0; t < T; t++) {
         int64_t row = A.tokens[t] - sh->vocab0;
         bool mine = row >= 0 && row < sh->nvocab;
         for (int64_t j = 0; j < h; j++) {
             real g = dy[t * h + j];
-            if (p > 0) g = exec_dropout_keep(key, idx0 + (uint64_t)(t * h + j), p) ? g * scale : 0;
+            if (p > 0) g = A.mask[t * h + j] ? g * scale : 0;
             if (mine) gtok[row * h + j] += g;
             if (sh->first && gpos) gpos[(t % cfg->s) * h + j] += g;
         }
@@ -106,33 +118,54 @@ int FN(exec_embed_bw)(const exec_call *c, base_error *e)
 
 /* ---------------------------------------------------------------- head */
 
+/* act: exactly ir/cost.c's head list: the final norm's input x and output xn (the LM-head
+ * input) and the slice's [T][nvocab] logits' gradient loss_scale * (softmax - onehot), which F
+ * computes once the loss is known (fused cross-entropy: no targets kept). */
 typedef struct head_act {
-    real *x, *mean, *rstd, *xn;
-    real *probs;             /* [T][nvocab]; BI turns it into dz in place for BW */
-    int32_t *targets;
-    real *stats;             /* [3T]: max, sum of exp, target logit */
-    real *dxn;               /* left by BI for BW */
+    real *x, *xn;
+    real *probs;             /* [T][nvocab]: after F, dz */
 } head_act;
 
 static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(base, NULL);
     const int64_t T = c->b * c->s, h = c->h;
     A->x = carve_r(&cv, T * h);
-    A->mean = carve_r(&cv, T);
-    A->rstd = carve_r(&cv, T);
     A->xn = carve_r(&cv, T * h);
     A->probs = carve_r(&cv, T * sh->nvocab);
-    A->targets = carve_i(&cv, T);
-    A->stats = carve_r(&cv, 3 * T);
-    A->dxn = carve_r(&cv, T * h);
-    return cv.off;
+    return cv.off[0];
+}
+
+/* work: the norm statistics, the softmax statistics of F ([3T]: max, sum of exp, target
+ * logit) and the norm output's gradient BI leaves for BW. */
+typedef struct head_work {
+    real *mean, *rstd, *stats, *dxn;
+} head_work;
+
+static size_t head_work_layout(const exec_cfg *c, void *base, head_work *W, size_t *fbytes)
+{
+    carver cv = carver_work(base);
+    const int64_t T = c->b * c->s, h = c->h;
+    W->mean = carve_r(&cv, T);
+    W->rstd = carve_r(&cv, T);
+    W->stats = carve_r(&cv, 3 * T);
+    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
+    W->dxn = carve_r(&cv, T * h);
+    return cv.off[0];
 }
 
 int64_t FN(exec_head_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
     head_act A;
     return (int64_t)head_layout(c, s, NULL, &A);
+}
+
+int64_t FN(exec_head_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)s;
+    head_work W;
+    size_t f = 0, all = head_work_layout(c, NULL, &W, &f);
+    return pass_f ? (int64_t)f : (int64_t)all;
 }
 
 typedef struct head_w {
@@ -170,8 +203,11 @@ int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
     if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
     head_w w;
     if (head_weights(c, &rp, false, &w, e)) return -1;
+    NEED(c->work, "the work buffer");
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     for (int64_t t = 0; t < T; t++) {
         int32_t id = c->targets[t];
@@ -180,10 +216,9 @@ int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
                                   "vocabulary of %lld; check the data against the model",
                                (int)id, (long long)(t % cfg->s),
                                (long long)(c->sample0 + t / cfg->s), (long long)cfg->vocab);
-        A.targets[t] = id;
     }
     memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
     FN(exec_gemm)(false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs, nv);
     for (int64_t t = 0; t < T; t++) {
         const real *z = A.probs + t * nv;
@@ -197,6 +232,7 @@ int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
 int FN(exec_head_f_sums)(const exec_call *c, real *stats, base_error *e)
 {
     NEED(c->act, "the act buffer");
+    NEED(c->targets, "the targets");
     NEED(stats, "the statistics buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
@@ -208,7 +244,7 @@ int FN(exec_head_f_sums)(const exec_call *c, real *stats, base_error *e)
         double sum = 0;
         for (int64_t j = 0; j < nv; j++) sum += R_EXP(z[j] - stats[t]);
         stats[T + t] = (real)sum;
-        int64_t j = A.targets[t] - sh->vocab0;
+        int64_t j = c->targets[t] - sh->vocab0;
         stats[2 * T + t] = j >= 0 && j < nv ? z[j] : 0;
     }
     return 0;
@@ -217,18 +253,24 @@ int FN(exec_head_f_sums)(const exec_call *c, real *stats, base_error *e)
 int FN(exec_head_f_end)(const exec_call *c, const real *stats, base_error *e)
 {
     NEED(c->act, "the act buffer");
+    NEED(c->targets, "the targets");
     NEED(stats, "the statistics buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     const int64_t T = cfg->b * cfg->s, nv = sh->nvocab;
+    const real ls = (real)cfg->loss_scale;
     double loss = 0;
     for (int64_t t = 0; t < T; t++) {
         double lse = (double)stats[t] + log((double)stats[T + t]);
         loss += lse - (double)stats[2 * T + t];
         real *z = A.probs + t * nv;
         for (int64_t j = 0; j < nv; j++) z[j] = R_EXP(z[j] - (real)lse);
+        /* the gradient now, so that the targets need not be kept */
+        int64_t jt = c->targets[t] - sh->vocab0;
+        if (jt >= 0 && jt < nv) z[jt] -= 1;
+        for (int64_t j = 0; j < nv; j++) z[j] *= ls;
     }
     if (c->out) *c->out = sh->first ? loss * cfg->loss_scale : 0.0;
     return 0;
@@ -244,16 +286,17 @@ int FN(exec_head_f)(const exec_call *c, base_error *e)
                               "callback for the global softmax statistics, or the phased "
                               "exec_head_f_begin/sums/end",
                            sh->tp);
-    head_act A;
-    head_layout(cfg, sh, c->act, &A);
+    NEED(c->work, "the work buffer");
+    head_work W;
+    head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s;
-    if (FN(exec_head_f_begin)(c, A.stats, e)) return -1;
-    if (c->reduce && c->reduce(c->reduce_ctx, A.stats, T, REAL_DTYPE, EXEC_REDUCE_MAX, e))
+    if (FN(exec_head_f_begin)(c, W.stats, e)) return -1;
+    if (c->reduce && c->reduce(c->reduce_ctx, W.stats, T, REAL_DTYPE, EXEC_REDUCE_MAX, e))
         return -1;
-    if (FN(exec_head_f_sums)(c, A.stats, e)) return -1;
-    if (c->reduce && c->reduce(c->reduce_ctx, A.stats + T, 2 * T, REAL_DTYPE, EXEC_REDUCE_SUM, e))
+    if (FN(exec_head_f_sums)(c, W.stats, e)) return -1;
+    if (c->reduce && c->reduce(c->reduce_ctx, W.stats + T, 2 * T, REAL_DTYPE, EXEC_REDUCE_SUM, e))
         return -1;
-    return FN(exec_head_f_end)(c, A.stats, e);
+    return FN(exec_head_f_end)(c, W.stats, e);
 }
 
 int FN(exec_head_bi)(const exec_call *c, base_error *e)
@@ -267,18 +310,15 @@ int FN(exec_head_bi)(const exec_call *c, base_error *e)
     if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
     head_w w;
     if (head_weights(c, &rp, false, &w, e)) return -1;
+    NEED(c->work, "the work buffer");
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    const real ls = (real)cfg->loss_scale;
-    for (int64_t t = 0; t < T; t++) {
-        real *z = A.probs + t * nv;
-        int64_t j = A.targets[t] - sh->vocab0;
-        if (j >= 0 && j < nv) z[j] -= 1;
-        for (int64_t jj = 0; jj < nv; jj++) z[jj] *= ls;
-    }
-    FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, A.dxn, h);
-    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, c->dx, T, false);
+    FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, W.dxn, h);
+    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
+    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, c->dx, T, false);
     return 0;
 }
 
@@ -292,10 +332,13 @@ int FN(exec_head_bw)(const exec_call *c, base_error *e)
     if (region_params_get(c, EXEC_HEAD, &rp, e)) return -1;
     head_w g;
     if (head_weights(c, &rp, true, &g, e)) return -1;
+    NEED(c->work, "the work buffer");
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     FN(exec_gemm)(true, false, nv, h, T, 1, A.probs, nv, A.xn, h, 1, g.lm, h);
-    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
     return 0;
 }

@@ -25,8 +25,10 @@
  *   [expert][in][out]. A shard holds a contiguous block of the global tensor (exec_param).
  * - BI writes its input gradients (=); BW accumulates (+=) into the gradient block, so successive
  *   micro-batches sum. F writes its output and the region's saved activations (the `act` buffer of
- *   exec_region_sizes().act_bytes); BI also leaves there what BW needs, so BW may run much later
- *   (zero-bubble schedules) as long as the act buffer lives.
+ *   exec_region_sizes().act_bytes: exactly what ir/cost.c counts, so the executor's activation
+ *   memory is the plan's); every pass also gets a `work` buffer (work_bytes) for its
+ *   workspaces, and BI leaves there the output gradients BW needs, so BW may run much later
+ *   (zero-bubble schedules) as long as the act and work buffers live.
  * - Tensor parallelism (Megatron): a shard owns a range of query heads (and the key/value heads
  *   they use), of FFN columns, of vocabulary rows and of experts. Every sharded output is a
  *   *partial sum*: summing the outputs of the shards of a TP group gives the unsharded output.
@@ -228,6 +230,11 @@ typedef struct exec_call {
     const void *lm_w;        /* head, tied embeddings: the vocab slice of the token table */
     void *lm_grad;           /* ... and its gradient */
     void *act;
+    void *act2;              /* under recompute (act_mode != EXEC_ACT_ALL): what R rebuilds (R
+                              * writes it; F gets a transient one); act is what F keeps */
+    int act_mode;            /* exec_act_mode */
+    void *work;              /* exec_region_sizes().work_bytes: every pass but UPD needs it; what
+                              * BI leaves there BW reads, so it lives from BI to BW */
     const void *x, *x2;
     void *y, *y2;
     const void *dy, *dy2;
@@ -245,16 +252,33 @@ typedef struct exec_call {
     const double *scalars_in;
 } exec_call;
 
+/* How a region's saved activations split between what F keeps (exec_call.act) and what a
+ * recompute R rebuilds (exec_call.act2), as ir/cost.c splits IR_T_SAVED and IR_T_RECOMP:
+ *   ALL        no recompute: F keeps everything (act2 unused)
+ *   SELECTIVE  the attention core (softmax output, dropped probabilities, their mask) is rebuilt
+ *   INPUT      full recompute: F keeps the region input (x) only
+ *   NONE       full recompute from the previous region's recomputation: F keeps nothing
+ * R re-runs F, writing both parts (part 0 with the values F wrote). */
+typedef enum { EXEC_ACT_ALL, EXEC_ACT_SELECTIVE, EXEC_ACT_INPUT, EXEC_ACT_NONE, EXEC_NACT_MODES } exec_act_mode;
+
 /* Buffer sizes of a region on a shard. Elements are of the call's dtype unless said. */
 typedef struct exec_region_sizes {
     int64_t x, y;            /* primary input / output elements (embed: x = tokens, int32) */
     int64_t route_bytes;     /* moe_gate y2 / moe_combine x2, and their gradients */
-    int64_t act_bytes;       /* the act buffer */
+    int64_t act_bytes;       /* the act buffer: what F saves for the backward, exactly the tensors
+                              * and bytes of ir_region_activation_bytes (no recompute) */
+    int64_t work_bytes;      /* the work buffer: workspaces, norm statistics (recomputed, not
+                              * saved) and the output gradients BI leaves for BW */
+    int64_t work_f_bytes;    /* the prefix of it F and R use (0: F needs none) */
     int64_t params;          /* parameter elements on the shard */
 } exec_region_sizes;
 
 int exec_region_sizes_get(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
                           plan_dtype dt, exec_region_sizes *out, base_error *e);
+/* The two parts of the act buffer under a recompute mode: *kept (act) + *rebuilt (act2) bytes. */
+int exec_region_act_split(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                          plan_dtype dt, exec_act_mode mode, int64_t *kept, int64_t *rebuilt,
+                          base_error *e);
 
 /* ---------------------------------------------------------------- the identity table */
 

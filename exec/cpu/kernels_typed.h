@@ -88,14 +88,15 @@ int EXEC_T(exec_head_bw)(const exec_call *c, base_error *e);
  * begin: norm, logits of the slice, local max into stats[0, T). The caller reduces stats[0, T)
  * with MAX over the TP group. sums: with the global max, the slice's sum of exp(logit - max)
  * into stats[T, 2T) and the target's logit (0 unless the slice owns it) into stats[2T, 3T); the
- * caller reduces stats[T, 3T) with SUM. end: loss and the probabilities BI needs. */
+ * caller reduces stats[T, 3T) with SUM. end: the loss and the logits' gradient
+ * loss_scale * (softmax - onehot(target)), which is what the act buffer keeps for BI and BW (the
+ * fused cross-entropy of Megatron and Liger: the V-wide tensor is the only one kept). */
 int EXEC_T(exec_head_f_begin)(const exec_call *c, EXEC_REAL *stats, base_error *e);
 int EXEC_T(exec_head_f_sums)(const exec_call *c, EXEC_REAL *stats, base_error *e);
 int EXEC_T(exec_head_f_end)(const exec_call *c, const EXEC_REAL *stats, base_error *e);
 
 /* The MoE route tensor (gate F's y2, combine F's x2, and their gradients): the residual [T][h],
- * the routing weights [T][k] and the slots [T][k] (int32, -1 = dropped), each piece 64-byte
- * aligned. The gradient uses the same layout (its slots are left as the forward's). */
+ * the routing weights [T][k] and the slots [T][k] (int32, -1 = dropped), packed. The gradient uses the same layout (its slots are left as the forward's). */
 int64_t EXEC_T(exec_route_bytes)(const exec_cfg *c);
 void EXEC_T(exec_route_view)(const exec_cfg *c, void *route, EXEC_REAL **resid, EXEC_REAL **w,
                              int32_t **slot);
@@ -105,7 +106,8 @@ int EXEC_T(exec_region_upd)(const exec_call *c, base_error *e);
 int EXEC_T(exec_aux_grad_norm)(const exec_call *c, base_error *e);
 int EXEC_T(exec_aux_aux_loss)(const exec_call *c, base_error *e);
 
-/* Bytes of a region's act buffer. */
+/* Bytes of a region's act and work buffers (pass_f: the part of the work buffer F and R use,
+ * a prefix of it). */
 int64_t EXEC_T(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s);
 int64_t EXEC_T(exec_attn_act_bytes)(const exec_cfg *c, const exec_shard *s);
 int64_t EXEC_T(exec_mlp_act_bytes)(const exec_cfg *c, const exec_shard *s);
@@ -113,3 +115,16 @@ int64_t EXEC_T(exec_moe_gate_act_bytes)(const exec_cfg *c, const exec_shard *s);
 int64_t EXEC_T(exec_moe_experts_act_bytes)(const exec_cfg *c, const exec_shard *s);
 int64_t EXEC_T(exec_moe_combine_act_bytes)(const exec_cfg *c, const exec_shard *s);
 int64_t EXEC_T(exec_head_act_bytes)(const exec_cfg *c, const exec_shard *s);
+/* Under a recompute mode (exec_act_mode): the kept bytes, and the rebuilt ones in *rebuilt. */
+int64_t EXEC_T(exec_attn_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t EXEC_T(exec_mlp_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t EXEC_T(exec_moe_gate_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t EXEC_T(exec_moe_experts_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t EXEC_T(exec_moe_combine_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t EXEC_T(exec_embed_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_attn_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_mlp_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_moe_gate_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_moe_experts_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_moe_combine_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t EXEC_T(exec_head_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f);

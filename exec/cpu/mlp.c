@@ -48,42 +48,79 @@ void FN(exec_swiglu_bi)(const real *da, const real *g, const real *u, real *dg, 
     }
 }
 
-/* ---------------------------------------------------------------- the act buffer */
+/* ---------------------------------------------------------------- the act and work buffers */
 
+/* act: exactly ir/cost.c's MLP list: the norm input x and output xn (the fc1 / gate-up input),
+ * then GPT: the fc1 output (GELU input) and the GELU output (fc2 input), and the output dropout's
+ * 1-byte mask; Llama: the gate and up projections and the SwiGLU output (down input). */
 typedef struct mlp_act {
-    real *x, *mean, *rstd, *xn;
+    real *x, *xn;
     real *h1;         /* GPT: fc1 output (GELU input); Llama: gate projection */
     real *u;          /* Llama: up projection */
     real *a;          /* activation output = fc2/down input */
-    /* left by BI for BW */
-    real *dyd;        /* dy through the output dropout (a copy of dy without dropout) */
-    real *dh1, *du;   /* gradients of fc1 / gate, up outputs */
-    real *dxn;
+    uint8_t *mout;    /* GPT with dropout: the output mask */
 } mlp_act;
 
-static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_act *A)
+static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0, void *b1,
+                         mlp_act *A, size_t *rebuilt)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
     memset(A, 0, sizeof *A);
+    cv.part = act_part(mode, ACT_INPUT);
     A->x = carve_r(&cv, T * h);
-    A->mean = carve_r(&cv, T);
-    A->rstd = carve_r(&cv, T);
+    cv.part = act_part(mode, ACT_OTHER);
     A->xn = carve_r(&cv, T * h);
     A->h1 = carve_r(&cv, T * f);
     if (!c->gpt) A->u = carve_r(&cv, T * f);
     A->a = carve_r(&cv, T * f);
-    A->dyd = carve_r(&cv, T * h);
-    A->dh1 = carve_r(&cv, T * f);
-    if (!c->gpt) A->du = carve_r(&cv, T * f);
-    A->dxn = carve_r(&cv, T * h);
-    return cv.off;
+    if (c->dropout > 0) A->mout = carve_b(&cv, T * h);
+    if (rebuilt) *rebuilt = cv.off[1];
+    return cv.off[0];
+}
+
+/* work: the norm statistics and what BI leaves for BW (the output gradient through dropout,
+ * the gradients of fc1 / gate and up outputs, of the norm output). */
+typedef struct mlp_work {
+    real *mean, *rstd;
+    real *dyd, *dh1, *du, *dxn;
+} mlp_work;
+
+static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_work *W,
+                              size_t *fbytes)
+{
+    carver cv = carver_work(base);
+    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
+    memset(W, 0, sizeof *W);
+    W->mean = carve_r(&cv, T);
+    W->rstd = carve_r(&cv, T);
+    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
+    W->dyd = carve_r(&cv, T * h);
+    W->dh1 = carve_r(&cv, T * f);
+    if (!c->gpt) W->du = carve_r(&cv, T * f);
+    W->dxn = carve_r(&cv, T * h);
+    return cv.off[0];
+}
+
+int64_t FN(exec_mlp_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    mlp_act A;
+    size_t r = 0;
+    size_t k = mlp_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t FN(exec_mlp_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    mlp_act A;
-    return (int64_t)mlp_layout(c, s, NULL, &A);
+    return FN(exec_mlp_act_split)(c, s, EXEC_ACT_ALL, NULL);
+}
+
+int64_t FN(exec_mlp_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    mlp_work W;
+    size_t f = 0, all = mlp_work_layout(c, s, NULL, &W, &f);
+    return pass_f ? (int64_t)f : (int64_t)all;
 }
 
 typedef struct mlp_w {
@@ -110,6 +147,7 @@ int FN(exec_mlp_f)(const exec_call *c, base_error *e)
     NEED(c->y, "the output y");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -117,13 +155,18 @@ int FN(exec_mlp_f)(const exec_call *c, base_error *e)
     mlp_w w;
     mlp_weights(cfg, &rp, c->param, &w);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     const real *x = c->x;
     real *y = c->y;
 
-    memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T);
+    if (A.x != x) /* R under full recompute reads the input F kept */
+        memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
+    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
     FN(exec_gemm)(false, false, T, f, h, 1, A.xn, h, w.w1, f, 0, A.h1, f);
     if (cfg->gpt) {
         bias_add(A.h1, T, f, w.b1);
@@ -134,8 +177,9 @@ int FN(exec_mlp_f)(const exec_call *c, base_error *e)
     }
     FN(exec_gemm)(false, false, T, h, f, 1, A.a, f, w.w2, h, 0, y, h);
     if (sh->first && w.b2) bias_add(y, T, h, w.b2);
-    dropout_apply(y, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
-                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    if (cfg->dropout > 0)
+        dropout_apply_mask(y, A.mout, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
+                           (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
     return 0;
@@ -147,6 +191,7 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -154,25 +199,31 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
     mlp_w w;
     mlp_weights(cfg, &rp, c->param, &w);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     const real *dy = c->dy;
     real *dx = c->dx;
 
-    memcpy(A.dyd, dy, (size_t)(T * h) * sizeof(real));
-    dropout_apply(A.dyd, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
-                  (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+    if (cfg->dropout > 0)
+        dropout_from_mask(dy, W.dyd, A.mout, T * h, cfg->dropout);
+    else
+        memcpy(W.dyd, dy, (size_t)(T * h) * sizeof(real));
     /* da (the gradient of fc2's input) goes through dh1 as a workspace */
-    FN(exec_gemm)(false, true, T, f, h, 1, A.dyd, h, w.w2, h, 0, A.dh1, f);
+    FN(exec_gemm)(false, true, T, f, h, 1, W.dyd, h, w.w2, h, 0, W.dh1, f);
     if (cfg->gpt) {
-        FN(exec_gelu_bi)(A.dh1, A.h1, A.dh1, T * f);
-        FN(exec_gemm)(false, true, T, h, f, 1, A.dh1, f, w.w1, f, 0, A.dxn, h);
+        FN(exec_gelu_bi)(W.dh1, A.h1, W.dh1, T * f);
+        FN(exec_gemm)(false, true, T, h, f, 1, W.dh1, f, w.w1, f, 0, W.dxn, h);
     } else {
-        FN(exec_swiglu_bi)(A.dh1, A.h1, A.u, A.dh1, A.du, T * f);
-        FN(exec_gemm)(false, true, T, h, f, 1, A.dh1, f, w.w1, f, 0, A.dxn, h);
-        FN(exec_gemm)(false, true, T, h, f, 1, A.du, f, w.wu, f, 1, A.dxn, h);
+        FN(exec_swiglu_bi)(W.dh1, A.h1, A.u, W.dh1, W.du, T * f);
+        FN(exec_gemm)(false, true, T, h, f, 1, W.dh1, f, w.w1, f, 0, W.dxn, h);
+        FN(exec_gemm)(false, true, T, h, f, 1, W.du, f, w.wu, f, 1, W.dxn, h);
     }
-    FN(exec_norm_bi)(cfg, A.dxn, A.x, w.ng, A.mean, A.rstd, dx, T, false);
+    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
+    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, dx, T, false);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -182,6 +233,7 @@ int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
 {
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -189,16 +241,20 @@ int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
     mlp_w g;
     mlp_weights(cfg, &rp, c->grad, &g);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
 
-    FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, A.dh1, f, 1, g.w1, f);
-    if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, A.du, f, 1, g.wu, f);
-    FN(exec_gemm)(true, false, f, h, T, 1, A.a, f, A.dyd, h, 1, g.w2, h);
+    FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, W.dh1, f, 1, g.w1, f);
+    if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, W.du, f, 1, g.wu, f);
+    FN(exec_gemm)(true, false, f, h, T, 1, A.a, f, W.dyd, h, 1, g.w2, h);
     if (cfg->gpt) {
-        colsum_acc(A.dh1, T, f, g.b1);
-        if (sh->first) colsum_acc(A.dyd, T, h, g.b2);
+        colsum_acc(W.dh1, T, f, g.b1);
+        if (sh->first) colsum_acc(W.dyd, T, h, g.b2);
     }
-    FN(exec_norm_bw)(cfg, A.dxn, A.x, A.mean, A.rstd, g.ng, g.nb, T);
+    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
     return 0;
 }

@@ -38,41 +38,79 @@ void FN(exec_route_view)(const exec_cfg *c, void *route, real **resid, real **w,
 
 /* ---------------------------------------------------------------- gate */
 
+/* act: exactly ir/cost.c's gate list: the norm input x and output xn (router input), the
+ * router probabilities [T][E] and the expert of each choice [T][k] (int32). Which slot each
+ * choice got and the fractions f_e are a pure function of the choices (route_assign), so the
+ * backward rebuilds them. */
 typedef struct gate_act {
-    real *x, *rstd, *xn;     /* input, RMSNorm statistics, router (and expert) input */
+    real *x, *xn;
     real *probs;             /* [T][E] */
-    int32_t *choice, *slot;  /* [T][k]: expert of each choice, its slot in [E*C) or -1 */
-    real *frac;              /* f_e */
-    real *dz, *dxn;          /* left by BI for BW: router logits gradient, norm output gradient */
+    int32_t *choice;         /* [T][k] */
 } gate_act;
 
-static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
+static size_t gate_layout(const exec_cfg *c, int mode, void *b0, void *b1, gate_act *A,
+                          size_t *rebuilt)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    cv.part = act_part(mode, ACT_INPUT);
     A->x = carve_r(&cv, T * h);
-    A->rstd = carve_r(&cv, T);
+    cv.part = act_part(mode, ACT_OTHER);
     A->xn = carve_r(&cv, T * h);
     A->probs = carve_r(&cv, T * E);
     A->choice = carve_i(&cv, T * k);
-    A->slot = carve_i(&cv, T * k);
-    A->frac = carve_r(&cv, E);
-    A->dz = carve_r(&cv, T * E);
-    A->dxn = carve_r(&cv, T * h);
-    return cv.off;
+    if (rebuilt) *rebuilt = cv.off[1];
+    return cv.off[0];
+}
+
+/* work: the RMSNorm statistics, the slots and fractions, and what BI leaves for BW (the router
+ * logits' gradient and the norm output's). */
+typedef struct gate_work {
+    real *rstd, *frac, *dz, *dxn;
+    int32_t *slot;           /* [T][k]: slot in [E*C) or -1 */
+} gate_work;
+
+static size_t gate_work_layout(const exec_cfg *c, void *base, gate_work *W, size_t *fbytes)
+{
+    carver cv = carver_work(base);
+    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    W->rstd = carve_r(&cv, T);
+    W->frac = carve_r(&cv, E);
+    W->slot = carve_i(&cv, T * k);
+    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
+    W->dz = carve_r(&cv, T * E);
+    W->dxn = carve_r(&cv, T * h);
+    return cv.off[0];
+}
+
+int64_t FN(exec_moe_gate_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
+                                     int64_t *rebuilt)
+{
+    (void)s;
+    gate_act A;
+    size_t r = 0;
+    size_t k = gate_layout(c, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t FN(exec_moe_gate_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
-    gate_act A;
-    return (int64_t)gate_layout(c, NULL, &A);
+    return FN(exec_moe_gate_act_split)(c, s, EXEC_ACT_ALL, NULL);
 }
 
-/* Top-k and capacity: fills choice, slot and frac from probs. */
-static void route_tokens(const exec_cfg *c, gate_act *A)
+int64_t FN(exec_moe_gate_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    const int64_t T = c->b * c->s, E = c->experts, k = c->top_k, C = c->capacity;
+    (void)s;
+    gate_work W;
+    size_t f = 0, all = gate_work_layout(c, NULL, &W, &f);
+    return pass_f ? (int64_t)f : (int64_t)all;
+}
+
+/* Top-k: fills choice from probs. */
+static void route_choose(const exec_cfg *c, gate_act *A)
+{
+    const int64_t T = c->b * c->s, E = c->experts, k = c->top_k;
     for (int64_t t = 0; t < T; t++) {
         const real *p = A->probs + t * E;
         for (int64_t kk = 0; kk < k; kk++) {
@@ -86,13 +124,19 @@ static void route_tokens(const exec_cfg *c, gate_act *A)
             A->choice[t * k + kk] = (int32_t)best;
         }
     }
-    for (int64_t ex = 0; ex < E; ex++) A->frac[ex] = 0;
+}
+
+/* Capacity: slot and frac from the choices (F and, rebuilding them, BI). */
+static void route_assign(const exec_cfg *c, const gate_act *A, gate_work *W)
+{
+    const int64_t T = c->b * c->s, E = c->experts, k = c->top_k, C = c->capacity;
+    for (int64_t ex = 0; ex < E; ex++) W->frac[ex] = 0;
     int64_t *used = base_xcalloc((size_t)E, sizeof *used);
     for (int64_t kk = 0; kk < k; kk++)
         for (int64_t t = 0; t < T; t++) {
             int32_t ex = A->choice[t * k + kk];
-            A->frac[ex] += (real)(1.0 / (double)(T * k));
-            A->slot[t * k + kk] = used[ex] < C ? (int32_t)(ex * C + used[ex]++) : -1;
+            W->frac[ex] += (real)(1.0 / (double)(T * k));
+            W->slot[t * k + kk] = used[ex] < C ? (int32_t)(ex * C + used[ex]++) : -1;
         }
     free(used);
 }
@@ -104,17 +148,23 @@ int FN(exec_moe_gate_f)(const exec_call *c, base_error *e)
     NEED(c->y2, "the route tensor y2");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
     const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
                   C = cfg->capacity;
 
-    memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
-    FN(exec_rmsnorm_f)(A.x, ng, A.xn, A.rstd, T, h, cfg->norm_eps);
+    if (A.x != c->x) /* R under full recompute reads the input F kept */
+        memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
+    FN(exec_rmsnorm_f)(A.x, ng, A.xn, W.rstd, T, h, cfg->norm_eps);
     FN(exec_gemm)(false, false, T, E, h, 1, A.xn, h, wr, E, 0, A.probs, E);
     for (int64_t t = 0; t < T; t++) {
         real *z = A.probs + t * E, mx = z[0];
@@ -123,13 +173,14 @@ int FN(exec_moe_gate_f)(const exec_call *c, base_error *e)
         for (int64_t ex = 0; ex < E; ex++) sum += z[ex] = R_EXP(z[ex] - mx);
         for (int64_t ex = 0; ex < E; ex++) z[ex] = (real)(z[ex] / sum);
     }
-    if (!c->keep_routing) route_tokens(cfg, &A);
+    if (!c->keep_routing) route_choose(cfg, &A);
+    route_assign(cfg, &A, &W);
 
     double aux = 0;
     for (int64_t ex = 0; ex < E; ex++) {
         double pm = 0;
         for (int64_t t = 0; t < T; t++) pm += A.probs[t * E + ex];
-        aux += (double)A.frac[ex] * pm / (double)T;
+        aux += (double)W.frac[ex] * pm / (double)T;
     }
     if (c->out) *c->out = cfg->aux_coef * (double)E * aux;
 
@@ -140,7 +191,7 @@ int FN(exec_moe_gate_f)(const exec_call *c, base_error *e)
     memcpy(rv.resid, A.x, (size_t)(T * h) * sizeof(real));
     for (int64_t t = 0; t < T; t++)
         for (int64_t kk = 0; kk < k; kk++) {
-            int32_t sl = A.slot[t * k + kk];
+            int32_t sl = W.slot[t * k + kk];
             rv.slot[t * k + kk] = sl;
             /* a dropped choice weighs nothing, so nothing flows back through it */
             rv.w[t * k + kk] = sl >= 0 ? A.probs[t * E + A.choice[t * k + kk]] : 0;
@@ -156,38 +207,45 @@ int FN(exec_moe_gate_bi)(const exec_call *c, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
     const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
     const real *dbuf = c->dy;
     route_view dr;
     route_layout(cfg, (void *)c->dy2, &dr);
+    route_assign(cfg, &A, &W);
 
     /* dp into dz, then the softmax backward in place */
     const double aux_g = cfg->aux_weight * cfg->aux_coef * (double)E / (double)T;
     for (int64_t t = 0; t < T; t++) {
-        real *dz = A.dz + t * E;
+        real *dz = W.dz + t * E;
         const real *p = A.probs + t * E;
-        for (int64_t ex = 0; ex < E; ex++) dz[ex] = (real)(aux_g * A.frac[ex]);
+        for (int64_t ex = 0; ex < E; ex++) dz[ex] = (real)(aux_g * W.frac[ex]);
         for (int64_t kk = 0; kk < k; kk++)
-            if (A.slot[t * k + kk] >= 0) dz[A.choice[t * k + kk]] += dr.w[t * k + kk];
+            if (W.slot[t * k + kk] >= 0) dz[A.choice[t * k + kk]] += dr.w[t * k + kk];
         double dot = 0;
         for (int64_t ex = 0; ex < E; ex++) dot += (double)p[ex] * dz[ex];
         for (int64_t ex = 0; ex < E; ex++) dz[ex] = p[ex] * (dz[ex] - (real)dot);
     }
-    FN(exec_gemm)(false, true, T, h, E, 1, A.dz, E, wr, E, 0, A.dxn, h);
+    FN(exec_gemm)(false, true, T, h, E, 1, W.dz, E, wr, E, 0, W.dxn, h);
     for (int64_t t = 0; t < T; t++)
         for (int64_t kk = 0; kk < k; kk++) {
-            int32_t sl = A.slot[t * k + kk];
+            int32_t sl = W.slot[t * k + kk];
             if (sl < 0) continue;
-            for (int64_t j = 0; j < h; j++) A.dxn[t * h + j] += dbuf[sl * h + j];
+            for (int64_t j = 0; j < h; j++) W.dxn[t * h + j] += dbuf[sl * h + j];
         }
     real *dx = c->dx;
-    FN(exec_rmsnorm_bi)(A.dxn, A.x, ng, A.rstd, dx, T, h, false);
+    FN(exec_rmsnorm_stats)(A.x, W.rstd, T, h, cfg->norm_eps);
+    FN(exec_rmsnorm_bi)(W.dxn, A.x, ng, W.rstd, dx, T, h, false);
     for (int64_t i = 0; i < T * h; i++) dx[i] += dr.resid[i];
     return 0;
 }
@@ -196,50 +254,86 @@ int FN(exec_moe_gate_bw)(const exec_call *c, base_error *e)
 {
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     if (region_params_get(c, EXEC_MOE_GATE, &rp, e)) return -1;
     real *gng = param_at(&rp, c->grad, "norm.g"), *gwr = param_at(&rp, c->grad, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
-    FN(exec_gemm)(true, false, h, E, T, 1, A.xn, h, A.dz, E, 1, gwr, E);
-    FN(exec_rmsnorm_bw)(A.dxn, A.x, A.rstd, gng, T, h);
+    FN(exec_gemm)(true, false, h, E, T, 1, A.xn, h, W.dz, E, 1, gwr, E);
+    FN(exec_rmsnorm_bw)(W.dxn, A.x, W.rstd, gng, T, h);
     return 0;
 }
 
 /* ---------------------------------------------------------------- experts */
 
+/* act: exactly ir/cost.c's experts list: the received buffer and the gate, up and down inputs. */
 typedef struct experts_act {
     real *x;                 /* the received buffer [rows][h] */
     real *g, *u, *a;         /* [rows][f] */
-    real *dy;                /* left by BI for BW: a copy of the output gradient */
-    real *dg, *du;           /* gradients of the gate and up projections */
 } experts_act;
+
+/* work: what BI leaves for BW: the output gradient and the gate / up projections' gradients. */
+typedef struct experts_work {
+    real *dy, *dg, *du;
+} experts_work;
 
 static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
 {
     return (int64_t)sh->ep * sh->nexperts * c->capacity;
 }
 
-static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, void *base, experts_act *A)
+static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0,
+                             void *b1, experts_act *A, size_t *rebuilt)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(b0, b1);
     const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    cv.part = act_part(mode, ACT_INPUT);
     A->x = carve_r(&cv, R * h);
+    cv.part = act_part(mode, ACT_OTHER);
     A->g = carve_r(&cv, R * f);
     A->u = carve_r(&cv, R * f);
     A->a = carve_r(&cv, R * f);
-    A->dy = carve_r(&cv, R * h);
-    A->dg = carve_r(&cv, R * f);
-    A->du = carve_r(&cv, R * f);
-    return cv.off;
+    if (rebuilt) *rebuilt = cv.off[1];
+    return cv.off[0];
+}
+
+static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *base,
+                                  experts_work *W)
+{
+    carver cv = carver_work(base);
+    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    W->dy = carve_r(&cv, R * h);
+    W->dg = carve_r(&cv, R * f);
+    W->du = carve_r(&cv, R * f);
+    return cv.off[0];
+}
+
+int64_t FN(exec_moe_experts_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
+                                        int64_t *rebuilt)
+{
+    experts_act A;
+    size_t r = 0;
+    size_t k = experts_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t FN(exec_moe_experts_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    experts_act A;
-    return (int64_t)experts_layout(c, s, NULL, &A);
+    return FN(exec_moe_experts_act_split)(c, s, EXEC_ACT_ALL, NULL);
+}
+
+int64_t FN(exec_moe_experts_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    experts_work W;
+    return pass_f ? 0 : (int64_t)experts_work_layout(c, s, NULL, &W); /* F uses none */
 }
 
 typedef struct expert_w {
@@ -262,11 +356,14 @@ int FN(exec_moe_experts_f)(const exec_call *c, base_error *e)
     expert_w w = {param_at(&rp, c->param, "wg"), param_at(&rp, c->param, "wu"),
                   param_at(&rp, c->param, "wd")};
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity;
     real *y = c->y;
 
-    memcpy(A.x, c->x, (size_t)(R * h) * sizeof(real));
+    if (A.x != c->x) /* R under full recompute reads the input F kept */
+        memcpy(A.x, c->x, (size_t)(R * h) * sizeof(real));
     for (int src = 0; src < sh->ep; src++)
         for (int64_t ex = 0; ex < sh->nexperts; ex++) {
             int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
@@ -291,6 +388,7 @@ int FN(exec_moe_experts_bi)(const exec_call *c, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -298,25 +396,29 @@ int FN(exec_moe_experts_bi)(const exec_call *c, base_error *e)
     expert_w w = {param_at(&rp, c->param, "wg"), param_at(&rp, c->param, "wu"),
                   param_at(&rp, c->param, "wd")};
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    experts_work W;
+    experts_work_layout(cfg, sh, c->work, &W);
     const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity;
     real *dx = c->dx;
 
-    memcpy(A.dy, c->dy, (size_t)(R * h) * sizeof(real));
+    memcpy(W.dy, c->dy, (size_t)(R * h) * sizeof(real));
     /* da into dg as a workspace, then SwiGLU's backward */
     for (int src = 0; src < sh->ep; src++)
         for (int64_t ex = 0; ex < sh->nexperts; ex++) {
             int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
-            FN(exec_gemm)(false, true, C, f, h, 1, A.dy + r0 * h, h, w.wd + ex * f * h, h, 0,
-                          A.dg + r0 * f, f);
+            FN(exec_gemm)(false, true, C, f, h, 1, W.dy + r0 * h, h, w.wd + ex * f * h, h, 0,
+                          W.dg + r0 * f, f);
         }
-    FN(exec_swiglu_bi)(A.dg, A.g, A.u, A.dg, A.du, R * f);
+    FN(exec_swiglu_bi)(W.dg, A.g, A.u, W.dg, W.du, R * f);
     for (int src = 0; src < sh->ep; src++)
         for (int64_t ex = 0; ex < sh->nexperts; ex++) {
             int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
-            FN(exec_gemm)(false, true, C, h, f, 1, A.dg + r0 * f, f, w.wg + ex * h * f, f, 0,
+            FN(exec_gemm)(false, true, C, h, f, 1, W.dg + r0 * f, f, w.wg + ex * h * f, f, 0,
                           dx + r0 * h, h);
-            FN(exec_gemm)(false, true, C, h, f, 1, A.du + r0 * f, f, w.wu + ex * h * f, f, 1,
+            FN(exec_gemm)(false, true, C, h, f, 1, W.du + r0 * f, f, w.wu + ex * h * f, f, 1,
                           dx + r0 * h, h);
         }
     return 0;
@@ -326,6 +428,7 @@ int FN(exec_moe_experts_bw)(const exec_call *c, base_error *e)
 {
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -333,16 +436,20 @@ int FN(exec_moe_experts_bw)(const exec_call *c, base_error *e)
     expert_w g = {param_at(&rp, c->grad, "wg"), param_at(&rp, c->grad, "wu"),
                   param_at(&rp, c->grad, "wd")};
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
+    experts_work W;
+    experts_work_layout(cfg, sh, c->work, &W);
     const int64_t h = cfg->h, f = sh->neffn, C = cfg->capacity;
     for (int src = 0; src < sh->ep; src++)
         for (int64_t ex = 0; ex < sh->nexperts; ex++) {
             int64_t r0 = EXPERT_ROW0(sh, C, src, ex);
-            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, A.dg + r0 * f, f, 1,
+            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, W.dg + r0 * f, f, 1,
                           g.wg + ex * h * f, f);
-            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, A.du + r0 * f, f, 1,
+            FN(exec_gemm)(true, false, h, f, C, 1, A.x + r0 * h, h, W.du + r0 * f, f, 1,
                           g.wu + ex * h * f, f);
-            FN(exec_gemm)(true, false, f, h, C, 1, A.a + r0 * f, f, A.dy + r0 * h, h, 1,
+            FN(exec_gemm)(true, false, f, h, C, 1, A.a + r0 * f, f, W.dy + r0 * h, h, 1,
                           g.wd + ex * f * h, h);
         }
     return 0;
@@ -350,27 +457,55 @@ int FN(exec_moe_experts_bw)(const exec_call *c, base_error *e)
 
 /* ---------------------------------------------------------------- combine */
 
+/* act: exactly ir/cost.c's combine list: the expert outputs, the routing weights and each
+ * choice's slot (the unpermute's index map). No work buffer. */
 typedef struct combine_act {
     real *eo;                /* expert outputs [E*C][h] */
+    real *resid;             /* under full recompute (EXEC_ACT_INPUT): the residual [T][h] */
     real *w;                 /* routing weights [T][k] */
     int32_t *slot;           /* [T][k] */
 } combine_act;
 
-static size_t combine_layout(const exec_cfg *c, void *base, combine_act *A)
+int64_t FN(exec_moe_combine_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    carver cv = {base, 0};
+    (void)c;
+    (void)s;
+    (void)pass_f;
+    return 0;
+}
+
+static size_t combine_layout(const exec_cfg *c, int mode, void *b0, void *b1, combine_act *A,
+                             size_t *rebuilt)
+{
+    /* all of it is the region's input. Under full recompute F keeps the whole input, the
+     * residual too, so that R rebuilds the output from it: then resid, w and slot are laid out
+     * as a route tensor (route_layout) right after the expert outputs, which R reads as its x
+     * and x2 (the runtime passes them) */
+    carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, k = c->top_k;
+    cv.part = act_part(mode, ACT_INPUT);
     A->eo = carve_r(&cv, c->experts * c->capacity * c->h);
+    A->resid = mode == EXEC_ACT_INPUT ? carve_r(&cv, T * c->h) : NULL;
     A->w = carve_r(&cv, T * k);
     A->slot = carve_i(&cv, T * k);
-    return cv.off;
+    if (rebuilt) *rebuilt = cv.off[1];
+    return cv.off[0];
+}
+
+int64_t FN(exec_moe_combine_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
+                                        int64_t *rebuilt)
+{
+    (void)s;
+    combine_act A;
+    size_t r = 0;
+    size_t k = combine_layout(c, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t FN(exec_moe_combine_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
-    combine_act A;
-    return (int64_t)combine_layout(c, NULL, &A);
+    return FN(exec_moe_combine_act_split)(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int FN(exec_moe_combine_f)(const exec_call *c, base_error *e)
@@ -381,16 +516,20 @@ int FN(exec_moe_combine_f)(const exec_call *c, base_error *e)
     NEED(c->act, "the act buffer");
     const exec_cfg *cfg = c->cfg;
     combine_act A;
-    combine_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     route_view rv;
     route_layout(cfg, (void *)c->x2, &rv);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
                   nslots = cfg->experts * cfg->capacity;
     real *y = c->y;
 
-    memcpy(A.eo, c->x, (size_t)(nslots * h) * sizeof(real));
-    memcpy(A.w, rv.w, (size_t)(T * k) * sizeof(real));
-    memcpy(A.slot, rv.slot, (size_t)(T * k) * sizeof(int32_t));
+    /* (R under full recompute reads its inputs from what F kept: no copies then) */
+    if (A.eo != c->x) memcpy(A.eo, c->x, (size_t)(nslots * h) * sizeof(real));
+    if (A.resid && A.resid != rv.resid) memcpy(A.resid, rv.resid, (size_t)(T * h) * sizeof(real));
+    if (A.w != rv.w) memcpy(A.w, rv.w, (size_t)(T * k) * sizeof(real));
+    if (A.slot != rv.slot) memcpy(A.slot, rv.slot, (size_t)(T * k) * sizeof(int32_t));
     memcpy(y, rv.resid, (size_t)(T * h) * sizeof(real));
     for (int64_t t = 0; t < T; t++)
         for (int64_t kk = 0; kk < k; kk++) {
@@ -414,7 +553,9 @@ int FN(exec_moe_combine_bi)(const exec_call *c, base_error *e)
     NEED(c->act, "the act buffer");
     const exec_cfg *cfg = c->cfg;
     combine_act A;
-    combine_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     route_view dr;
     route_layout(cfg, c->dx2, &dr);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,

@@ -11,16 +11,36 @@
  * accumulated in double so that fp32 norms of wide rows stay accurate. */
 #include "real.h"
 
+/* Row statistics of LayerNorm; F and the backward's recomputation share this arithmetic. */
+/* Row statistics of LayerNorm in double (F normalises with these; mean and rstd get their
+ * rounding to `real`); F and the backward's recomputation share this arithmetic. */
+static void layernorm_row(const real *xr, int64_t n, double eps, double *mu, double *rs)
+{
+    double s = 0, ss = 0;
+    for (int64_t j = 0; j < n; j++) s += xr[j];
+    *mu = s / (double)n;
+    for (int64_t j = 0; j < n; j++) ss += ((double)xr[j] - *mu) * ((double)xr[j] - *mu);
+    *rs = 1.0 / sqrt(ss / (double)n + eps);
+}
+
+static void layernorm_stats(const real *x, real *mean, real *rstd, int64_t rows, int64_t n,
+                            double eps)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double mu, rs;
+        layernorm_row(x + r * n, n, eps, &mu, &rs);
+        mean[r] = (real)mu;
+        rstd[r] = (real)rs;
+    }
+}
+
 void FN(exec_layernorm_f)(const real *x, const real *g, const real *b, real *y, real *mean,
                           real *rstd, int64_t rows, int64_t n, double eps)
 {
     for (int64_t r = 0; r < rows; r++) {
         const real *xr = x + r * n;
-        double s = 0, ss = 0;
-        for (int64_t j = 0; j < n; j++) s += xr[j];
-        double mu = s / (double)n;
-        for (int64_t j = 0; j < n; j++) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu);
-        double rs = 1.0 / sqrt(ss / (double)n + eps);
+        double mu, rs;
+        layernorm_row(xr, n, eps, &mu, &rs);
         mean[r] = (real)mu;
         rstd[r] = (real)rs;
         for (int64_t j = 0; j < n; j++)
@@ -61,14 +81,24 @@ void FN(exec_layernorm_bw)(const real *dy, const real *x, const real *mean, cons
     }
 }
 
+static double rmsnorm_row(const real *xr, int64_t n, double eps)
+{
+    double ss = 0;
+    for (int64_t j = 0; j < n; j++) ss += (double)xr[j] * xr[j];
+    return 1.0 / sqrt(ss / (double)n + eps);
+}
+
+void FN(exec_rmsnorm_stats)(const real *x, real *rstd, int64_t rows, int64_t n, double eps)
+{
+    for (int64_t r = 0; r < rows; r++) rstd[r] = (real)rmsnorm_row(x + r * n, n, eps);
+}
+
 void FN(exec_rmsnorm_f)(const real *x, const real *g, real *y, real *rstd, int64_t rows,
                         int64_t n, double eps)
 {
     for (int64_t r = 0; r < rows; r++) {
         const real *xr = x + r * n;
-        double ss = 0;
-        for (int64_t j = 0; j < n; j++) ss += (double)xr[j] * xr[j];
-        double rs = 1.0 / sqrt(ss / (double)n + eps);
+        double rs = rmsnorm_row(xr, n, eps);
         rstd[r] = (real)rs;
         for (int64_t j = 0; j < n; j++) y[r * n + j] = (real)(xr[j] * rs) * g[j];
     }
@@ -105,6 +135,14 @@ void FN(exec_norm_f)(const exec_cfg *c, const real *x, const real *g, const real
         FN(exec_layernorm_f)(x, g, b, y, mean, rstd, rows, c->h, c->norm_eps);
     else
         FN(exec_rmsnorm_f)(x, g, y, rstd, rows, c->h, c->norm_eps);
+}
+
+void FN(exec_norm_stats)(const exec_cfg *c, const real *x, real *mean, real *rstd, int64_t rows)
+{
+    if (c->gpt)
+        layernorm_stats(x, mean, rstd, rows, c->h, c->norm_eps);
+    else
+        FN(exec_rmsnorm_stats)(x, rstd, rows, c->h, c->norm_eps);
 }
 
 void FN(exec_norm_bi)(const exec_cfg *c, const real *dy, const real *x, const real *g,

@@ -34,24 +34,76 @@ typedef float real;
 
 /* The act buffer of a region is carved into tensors by one layout function per region, run
  * with base == NULL to measure it and with the buffer to get the pointers, so the size and the
- * use can never disagree. Every piece is 64-byte aligned. */
+ * use can never disagree. The act buffer holds exactly the tensors ir/cost.c's
+ * ir_region_activation_bytes lists, byte for byte, so pieces are packed: each is aligned to its
+ * own element size only, and layouts carve the real tensors first, then int32, then the 1-byte
+ * dropout masks, so that no padding appears between them (calloc's alignment covers the base).
+ * The work buffer (exec_call.work: workspaces, norm statistics, and what BI leaves for BW) is
+ * carved the same way with 64-byte pieces. Under recompute an act buffer has two parts (act_part):
+ * each is packed the same way. */
 typedef struct carver {
-    char *base;
-    size_t off;
+    char *base[2];
+    size_t off[2];
+    size_t align; /* 0: each piece aligned to its element size; else to this */
+    int part;     /* the part the next pieces go to (act buffers under recompute: see act_part) */
 } carver;
 
-static inline void *carve(carver *cv, size_t bytes)
+/* An act buffer in two parts: what F keeps (b0, exec_call.act) and what R rebuilds (b1,
+ * exec_call.act2); a work buffer. */
+static inline carver carver_act(void *b0, void *b1)
 {
-    cv->off = (cv->off + 63) & ~(size_t)63;
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += bytes;
+    carver c = {{b0, b1}, {0, 0}, 0, 0};
+    return c;
+}
+static inline carver carver_work(void *b)
+{
+    carver c = {{b, NULL}, {0, 0}, 64, 0};
+    return c;
+}
+
+static inline void *carve_a(carver *cv, size_t bytes, size_t elem)
+{
+    size_t a = cv->align ? cv->align : elem, *off = &cv->off[cv->part];
+    *off = (*off + a - 1) / a * a;
+    void *p = cv->base[cv->part] ? cv->base[cv->part] + *off : NULL;
+    *off += bytes;
     return p;
 }
-static inline real *carve_r(carver *cv, int64_t n) { return carve(cv, (size_t)n * sizeof(real)); }
+static inline real *carve_r(carver *cv, int64_t n)
+{
+    return carve_a(cv, (size_t)n * sizeof(real), sizeof(real));
+}
 static inline int32_t *carve_i(carver *cv, int64_t n)
 {
-    return carve(cv, (size_t)n * sizeof(int32_t));
+    return carve_a(cv, (size_t)n * sizeof(int32_t), sizeof(int32_t));
 }
+static inline uint8_t *carve_b(carver *cv, int64_t n) { return carve_a(cv, (size_t)n, 1); }
+
+/* Which part of the act buffer a tensor lives in under a recompute mode (exec_act_mode):
+ * the region input (ACT_INPUT), the attention core (ACT_CORE) or anything else (ACT_OTHER).
+ * Part 0 is what F keeps; part 1 what R rebuilds (ir/cost.c's IR_T_SAVED and IR_T_RECOMP). */
+enum { ACT_INPUT, ACT_CORE, ACT_OTHER };
+static inline int act_part(int mode, int what)
+{
+    switch (mode) {
+    case EXEC_ACT_SELECTIVE: return what == ACT_CORE;
+    case EXEC_ACT_INPUT: return what != ACT_INPUT;
+    case EXEC_ACT_NONE: return 1;
+    default: return 0;
+    }
+}
+
+/* Names a missing rebuilt part: under recompute the backward reads act (F's) and act2 (R's). */
+#define NEED_ACT2(rebuilt)                                                                      \
+    do {                                                                                       \
+        if ((rebuilt) && !c->act2)                                                              \
+            return base_errorf(e, "%s: the rebuilt activations (act2, %zu bytes) are missing; "  \
+                                  "the executor must pass R's buffer", __func__,              \
+                               (size_t)(rebuilt));                                             \
+    } while (0)
+
+/* Routing weights and probabilities are kept at least in fp32 (ir/cost.c): `real` is fp32 or
+ * fp64, so that is `real`. */
 
 /* ---------------------------------------------------------------- the MoE route tensor */
 
@@ -64,17 +116,36 @@ typedef struct route_view {
 
 static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
 {
-    carver cv = {base, 0};
+    carver cv = carver_act(base, NULL);
     int64_t T = c->b * c->s;
     route_view r;
     r.resid = carve_r(&cv, T * c->h);
     r.w = carve_r(&cv, T * c->top_k);
     r.slot = carve_i(&cv, T * c->top_k);
     if (v) *v = r;
-    return cv.off;
+    return cv.off[0];
 }
 
 /* ---------------------------------------------------------------- dropout */
+
+/* Dropout forward keeping its 1-byte mask (as Megatron and PyTorch do, and as ir/cost.c counts
+ * it): mask[i] = keep(idx0 + i), x[i] scaled by 1/(1 - p) or zeroed. */
+static inline void dropout_apply_mask(real *x, uint8_t *mask, int64_t n, uint64_t key,
+                                      uint64_t idx0, double p)
+{
+    real scale = (real)(1.0 / (1.0 - p));
+    for (int64_t i = 0; i < n; i++) {
+        mask[i] = exec_dropout_keep(key, idx0 + (uint64_t)i, p);
+        x[i] = mask[i] ? x[i] * scale : (real)0;
+    }
+}
+/* Its backward from the kept mask: dx[i] = mask[i] ? dy[i] / (1 - p) : 0 (in place allowed). */
+static inline void dropout_from_mask(const real *dy, real *dx, const uint8_t *mask, int64_t n,
+                                     double p)
+{
+    real scale = (real)(1.0 / (1.0 - p));
+    for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : (real)0;
+}
 
 /* Multiplies x[i] by mask(idx0 + i) / (1 - p): dropout forward and, on a gradient, its backward
  * (the same linear map). A no-op when p == 0. */
@@ -151,5 +222,11 @@ void FN(exec_norm_bi)(const exec_cfg *c, const real *dy, const real *x, const re
                       bool accumulate);
 void FN(exec_norm_bw)(const exec_cfg *c, const real *dy, const real *x, const real *mean,
                       const real *rstd, real *dg, real *db, int64_t rows);
+/* The row statistics F computed (mean and rstd for LayerNorm, rstd for RMSNorm), recomputed
+ * from the saved input with F's own arithmetic, so bit-identical: the backward rebuilds them
+ * rather than keeping them (ir/cost.c does not count norm statistics, nor does the published
+ * accounting). */
+void FN(exec_norm_stats)(const exec_cfg *c, const real *x, real *mean, real *rstd, int64_t rows);
+void FN(exec_rmsnorm_stats)(const real *x, real *rstd, int64_t rows, int64_t n, double eps);
 
 #endif

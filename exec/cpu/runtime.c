@@ -14,6 +14,19 @@
 
 /* ---------------------------------------------------------------- small helpers */
 
+/* A new peak: what makes it up (exec_cpu_print_accounting). */
+static void note_peak(exec_cpu *c)
+{
+    if (c->live <= c->peak) return;
+    c->peak = c->live;
+    c->at_peak[0] = c->live - c->scratch_live - c->deferred_live;
+    c->at_peak[1] = c->slot_live;
+    c->at_peak[2] = c->work_live;
+    c->at_peak[3] = c->scratch_live - c->slot_live - c->work_live;
+    c->at_peak[4] = c->plan_live;
+    c->at_peak[5] = c->deferred_live;
+}
+
 void *exec_cpu_scratch(exec_cpu *c, size_t bytes)
 {
     void *p = calloc(bytes ? bytes : 1, 1);
@@ -22,7 +35,8 @@ void *exec_cpu_scratch(exec_cpu *c, size_t bytes)
         abort();
     }
     c->live += (double)bytes;
-    if (c->live > c->peak) c->peak = c->live;
+    c->scratch_live += (double)bytes;
+    note_peak(c);
     return p;
 }
 
@@ -31,6 +45,7 @@ void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes)
     if (!p) return;
     free(p);
     c->live -= (double)bytes;
+    c->scratch_live -= (double)bytes;
 }
 
 static const char *buf_name(const exec_cpu *c, int b) { return exec_buf_name(c->L, b); }
@@ -130,6 +145,48 @@ static int set_role(exec_cpu *c, int i, int b, exec_buf_role role, int region, i
     return 0;
 }
 
+/* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
+ * plan's sizes (its F's activation buffer and its R's), so that what F keeps and what R rebuilds
+ * are the plan's tensors. A region without R keeps everything; one whose sizes match no mode (the
+ * executor keeps more than the plan sizes, e.g. under sequence parallelism) keeps everything in
+ * F's buffer and again in R's. */
+static int act_modes(exec_cpu *c, base_error *e)
+{
+    const plan_list *L = c->L;
+    for (int r = 0; r < c->nreg; r++) {
+        cpu_region *R = &c->reg[r];
+        R->act_mode = EXEC_ACT_ALL;
+        R->act_kept = R->act_rebuilt = R->sz.act_bytes;
+        if (!R->here) continue;
+        int64_t fb = -1, rb = -1;
+        for (int i = 0; i < L->n && (fb < 0 || rb < 0); i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COMPUTE || in->region != r ||
+                (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
+                continue;
+            for (int q = 0; q < in->nwrites; q++)
+                if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
+                    int64_t *dst = in->pass == PLAN_PASS_F ? &fb : &rb;
+                    if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
+                }
+        }
+        if (rb < 0) continue; /* no recompute */
+        for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
+            int64_t kept, rebuilt;
+            if (exec_region_act_split(&c->cfg, &R->sh, R->kind, c->dt, (exec_act_mode)m, &kept,
+                                      &rebuilt, e))
+                return -1;
+            if (kept == fb && rebuilt == rb) {
+                R->act_mode = (exec_act_mode)m;
+                R->act_kept = kept;
+                R->act_rebuilt = rebuilt;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Buffer roles and the bindings of every compute. */
 static int read_computes(exec_cpu *c, base_error *e)
 {
@@ -160,16 +217,18 @@ static int read_computes(exec_cpu *c, base_error *e)
             B->bytes += c->reg[c->embed_region].par[0].count * (int64_t)es;
         }
     }
+    if (act_modes(c, e)) return -1;
     int *act_cur = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_cur);
+    int *act_rec = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_rec);
     exec_region_kind *kinds = base_xcalloc((size_t)(c->nreg + 1), sizeof *kinds);
     for (int r = 0; r < c->nreg; r++) kinds[r] = c->reg[r].kind;
-    for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = -1;
+    for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = act_rec[k] = -1;
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         cpu_bind *b = &c->bind[i];
-        b->act = b->pb = b->gb = b->egb = -1;
+        b->act = b->act2 = b->pb = b->gb = b->egb = -1;
         b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
         b->region = in->region;
         b->mb = in->mb;
@@ -242,9 +301,15 @@ static int read_computes(exec_cpu *c, base_error *e)
                     R->opt_buf = bb;
                 } else if (m == PLAN_MEM_ACT) {
                     if (pass == PLAN_PASS_UPD) continue;
-                    if (fwd && side == 1) {
-                        rc = set_role(c, i, bb, EXEC_BUF_ACT, r, R->sz.act_bytes, e);
+                    if (fwd && side == 1 && pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) {
+                        /* what R rebuilds; F's buffer (what it kept) stays the act */
+                        rc = set_role(c, i, bb, EXEC_BUF_ACT, r, R->act_rebuilt, e);
+                        act_rec[r * c->nmb + mb] = bb;
+                        b->act2 = bb;
+                    } else if (fwd && side == 1) {
+                        rc = set_role(c, i, bb, EXEC_BUF_ACT, r, R->act_kept, e);
                         act_cur[r * c->nmb + mb] = bb;
+                        if (pass == PLAN_PASS_F) act_rec[r * c->nmb + mb] = -1;
                         b->act = bb;
                     } else if (bwd && side == 0) {
                         /* the latest act a forward or recompute of (r, mb) wrote */
@@ -287,6 +352,16 @@ static int read_computes(exec_cpu *c, base_error *e)
         }
         /* a pass that reads the parameter buffer itself needs it whole */
         if ((fwd || bwd) && b->pb < 0 && R->param_buf >= 0) R->reads_whole = true;
+        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) b->act = act_cur[r * c->nmb + mb];
+        if (bwd) b->act2 = act_rec[r * c->nmb + mb];
+        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL &&
+            ((b->act < 0 && R->act_mode != EXEC_ACT_NONE) || b->act2 < 0)) {
+            base_errorf(e, "the recompute of %s (micro-batch %d) has no forward before it on this "
+                           "device, or writes no activation buffer",
+                        R->name, mb);
+            rc = instr_err(c, i, e);
+            break;
+        }
         if (fwd && b->act < 0) {
             base_errorf(e, "the %s pass of %s writes no activation buffer; the kernels keep their "
                            "saved tensors there",
@@ -311,6 +386,11 @@ static int read_computes(exec_cpu *c, base_error *e)
             }
         }
         if (bwd && b->act < 0) b->act = act_cur[r * c->nmb + mb];
+        /* the backward reads what F kept (its input, or all but the attention core), which the
+         * plan frees right after R (sched/lower.c): hold it until the backward has run */
+        if (bwd && (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE) &&
+            b->act >= 0)
+            c->act_hold[b->act] = i;
         if (bwd && b->act < 0) {
             base_errorf(e, "the backward of %s (micro-batch %d) runs before any forward of it on "
                            "this device",
@@ -323,11 +403,19 @@ static int read_computes(exec_cpu *c, base_error *e)
             rc = instr_err(c, i, e);
             break;
         }
+        /* under full recompute R rebuilds from the input F kept (the first piece of its act
+         * buffer), not from the boundary slot, which may go after the forward (the plan keeps the
+         * input once: ir/cost.c's region_input_bytes) */
+        if (pass == PLAN_PASS_R && R->act_mode == EXEC_ACT_INPUT) {
+            b->sl.xs = -1;
+            if (R->kind == EXEC_MOE_COMBINE) b->sl.x2s = -1; /* the route follows in act */
+        }
         /* slot sizes and last readers */
         exec_slots_note_reads(&b->sl, i, (exec_slot_sizes){xbytes, ybytes, R->sz.route_bytes},
                               c->slot_last, c->slot_bytes);
     }
     free(act_cur);
+    free(act_rec);
     free(kinds);
     if (rc) return -1;
     /* outputs into slots: the size is what the next region reads; a slot written and never read
@@ -606,6 +694,11 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     c->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_bytes);
     c->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *c->slot_last);
     for (int64_t s = 0; s < nslots; s++) c->slot_last[s] = -1;
+    c->work = base_xcalloc((size_t)(c->nreg * c->nmb) + 1, sizeof *c->work);
+    c->act_hold = base_xcalloc((size_t)c->L->nbufs + 1, sizeof *c->act_hold);
+    c->hold_done = base_xcalloc((size_t)c->L->nbufs + 1, sizeof *c->hold_done);
+    c->deferred = base_xcalloc((size_t)c->L->nbufs + 1, sizeof *c->deferred);
+    for (int b = 0; b < c->L->nbufs; b++) c->act_hold[b] = -1;
     if ((rc = read_computes(c, e)) || (rc = read_collectives(c, e)) || (rc = read_dp_rank(c, e)))
         goto done;
     /* the loss is the mean over every token of the step; each micro-batch's MoE aux loss counts
@@ -670,6 +763,12 @@ void exec_cpu_close(exec_cpu *c)
     free(c->slot);
     free(c->slot_bytes);
     free(c->slot_last);
+    if (c->work)
+        for (int64_t k = 0; k < (int64_t)c->nreg * c->nmb; k++) free(c->work[k]);
+    free(c->work);
+    free(c->act_hold);
+    free(c->hold_done);
+    free(c->deferred);
     exec_holds_free(c->holds, c->p->ndevices);
     if (c->tokens)
         for (int64_t k = 0; k < c->nmb; k++) {
@@ -727,16 +826,35 @@ int exec_cpu_alloc(exec_cpu *c, int b, int64_t plan_bytes, base_error *e)
     }
     B->live = true;
     c->live += (double)B->bytes;
-    if (c->live > c->peak) c->peak = c->live;
     c->plan_live += (double)plan_bytes;
+    note_peak(c);
     if (c->plan_live > c->plan_peak) c->plan_peak = c->plan_live;
     return 0;
+}
+
+static void release_now(exec_cpu *c, int b)
+{
+    exec_buf *B = &c->buf[b];
+    B->live = false;
+    c->live -= (double)B->bytes;
+    if (B->role != EXEC_BUF_PARAM && B->role != EXEC_BUF_GRAD && B->role != EXEC_BUF_OPT) {
+        free(B->p);
+        B->p = NULL;
+    }
 }
 
 int exec_cpu_release(exec_cpu *c, int b, base_error *e)
 {
     exec_buf *B = &c->buf[b];
-    if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(c, b));
+    if (!B->live || c->deferred[b]) return base_errorf(e, "buffer %s is not live", buf_name(c, b));
+    if (c->act_hold[b] >= 0 && !c->hold_done[b]) {
+        /* a backward still reads what F kept (full recompute: the region input); the plan frees
+         * it after the recomputation, the executor after that backward */
+        c->deferred[b] = true;
+        c->deferred_live += (double)B->bytes;
+        c->plan_live -= (double)c->L->bufs[b].bytes;
+        return 0;
+    }
     B->live = false;
     c->live -= (double)B->bytes;
     c->plan_live -= (double)c->L->bufs[b].bytes;
@@ -764,7 +882,10 @@ char *exec_cpu_buf(exec_cpu *c, int b, const char *what, base_error *e)
 
 static char *slot_get(exec_cpu *c, int s, bool create, const char *what, base_error *e)
 {
-    if (!c->slot[s] && create) c->slot[s] = exec_cpu_scratch(c, (size_t)c->slot_bytes[s]);
+    if (!c->slot[s] && create) {
+        c->slot_live += (double)c->slot_bytes[s];
+        c->slot[s] = exec_cpu_scratch(c, (size_t)c->slot_bytes[s]);
+    }
     if (!c->slot[s]) {
         int r = (int)(s / EXEC_NSLOT / c->nmb), mb = (int)(s / EXEC_NSLOT % c->nmb);
         base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device: "
@@ -776,6 +897,7 @@ static char *slot_get(exec_cpu *c, int s, bool create, const char *what, base_er
 
 static void slot_drop(exec_cpu *c, int s)
 {
+    if (c->slot[s]) c->slot_live -= (double)c->slot_bytes[s];
     exec_cpu_scratch_free(c, c->slot[s], (size_t)c->slot_bytes[s]);
     c->slot[s] = NULL;
 }
@@ -796,6 +918,13 @@ void exec_cpu_print_memory(const exec_cpu *c, FILE *f)
     }
     fprintf(f, " plus boundary tensors between regions (%lld bytes per region and micro-batch)\n",
             (long long)(c->T * c->cfg.h * (int64_t)c->es));
+    /* the kernels keep what the plan sizes: name any activation buffer that differs */
+    for (int b = 0; b < c->L->nbufs; b++)
+        if (c->L->bufs[b].mem == PLAN_MEM_ACT && c->buf[b].role == EXEC_BUF_ACT &&
+            c->buf[b].bytes != c->L->bufs[b].bytes)
+            fprintf(f, "device %d: activation buffer %s holds %lld bytes, the plan sizes %lld\n",
+                    c->dev, buf_name(c, b), (long long)c->buf[b].bytes,
+                    (long long)c->L->bufs[b].bytes);
 }
 
 void exec_cpu_print_accounting(const exec_cpu *c, FILE *f)
@@ -811,6 +940,12 @@ void exec_cpu_print_accounting(const exec_cpu *c, FILE *f)
             "communicated %.0f / %.0f; peak %.0f / %.0f\n",
             c->dev, (long long)c->step, mine[PLAN_MEM_PARAM], plan[PLAN_MEM_PARAM], mine[PLAN_MEM_GRAD],
             plan[PLAN_MEM_GRAD], c->comm_bytes, c->plan_comm_bytes, c->peak, c->plan_peak);
+    fprintf(f,
+            "device %d peak composition (bytes): plan buffers %.0f, boundary slots %.0f, kernel work "
+            "%.0f, other scratch %.0f, kept past the plan's free %.0f; the plan's live bytes then "
+            "%.0f; work peak %.0f\n",
+            c->dev, c->at_peak[0], c->at_peak[1], c->at_peak[2], c->at_peak[3], c->at_peak[5],
+            c->at_peak[4], c->work_peak);
 }
 
 /* ---------------------------------------------------------------- dumps */
@@ -984,7 +1119,40 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
     const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
     if (bwd && gb >= 0 && !(call.grad = exec_cpu_buf(c, gb, "the gradients", e))) return -1;
-    if (!(call.act = exec_cpu_buf(c, b->act, "the saved activations", e))) return -1;
+    /* F keeps nothing under EXEC_ACT_NONE: R and the backward read R's buffer only (F's, empty,
+     * may be gone) */
+    const bool act_in_act2 = R->act_mode == EXEC_ACT_NONE && in->pass != PLAN_PASS_F;
+    if (!act_in_act2 && !(call.act = exec_cpu_buf(c, b->act, "the saved activations", e))) return -1;
+    /* under recompute: R writes (and a backward reads) the rebuilt part; F computes it too, in a
+     * transient buffer, since only what it keeps outlives it */
+    call.act_mode = (int)R->act_mode;
+    char *act2_scratch = NULL;
+    const size_t act2_bytes = R->act_mode != EXEC_ACT_ALL ? (size_t)R->act_rebuilt : 0;
+    if (act2_bytes && b->act2 >= 0) {
+        if (!(call.act2 = exec_cpu_buf(c, b->act2, "the rebuilt activations", e))) return -1;
+    } else if (act2_bytes && in->pass == PLAN_PASS_F) {
+        call.act2 = act2_scratch = exec_cpu_scratch(c, act2_bytes);
+    }
+    /* the kernels' work buffer: for the pass only, except that BI's lives until its BW */
+    const bool fwd_pass = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
+    const size_t wbytes = (size_t)(fwd_pass ? R->sz.work_f_bytes : R->sz.work_bytes);
+    char **held = &c->work[b->region * c->nmb + b->mb];
+    char *work = NULL;
+    if (wbytes && in->pass == PLAN_PASS_BW) {
+        if (!*held)
+            return base_errorf(e, "the BW pass of %s (micro-batch %d) runs without its BI before "
+                                  "it on this device",
+                               R->name, b->mb);
+        work = *held;
+    } else if (wbytes) {
+        if (in->pass == PLAN_PASS_BI && *held)
+            return base_errorf(e, "a second BI of %s (micro-batch %d) before its BW", R->name, b->mb);
+        c->work_live += (double)wbytes;
+        if (c->work_live > c->work_peak) c->work_peak = c->work_live;
+        work = exec_cpu_scratch(c, wbytes);
+        if (in->pass == PLAN_PASS_BI) *held = work;
+    }
+    call.work = work;
     if (R->kind == EXEC_HEAD && c->cfg.tied) {
         if (R->ncopy) {
             call.lm_w = (char *)call.param + (size_t)R->nkern * es;
@@ -1032,7 +1200,27 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     if (b->sl.dxb >= 0 && !(call.dx = exec_cpu_buf(c, b->sl.dxb, "the input gradient", e))) return -1;
     if (b->sl.dxs >= 0 && !(call.dx = slot_get(c, b->sl.dxs, true, "the input gradient", e))) return -1;
     if (b->sl.dx2s >= 0 && !(call.dx2 = slot_get(c, b->sl.dx2s, true, "the route gradient", e))) return -1;
+    if (act_in_act2) call.act = call.act2;
+    if (in->pass == PLAN_PASS_R && R->act_mode == EXEC_ACT_INPUT) {
+        /* the input F kept leads its act buffer; the combine's route follows its expert outputs */
+        if (!call.x) call.x = call.act;
+        if (R->kind == EXEC_MOE_COMBINE && !call.x2) call.x2 = (char *)call.act + (size_t)R->sz.x * es;
+    }
     int rc = exec_kernel_run(b->k, &call, e);
+    if (!act_in_act2 && b->act >= 0 && c->act_hold[b->act] == i) {
+        c->hold_done[b->act] = true;
+        if (c->deferred[b->act]) {
+            c->deferred[b->act] = false;
+            c->deferred_live -= (double)c->buf[b->act].bytes;
+            release_now(c, b->act);
+        }
+    }
+    if (act2_scratch) exec_cpu_scratch_free(c, act2_scratch, act2_bytes);
+    if (work && in->pass != PLAN_PASS_BI) {
+        exec_cpu_scratch_free(c, work, wbytes);
+        c->work_live -= (double)wbytes;
+        if (in->pass == PLAN_PASS_BW) *held = NULL;
+    }
     if (scratch_y) exec_cpu_scratch_free(c, scratch_y, (size_t)R->sz.y * es);
     if (scratch_y2) exec_cpu_scratch_free(c, scratch_y2, (size_t)R->sz.route_bytes);
     if (rc) return -1;
@@ -1058,7 +1246,11 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
     c->step = step;
     c->loss = c->aux_loss = c->norm_sq = 0;
     c->have_norm = false;
-    c->live = c->peak = c->plan_live = c->plan_peak = 0;
+    c->live = c->peak = c->plan_live = c->plan_peak = c->work_live = c->work_peak = 0;
+    c->scratch_live = c->slot_live = c->deferred_live = 0;
+    memset(c->hold_done, 0, (size_t)c->L->nbufs * sizeof *c->hold_done);
+    memset(c->deferred, 0, (size_t)c->L->nbufs * sizeof *c->deferred);
+    memset(c->at_peak, 0, sizeof c->at_peak);
     c->comm_bytes = c->plan_comm_bytes = 0;
     for (int64_t k = 0; k < c->nmb; k++) c->gate_out[k] = 0;
     /* every device of a replica draws the same samples: sample = (dp rank x m + mb) x b + row */
@@ -1095,6 +1287,12 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
     }
     for (int64_t s = 0; s < (int64_t)c->nreg * c->nmb * EXEC_NSLOT; s++)
         if (c->slot[s]) slot_drop(c, (int)s);
+    for (int64_t k = 0; k < (int64_t)c->nreg * c->nmb; k++)
+        if (c->work[k]) { /* a BI whose BW the plan never ran */
+            exec_cpu_scratch_free(c, c->work[k], (size_t)c->reg[k / c->nmb].sz.work_bytes);
+            c->work_live -= (double)c->reg[k / c->nmb].sz.work_bytes;
+            c->work[k] = NULL;
+        }
     st->loss = c->loss;
     st->aux_loss = c->aux_loss;
     st->grad_norm = c->have_norm ? c->norm_sq : -1;

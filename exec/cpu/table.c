@@ -5,9 +5,9 @@
  *
  * Every region kind has an entry for every pass the compiler can emit: F; B (= BI then BW); BI;
  * BW; R, the recomputation before a backward, which re-runs F from the region's input (dropout
- * masks being pure functions of their indices, it rebuilds exactly what F saved — for selective
- * recompute too, which only needs the attention core but may rebuild the rest); and UPD. The
- * embedding's BI and the combine's BW have nothing to compute. */
+ * masks being pure functions of their indices, it rebuilds exactly what F saved; under a recompute
+ * mode F keeps only its part of the act buffer and R writes the other, exec_act_mode); and UPD.
+ * The embedding's BI and the combine's BW have nothing to compute. */
 #include <string.h>
 
 #include "kernels.h"
@@ -105,6 +105,39 @@ double exec_clip_coef(double global_norm, double max_norm)
 
 /* ---------------------------------------------------------------- sizes */
 
+int exec_region_act_split(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                          plan_dtype dt, exec_act_mode mode, int64_t *kept, int64_t *rebuilt,
+                          base_error *e)
+{
+    *kept = *rebuilt = 0;
+    if (dt != PLAN_FP32 && dt != PLAN_FP64)
+        return base_errorf(e, "the CPU kernels run fp32 or fp64, not %s",
+                           sched_plan_dtype_name(dt));
+    if (mode < EXEC_ACT_ALL || mode >= EXEC_NACT_MODES)
+        return base_errorf(e, "unknown activation mode %d", (int)mode);
+    const bool f32 = dt == PLAN_FP32;
+#define SPLIT(name) (f32 ? name##_f32(c, s, (int)mode, rebuilt) : name##_f64(c, s, (int)mode, rebuilt))
+    switch (k) {
+    case EXEC_ATTN: *kept = SPLIT(exec_attn_act_split); break;
+    case EXEC_MLP: *kept = SPLIT(exec_mlp_act_split); break;
+    case EXEC_MOE_GATE: *kept = SPLIT(exec_moe_gate_act_split); break;
+    case EXEC_MOE_EXPERTS: *kept = SPLIT(exec_moe_experts_act_split); break;
+    case EXEC_MOE_COMBINE: *kept = SPLIT(exec_moe_combine_act_split); break;
+    case EXEC_EMBED:
+    case EXEC_HEAD: {
+        /* never recomputed: everything is kept */
+        exec_region_sizes sz;
+        if (exec_region_sizes_get(c, s, k, dt, &sz, e)) return -1;
+        *kept = sz.act_bytes;
+        break;
+    }
+    default:
+        return base_errorf(e, "unknown region kind %d", (int)k);
+    }
+#undef SPLIT
+    return 0;
+}
+
 int exec_region_sizes_get(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
                           plan_dtype dt, exec_region_sizes *out, base_error *e)
 {
@@ -119,25 +152,35 @@ int exec_region_sizes_get(const exec_cfg *c, const exec_shard *s, exec_region_ki
         out->x = T;
         out->y = T * h;
         out->act_bytes = f32 ? exec_embed_act_bytes_f32(c, s) : exec_embed_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_embed_work_bytes_f32(c, s, false) : exec_embed_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_embed_work_bytes_f32(c, s, true) : exec_embed_work_bytes_f64(c, s, true);
         break;
     case EXEC_ATTN:
         out->x = out->y = T * h;
         out->act_bytes = f32 ? exec_attn_act_bytes_f32(c, s) : exec_attn_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_attn_work_bytes_f32(c, s, false) : exec_attn_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_attn_work_bytes_f32(c, s, true) : exec_attn_work_bytes_f64(c, s, true);
         break;
     case EXEC_MLP:
         out->x = out->y = T * h;
         out->act_bytes = f32 ? exec_mlp_act_bytes_f32(c, s) : exec_mlp_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_mlp_work_bytes_f32(c, s, false) : exec_mlp_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_mlp_work_bytes_f32(c, s, true) : exec_mlp_work_bytes_f64(c, s, true);
         break;
     case EXEC_MOE_GATE:
         out->x = T * h;
         out->y = slots;
         out->route_bytes = f32 ? exec_route_bytes_f32(c) : exec_route_bytes_f64(c);
         out->act_bytes = f32 ? exec_moe_gate_act_bytes_f32(c, s) : exec_moe_gate_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_moe_gate_work_bytes_f32(c, s, false) : exec_moe_gate_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_moe_gate_work_bytes_f32(c, s, true) : exec_moe_gate_work_bytes_f64(c, s, true);
         break;
     case EXEC_MOE_EXPERTS:
         out->x = out->y = (int64_t)s->ep * s->nexperts * c->capacity * h;
         out->act_bytes =
             f32 ? exec_moe_experts_act_bytes_f32(c, s) : exec_moe_experts_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_moe_experts_work_bytes_f32(c, s, false) : exec_moe_experts_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_moe_experts_work_bytes_f32(c, s, true) : exec_moe_experts_work_bytes_f64(c, s, true);
         break;
     case EXEC_MOE_COMBINE:
         out->x = slots;
@@ -145,11 +188,15 @@ int exec_region_sizes_get(const exec_cfg *c, const exec_shard *s, exec_region_ki
         out->route_bytes = f32 ? exec_route_bytes_f32(c) : exec_route_bytes_f64(c);
         out->act_bytes =
             f32 ? exec_moe_combine_act_bytes_f32(c, s) : exec_moe_combine_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_moe_combine_work_bytes_f32(c, s, false) : exec_moe_combine_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_moe_combine_work_bytes_f32(c, s, true) : exec_moe_combine_work_bytes_f64(c, s, true);
         break;
     case EXEC_HEAD:
         out->x = T * h;
         out->y = 0; /* the loss is a double through exec_call.out */
         out->act_bytes = f32 ? exec_head_act_bytes_f32(c, s) : exec_head_act_bytes_f64(c, s);
+        out->work_bytes = f32 ? exec_head_work_bytes_f32(c, s, false) : exec_head_work_bytes_f64(c, s, false);
+        out->work_f_bytes = f32 ? exec_head_work_bytes_f32(c, s, true) : exec_head_work_bytes_f64(c, s, true);
         break;
     default:
         return base_errorf(e, "unknown region kind %d", (int)k);

@@ -45,8 +45,11 @@
 #include "../exec.h"
 #include "kernels.h"
 
+struct exec_data; /* exec/cpu/data.h: the token source, shared with piper-exec */
+
 typedef struct exec_cuda_options {
     uint64_t seed;
+    const struct exec_data *data; /* tokens (--data); NULL: synthetic (exec_synthetic_token) */
     exec_optim optim;       /* kind, lr, beta1, beta2, eps, weight_decay */
     double grad_clip;       /* max global norm when the plan has aux.grad_norm; <= 0: off */
     double timeout_s;

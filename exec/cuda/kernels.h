@@ -171,6 +171,10 @@ int exec_cuda_head_f_end(const exec_cuda_call *c, const float *stats, base_error
  * all device scalars. */
 int exec_cuda_clip_coef(exec_cuda_ctx *c, const double *sumsq, double max_norm, double *coef,
                         base_error *e);
+/* *out (a device double) = the sum of squares of n fp32 values at g, added to *out when
+ * accumulate: the runtime's gradient norm over ZeRO pieces (aux.grad_norm sums whole regions). */
+int exec_cuda_sumsq_f32(exec_cuda_ctx *c, const float *g, int64_t n, double *out, bool accumulate,
+                        base_error *e);
 
 /* ---------------------------------------------------------------- building blocks */
 

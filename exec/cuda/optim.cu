@@ -152,3 +152,11 @@ extern "C" int exec_cuda_clip_coef(exec_cuda_ctx *x, const double *sumsq, double
     LAUNCH_OK("k_clip_coef");
     return 0;
 }
+
+extern "C" int exec_cuda_sumsq_f32(exec_cuda_ctx *x, const float *g, int64_t n, double *out,
+                                   bool accumulate, base_error *e)
+{
+    NEED(out, "the output scalar");
+    if (n > 0) NEED(g, "the gradients");
+    return sumsq(x, n > 0 ? g : NULL, n > 0 ? n : 0, out, accumulate, e);
+}

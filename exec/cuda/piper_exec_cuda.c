@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../cli.h"
+#include "../cpu/data.h"
 #include "boot.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
@@ -32,6 +33,9 @@ static void usage(FILE *f)
             "  --weight-decay X   decoupled weight decay of matrices (default 0.1)\n"
             "  --beta1 X --beta2 X --eps X   AdamW (defaults 0.9, 0.95, 1e-8)\n"
             "  --grad-clip X      clip to this global norm when the plan computes it (default 1)\n"
+            "  --data SRC         tokens, as piper-exec reads them: synthetic (default), corpus (the\n"
+            "                     bundled text, byte-level tokens), uint16:PATH or uint32:PATH (a\n"
+            "                     pre-tokenised file of little-endian tokens)\n"
             "  --timeout SEC      watchdog for communication (default 300; 0 disables)\n"
             "  --gpu G            the GPU to use (default: local rank modulo the GPUs)\n"
             "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
@@ -50,6 +54,7 @@ typedef struct args {
     exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
     int gpu, device;
     bool check;
+    const char *data;       /* --data, NULL: synthetic */
     exec_cuda_options o;
 } args;
 
@@ -73,6 +78,8 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
             a->o.nvtx = false;
         } else if (strcmp(s, "--check") == 0) {
             a->check = true;
+        } else if (strcmp(s, "--data") == 0) {
+            if (!(a->data = exec_cli_value(argc, argv, &i, e))) return -1;
         } else {
             int rc = exec_cli_option(argc, argv, &i, "piper-exec-cuda", &a->c, e);
             if (rc) return rc;
@@ -133,6 +140,8 @@ int main(int argc, char **argv)
 
     sched_plan plan;
     sched_plan_init(&plan);
+    exec_data data;
+    memset(&data, 0, sizeof data);
     exec_cuda_rt *r = NULL;
     exec_interp *it = NULL;
     void *world = NULL;
@@ -157,6 +166,8 @@ int main(int argc, char **argv)
                 base_errorf(&e, "--gpu %d, but only %d GPUs are visible", gpu, ngpus);
             if (!e.set) exec_cuda_device_describe(gpu, gpu_desc, sizeof gpu_desc, &e);
         }
+        if (!e.set && a.data && exec_data_open(&data, a.data, plan.model.vocab, plan.model.seq, &e) == 0)
+            a.o.data = &data;
         if (!e.set) exec_cuda_rt_open(&r, &plan, rank, size, gpu, &a.o, &e);
     }
     char msg[BASE_ERROR_MAX];
@@ -179,6 +190,7 @@ int main(int argc, char **argv)
         exec_interp_free(it);
         exec_cuda_rt_close(r);
         exec_nccl_destroy(world);
+        exec_data_close(&data);
         sched_plan_free(&plan);
         exec_boot_finalize(&boot);
         return 1;
@@ -273,6 +285,7 @@ int main(int argc, char **argv)
     exec_interp_free(it);
     exec_cuda_rt_close(r);
     exec_nccl_destroy(world);
+    exec_data_close(&data);
     sched_plan_free(&plan);
     exec_boot_finalize(&boot);
     return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/data.h"
 #include "../plan_layout.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
@@ -36,6 +37,13 @@ typedef struct rt_region {
     int scatter_group;      /* the group whose reduce-scatter makes the piece, -1 */
     int param_buf, grad_buf, opt_buf;
     bool norm_skip, tp_copy;
+    /* ZeRO-3: every pass but the update reads a gathered copy (gathered, and no pass reads the
+     * parameter buffer itself: !reads_whole), so the parameter buffer holds only the piece
+     * [param_lo, param_lo + param_n) (bf16, then its fp32 master); ZeRO-2/3: the kept gradient
+     * holds only the piece [grad_lo, grad_lo + grad_n) (a reduce-scatter adds into it). The
+     * optimizer state always holds the piece [upd_lo, upd_hi). */
+    bool gathered, reads_whole, grad_piece;
+    int64_t param_lo, param_n, grad_lo, grad_n;
 } rt_region;
 
 typedef struct rt_bind {
@@ -43,6 +51,7 @@ typedef struct rt_bind {
     const exec_cuda_kernel *k;
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;
+    int pb;                 /* ZeRO-3: the gathered copy of the parameters the pass reads, -1 */
     int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
                                ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
                                the embedding's token table; -1: the regions' own */
@@ -62,7 +71,7 @@ typedef struct rt_req {
 typedef struct rt_scalars {
     double *base;
     int64_t n;
-    double *loss, *gate, *norm, *scratch, *coef, *norm_part;
+    double *loss, *gate, *norm, *scratch, *coef;
 } rt_scalars;
 
 struct exec_cuda_rt {
@@ -125,6 +134,30 @@ static const char *stream_name(const plan_list *L, int s)
 /* bf16 parameters, then the fp32 master copy at a 256-byte boundary */
 static int64_t master_offset(int64_t n) { return (2 * n + 255) / 256 * 256; }
 
+/* A ZeRO segment's piece on rank k of a group of g: the rank's piece of the region's whole
+ * storage (exec_zero_piece) cut to the segment, so that a segment that is part of a region (the
+ * head's gather of the tied token table) moves the elements the region's reduce-scatter gave
+ * (piper-exec's seg_piece). */
+static void seg_piece(const rt_region *R, const exec_seg *S, int k, int g, int64_t *lo, int64_t *hi)
+{
+    exec_zero_piece(R->n, k, g, lo, hi);
+    if (*lo < S->off) *lo = S->off;
+    if (*hi > S->off + S->n) *hi = S->off + S->n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* The staging chunk a segment takes per rank: its largest piece over the group. */
+static int64_t seg_chunk(const rt_region *R, const exec_seg *S, int g)
+{
+    int64_t m = 0;
+    for (int k = 0; k < g; k++) {
+        int64_t lo, hi;
+        seg_piece(R, S, k, g, &lo, &hi);
+        if (hi - lo > m) m = hi - lo;
+    }
+    return m;
+}
+
 /* ---------------------------------------------------------------- reading the plan */
 
 static int read_regions(exec_cuda_rt *r, base_error *e)
@@ -177,7 +210,10 @@ static int read_regions(exec_cuda_rt *r, base_error *e)
         H->ncopy = H->copy.count;
         H->n = H->nkern + H->ncopy;
     }
-    for (int k = 0; k < r->nreg; k++) r->reg[k].upd_hi = r->reg[k].n;
+    for (int k = 0; k < r->nreg; k++) {
+        rt_region *R = &r->reg[k];
+        R->upd_hi = R->param_n = R->grad_n = R->n;
+    }
     r->holds = exec_holds_new(p, r->nreg);
     int tpg = -1;
     for (int k = 0; k < r->nreg && tpg < 0; k++)
@@ -206,16 +242,34 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
 {
     const sched_plan *p = r->p;
     const plan_list *L = r->L;
-    /* ZeRO-3: computes read the parameters an all-gather puts into a comm buffer */
+    /* ZeRO-3: a comm buffer that an all-gather of a region's parameter buffer fills holds the
+     * region's whole bf16 parameters, which the kernels read instead of the device's piece; the
+     * head's gather may carry the embedding's token table after its own parameters (tied) */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op == PLAN_COLL && in->coll == PLAN_ALL_GATHER && in->nreads == 1 &&
-            in->nwrites == 1 && L->bufs[in->reads[0]].mem == PLAN_MEM_PARAM &&
-            L->bufs[in->writes[0]].mem == PLAN_MEM_COMM) {
-            base_errorf(e, "an all-gather of parameters into a communication buffer: ZeRO-3 is "
-                           "not supported by the CUDA runtime yet (ZeRO-1 and 2 are); compile "
-                           "with a lower ZeRO stage, or run the plan with piper-exec");
+        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads < 1 || in->nreads > 2 ||
+            in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM ||
+            L->bufs[in->writes[0]].mem != PLAN_MEM_COMM)
+            continue;
+        if (in->region < 0 || in->region >= r->nreg || !r->reg[in->region].here) {
+            base_errorf(e, "an all-gather of parameters into %s for a region this device does "
+                           "not compute",
+                        buf_name(r, in->writes[0]));
             return instr_err(r, i, e);
+        }
+        exec_buf *B = &r->buf[in->writes[0]];
+        B->role = EXEC_BUF_GATHERED;
+        B->region = in->region;
+        B->bytes = 2 * r->reg[in->region].n;
+        if (in->nreads == 2) {
+            if (L->bufs[in->reads[1]].mem != PLAN_MEM_PARAM || r->reg[in->region].kind != EXEC_HEAD ||
+                !r->cfg.tied || r->embed_region < 0 || !r->reg[r->embed_region].here) {
+                base_errorf(e, "an all-gather of two parameter buffers that is not the head's "
+                               "gather of the tied token table");
+                return instr_err(r, i, e);
+            }
+            B->table = true;
+            B->bytes += 2 * r->reg[r->embed_region].par[0].count;
         }
     }
     int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
@@ -277,7 +331,20 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                 plan_mem m = (plan_mem)L->bufs[bb].mem;
                 if (m == PLAN_MEM_PARAM) {
                     rc = set_role(r, i, bb, EXEC_BUF_PARAM, g, 0, e);
+                    if (!rc && R->param_buf >= 0 && R->param_buf != bb) {
+                        base_errorf(e, "region %s has two parameter buffers (%s and %s)", R->name,
+                                    buf_name(r, R->param_buf), buf_name(r, bb));
+                        rc = instr_err(r, i, e);
+                    }
                     R->param_buf = bb;
+                } else if (r->buf[bb].role == EXEC_BUF_GATHERED) {
+                    if (r->buf[bb].region != g || side != 0) {
+                        base_errorf(e, "%s uses the gathered parameters of region %s", kid,
+                                    r->reg[r->buf[bb].region].name);
+                        rc = instr_err(r, i, e);
+                    }
+                    b->pb = bb;
+                    R->gathered = true;
                 } else if (m == PLAN_MEM_GRAD) {
                     /* as the CPU executor: the optimizer step reads the kept gradient, a backward
                      * adds into its own, a tied head's second one is the embedding's */
@@ -326,11 +393,29 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             }
             continue;
         }
+        /* a pass that reads the parameter buffer itself needs it whole */
+        if ((fwd || bwd) && b->pb < 0 && R->param_buf >= 0) R->reads_whole = true;
         if (fwd && b->act < 0) {
             base_errorf(e, "the %s pass of %s writes no activation buffer", sched_plan_pass_name(pass),
                         R->name);
             rc = instr_err(r, i, e);
             break;
+        }
+        if (R->kind == EXEC_HEAD && r->cfg.tied && !R->ncopy && r->embed_region >= 0 && (fwd || bwd)) {
+            /* the head reads the embedding's token table; under ZeRO-3 only a gathered copy of it
+             * is whole, and the plan must gather it for the head (with the head's parameters) */
+            bool gathered = false;
+            for (int q = 0; q < L->nbufs; q++)
+                gathered |= r->buf[q].role == EXEC_BUF_GATHERED && r->buf[q].region == r->embed_region;
+            const bool table = b->pb >= 0 && r->buf[b->pb].table;
+            if (!table) r->reg[r->embed_region].reads_whole = true;
+            if (gathered && !table) {
+                base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
+                               "shards gathered for the embedding only; the plan does not gather "
+                               "them for the head, so the head would read stale weights");
+                rc = instr_err(r, i, e);
+                break;
+            }
         }
         if (bwd && b->act < 0) b->act = act_cur[g * r->nmb + mb];
         if (bwd && b->act < 0) {
@@ -405,8 +490,9 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
             C->kind = EXEC_COLL_GRAD_SUM;
         else if (grads && in->coll == PLAN_REDUCE_SCATTER)
             C->kind = EXEC_COLL_GRAD_SCATTER;
-        else if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER && in->nwrites == 0)
-            C->kind = EXEC_COLL_PARAM_GATHER;
+        else if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER &&
+                 (in->nwrites == 0 || (in->nwrites == 1 && r->buf[in->writes[0]].role == EXEC_BUF_GATHERED)))
+            C->kind = EXEC_COLL_PARAM_GATHER; /* in place (ZeRO-1/2) or into a gathered copy (3) */
         else {
             base_errorf(e, "a %s of %s buffers; the CUDA runtime knows all-reduce and "
                            "reduce-scatter of gradients and all-gather of parameters in place",
@@ -478,13 +564,32 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                                 R->name, buf_name(r, bb));
                     return instr_err(r, i, e);
                 }
+                R->grad_piece = true;
+            }
+        }
+        if (C->kind == EXEC_COLL_PARAM_GATHER && in->nwrites == 1) {
+            C->out = in->writes[0];
+            if (r->buf[C->out].table) {
+                /* [head's parameters | the embedding's token table] */
+                const rt_region *E = &r->reg[r->embed_region];
+                if (C->nseg != 2 || C->seg[0].region != in->region || C->seg[1].region != r->embed_region) {
+                    base_errorf(e, "the head's gather of the tied token table reads buffers other "
+                                   "than the head's and the embedding's parameters");
+                    return instr_err(r, i, e);
+                }
+                C->seg[1] = exec_seg_at(r->embed_region, E->par[0].offset, E->par[0].count);
+            } else if (C->nseg != 1 || C->seg[0].region != in->region) {
+                base_errorf(e, "a ZeRO-3 gather of %d regions into %s; the CUDA runtime gathers "
+                               "one region's parameters into a buffer",
+                            C->nseg, buf_name(r, C->out));
+                return instr_err(r, i, e);
             }
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
         if (C->kind != EXEC_COLL_GRAD_SUM) {
             for (int s = 0; s < C->nseg; s++) {
-                C->chunk += (C->seg[s].n + C->gsize - 1) / C->gsize;
                 rt_region *R = &r->reg[C->seg[s].region];
+                C->chunk += seg_chunk(R, &C->seg[s], C->gsize);
                 if (C->kind == EXEC_COLL_GRAD_SCATTER) {
                     R->scatter_group = C->group;
                     exec_zero_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
@@ -502,12 +607,6 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
     for (int i = 0; i < L->n; i++) {
         const exec_coll *C = &r->coll[i];
         if (L->ins[i].op != PLAN_COLL) continue;
-        if (C->kind == EXEC_COLL_GRAD_SCATTER && r->have_norm) {
-            base_errorf(e, "clipping by the global norm under ZeRO is not supported by the CUDA "
-                           "runtime yet (its norm kernel sums whole regions, not ZeRO pieces); "
-                           "run without clipping, or with piper-exec");
-            return instr_err(r, i, e);
-        }
         if (C->kind != EXEC_COLL_PARAM_GATHER) continue;
         for (int s = 0; s < C->nseg; s++)
             if (r->reg[C->seg[s].region].scatter_group != C->group) {
@@ -517,17 +616,29 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                 return instr_err(r, i, e);
             }
     }
+    /* storage: the optimizer state of the piece the update steps (the whole block without
+     * ZeRO); parameters whole unless every pass but the update reads a gathered copy (ZeRO-3:
+     * the piece, as piper-exec's param_lo); the kept gradient whole unless micro-batches'
+     * reduce-scatters add into it (ZeRO-2/3: the piece) */
     for (int k = 0; k < r->nreg; k++) {
         rt_region *R = &r->reg[k];
-        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = master_offset(R->n) + 4 * R->n;
-        if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->n;
-        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = 8 * R->n;
+        const int64_t lo = R->upd_lo, np = R->upd_hi - R->upd_lo;
+        const bool piece = R->param_buf >= 0 && R->gathered && !R->reads_whole && R->scatter_group >= 0;
+        R->param_lo = piece ? lo : 0;
+        R->param_n = piece ? np : R->n;
+        R->grad_lo = R->grad_piece ? lo : 0;
+        R->grad_n = R->grad_piece ? np : R->n;
+        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = master_offset(R->param_n) + 4 * R->param_n;
+        if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->grad_n;
+        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = 8 * np;
     }
-    /* every gradient buffer holds a whole fp32 block: the kept one (also under ZeRO-2/3, where
-     * only the piece is used: a known excess over the plan) and a micro-batch's */
-    for (int b = 0; b < L->nbufs; b++)
-        if (r->buf[b].role == EXEC_BUF_GRAD && r->buf[b].region >= 0)
-            r->buf[b].bytes = 4 * r->reg[r->buf[b].region].n;
+    /* every other gradient buffer is a whole fp32 block, of its region or (a tied head's) the
+     * embedding's: under ZeRO-2/3 a micro-batch's */
+    for (int b = 0; b < L->nbufs; b++) {
+        exec_buf *B = &r->buf[b];
+        if (B->role == EXEC_BUF_GRAD && B->region >= 0 && b != r->reg[B->region].grad_buf)
+            B->bytes = 4 * r->reg[B->region].n;
+    }
     return 0;
 }
 
@@ -643,14 +754,13 @@ static int create_cuda(exec_cuda_rt *r, base_error *e)
     r->htok = base_xcalloc((size_t)r->T, sizeof *r->htok);
     r->htgt = base_xcalloc((size_t)r->T, sizeof *r->htgt);
     rt_scalars *sc = &r->sc;
-    sc->n = r->nmb + r->nmb * r->nreg + 2 + r->nreg + 2;
+    sc->n = r->nmb + r->nmb * r->nreg + 2 + r->nreg;
     if (exec_cuda_malloc((void **)&sc->base, (size_t)sc->n * sizeof(double), e)) return -1;
     sc->loss = sc->base;
     sc->gate = sc->loss + r->nmb;
     sc->norm = sc->gate + r->nmb * r->nreg;
     sc->scratch = sc->norm + 1;
     sc->coef = sc->scratch + 1;
-    sc->norm_part = sc->coef + r->nreg;
     return 0;
 }
 
@@ -681,7 +791,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
-        b->act = b->gb = b->egb = -1;
+        b->act = b->pb = b->gb = b->egb = -1;
         b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
@@ -822,7 +932,7 @@ int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
 
 /* ---------------------------------------------------------------- buffers */
 
-static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
+static int init_block(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
 {
     char name[160];
     uint16_t *w = p;
@@ -843,6 +953,25 @@ static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
     }
     /* once, before any stream reads them */
     return exec_cuda_stream_sync(r->stream[0], e);
+}
+
+/* A region's parameters and master copy: initial values are a function of the global index, so
+ * a piece (ZeRO-3) is cut from the whole block initialised in a scratch allocation. */
+static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
+{
+    if (R->param_lo == 0 && R->param_n == R->n) return init_block(r, R, p, e);
+    void *all = NULL;
+    if (exec_cuda_malloc(&all, (size_t)(master_offset(R->n) + 4 * R->n), e)) return -1;
+    int rc = init_block(r, R, all, e);
+    void *s = r->stream[0];
+    const size_t lo = (size_t)R->param_lo, n = (size_t)R->param_n;
+    if (!rc) rc = exec_cuda_copy_d2d(s, p, (char *)all + lo * 2, n * 2, e);
+    if (!rc)
+        rc = exec_cuda_copy_d2d(s, (char *)p + master_offset(R->param_n),
+                                (char *)all + master_offset(R->n) + lo * 4, n * 4, e);
+    if (!rc) rc = exec_cuda_stream_sync(s, e);
+    exec_cuda_free(all);
+    return rc;
 }
 
 static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error *e)
@@ -957,6 +1086,10 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     char *grad = param ? buf_ptr(r, R->grad_buf, "the gradients", e) : NULL;
     char *opt = grad ? buf_ptr(r, R->opt_buf, "the optimizer state", e) : NULL;
     if (!opt) return -1;
+    /* the update steps [lo, lo + n) of the region's block: the whole block, or a ZeRO piece (never
+     * with a tied copy: refused at open); each buffer holds it from its own first element */
+    const int64_t lo = R->upd_lo, n = R->upd_hi - R->upd_lo;
+    if (n <= 0) return 0; /* an empty piece updates nothing (upd_n 0 would mean the whole block) */
     exec_optim o = r->o.optim;
     o.t = r->step;
     o.grad_scale = 1.0;
@@ -968,36 +1101,21 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     call.c.layer = R->layer;
     call.c.step = r->step;
     call.c.opt = &o;
-    call.c.param = param;
-    call.c.grad = grad;
+    call.c.param = param + (size_t)(lo - R->param_lo) * 2;
+    call.c.grad = grad + (size_t)(lo - R->grad_lo) * 4;
     call.c.opt_m = opt;
-    call.c.opt_v = opt + (size_t)R->n * 4;
-    call.master = (float *)(param + master_offset(R->n));
+    call.c.opt_v = opt + (size_t)n * 4;
+    call.master = (float *)(param + master_offset(R->param_n)) + (lo - R->param_lo);
     call.ctx = x;
-    call.c.upd_off = 0;
-    call.c.upd_n = R->nkern;
-    if (R->upd_lo > 0 || R->upd_hi < R->n) {
-        /* a ZeRO piece (never with a tied copy: refused at open); an empty one updates nothing
-         * (upd_n 0 would mean the whole block) */
-        const int64_t lo = R->upd_lo, n = R->upd_hi - R->upd_lo;
-        if (n <= 0) return 0;
-        call.c.param = param + (size_t)lo * 2;
-        call.c.grad = grad + (size_t)lo * 4;
-        call.c.opt_m = opt + (size_t)lo * 4;
-        call.c.opt_v = opt + ((size_t)R->n + (size_t)lo) * 4;
-        call.master += lo;
-        call.c.upd_off = lo;
-        call.c.upd_n = n;
-        if (r->have_norm && r->o.grad_clip > 0) return base_errorf(e, "clipping under ZeRO");
-        return exec_cuda_kernel_run(b->k, &call, e);
-    }
+    call.c.upd_off = lo;
+    call.c.upd_n = lo == 0 && n == R->n ? R->nkern : n;
     if (r->have_norm && r->o.grad_clip > 0) {
         /* the coefficient on this stream, after the norm's all-reduce the plan orders before */
         double *coef = r->sc.coef + (R - r->reg);
         if (exec_cuda_clip_coef(x, r->sc.norm, r->o.grad_clip, coef, e)) return -1;
         call.grad_scale = coef;
     }
-    if (R->nkern > 0 && exec_cuda_kernel_run(b->k, &call, e)) return -1;
+    if (call.c.upd_n > 0 && exec_cuda_kernel_run(b->k, &call, e)) return -1;
     if (!R->ncopy) return 0;
     /* the tied token table's copy: the embedding's update of its token table (a matrix, so it
      * decays), on the head's vocabulary shard */
@@ -1009,62 +1127,34 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     call.c.opt_m = opt + k * 4;
     call.c.opt_v = opt + ((size_t)R->n + k) * 4;
     call.master += k;
+    call.c.upd_off = 0;
     call.c.upd_n = R->ncopy;
     return exec_cuda_kernel_run_id(id, &call, e);
 }
 
-/* The local part of the squared global norm (each element counted once in the world, as
- * piper-exec counts it). The kernel counts a TP-replicated tensor on the first shard only, by the
- * call's shard, so the regions go in two calls by whether this device is their first TP shard
- * (a device may be first for an unsharded region and not for a sharded one), and the two parts
- * are summed on the device. */
+/* The local part of the squared global norm, as piper-exec's run_grad_norm: each gradient
+ * element counted once in the world (ZeRO: the device's piece; data-parallel replicas: the
+ * first; TP-replicated tensors: the first TP shard; the tied copy: on the embedding's side), one
+ * sum of squares per tensor's part, accumulated on the device. */
 static int run_grad_norm(exec_cuda_rt *r, exec_cuda_ctx *x, base_error *e)
 {
-    for (int first = 0; first < 2; first++) {
-        exec_grad_ref refs[256];
-        int n = 0;
-        const exec_shard *sh = NULL;
-        for (int k = 0; k < r->nreg; k++) {
-            rt_region *R = &r->reg[k];
-            if (!R->upd || R->norm_skip || R->tp_copy || R->n == 0 || R->sh.first != (first == 1))
-                continue;
-            if (n == (int)BASE_COUNT(refs))
-                return base_errorf(e, "more than %d regions in the gradient norm", n);
-            const void *g = buf_ptr(r, R->grad_buf, "the gradients", e);
-            if (!g) return -1;
-            sh = &R->sh;
-            refs[n++] = (exec_grad_ref){R->kind, g};
+    bool acc = false;
+    for (int k = 0; k < r->nreg; k++) {
+        const rt_region *R = &r->reg[k];
+        if (!R->upd || R->norm_skip || R->tp_copy || R->n == 0) continue;
+        const float *g = buf_ptr(r, R->grad_buf, "the gradients", e);
+        if (!g) return -1;
+        for (int t = 0; t < R->npar; t++) {
+            const exec_param *P = &R->par[t];
+            if (P->replicated && !R->sh.first) continue;
+            const int64_t a = P->offset > R->upd_lo ? P->offset : R->upd_lo;
+            const int64_t z = P->offset + P->count < R->upd_hi ? P->offset + P->count : R->upd_hi;
+            if (a >= z) continue;
+            if (exec_cuda_sumsq_f32(x, g + (a - R->grad_lo), z - a, r->sc.norm, acc, e)) return -1;
+            acc = true;
         }
-        exec_shard whole;
-        if (!sh) {
-            if (exec_shard_init(&r->cfg, 1, 0, 1, 0, &whole, e)) return -1;
-            sh = &whole;
-        }
-        exec_cuda_call call;
-        memset(&call, 0, sizeof call);
-        call.c.cfg = &r->cfg;
-        call.c.shard = sh;
-        call.c.dtype = PLAN_BF16;
-        call.c.layer = -1;
-        call.c.nin = n;
-        call.c.grads_in = refs;
-        call.c.out = r->sc.norm_part + first;
-        call.ctx = x;
-        if (exec_cuda_kernel_run_id("aux.grad_norm", &call, e)) return -1;
     }
-    /* norm = part 0 + part 1, with the sum of scalars aux.aux_loss computes */
-    exec_shard sh;
-    memset(&sh, 0, sizeof sh);
-    exec_cuda_call call;
-    memset(&call, 0, sizeof call);
-    call.c.cfg = &r->cfg;
-    call.c.shard = &sh;
-    call.c.layer = -1;
-    call.c.nin = 2;
-    call.c.scalars_in = r->sc.norm_part;
-    call.c.out = r->sc.norm;
-    call.ctx = x;
-    return exec_cuda_kernel_run_id("aux.aux_loss", &call, e);
+    return acc ? 0 : exec_cuda_sumsq_f32(x, NULL, 0, r->sc.norm, false, e);
 }
 
 static void range_name(const exec_cuda_rt *r, int i, char *buf, size_t n)
@@ -1106,7 +1196,11 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (in->pass == PLAN_PASS_F && R->kind == EXEC_HEAD && !R->tp_copy) c->out = r->sc.loss + b->mb;
     if (in->pass == PLAN_PASS_F && R->kind == EXEC_MOE_GATE && !R->tp_copy)
         c->out = r->sc.gate + (int64_t)b->mb * r->nreg + b->region;
-    if (R->param_buf >= 0 && !(c->param = buf_ptr(r, R->param_buf, "the parameters", e))) return -1;
+    if (b->pb >= 0) {
+        if (!(c->param = buf_ptr(r, b->pb, "the gathered parameters", e))) return -1;
+    } else if (R->param_buf >= 0 && !(c->param = buf_ptr(r, R->param_buf, "the parameters", e))) {
+        return -1;
+    }
     bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
     const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
     if (bwd && gb >= 0 && !(c->grad = buf_ptr(r, gb, "the gradients", e))) return -1;
@@ -1116,9 +1210,14 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
         if (bwd) c->lm_grad = (char *)c->grad + (size_t)R->nkern * 4;
     } else if (R->kind == EXEC_HEAD && r->cfg.tied) {
         const rt_region *E = &r->reg[r->embed_region];
-        char *ep = buf_ptr(r, E->param_buf, "the embedding's token table", e);
-        if (!ep) return -1;
-        c->lm_w = ep + (size_t)E->par[0].offset * 2;
+        if (b->pb >= 0 && r->buf[b->pb].table) {
+            /* ZeRO-3: the gathered table follows the head's gathered parameters */
+            c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
+        } else {
+            char *ep = buf_ptr(r, E->param_buf, "the embedding's token table", e);
+            if (!ep) return -1;
+            c->lm_w = ep + (size_t)E->par[0].offset * 2;
+        }
         if (bwd) {
             char *eg = buf_ptr(r, b->egb >= 0 ? b->egb : E->grad_buf, "the embedding's gradients", e);
             if (!eg) return -1;
@@ -1320,14 +1419,20 @@ static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *
     return rc;
 }
 
-/* ZeRO: the region blocks of the bucket, cut in pieces, staged rank by rank (each rank's chunk
- * holds its piece of every region, padded to the chunk), reduce-scattered (gradients, fp32) or
- * all-gathered (parameters, bf16), and copied back, all on the stream: the copies back follow the
- * NCCL operation in stream order, so the host does not wait. */
+/* ZeRO: the segments of the bucket (whole region blocks; the head's gather of the tied token
+ * table: the table's part of the embedding) cut in pieces (seg_piece), staged rank by rank (each
+ * rank's chunk holds its piece of every segment, padded to the segment's largest piece),
+ * reduce-scattered (gradients, fp32) or all-gathered (parameters, bf16), and copied back, all on
+ * the stream: the copies back follow the NCCL operation in stream order, so the host does not
+ * wait. Each buffer holds its elements from its own first one: a piece buffer (param_lo,
+ * grad_lo), a whole one, a micro-batch's whole gradient, or the gathered copy (the segments one
+ * after the other). */
 static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, int stream,
                      base_error *e)
 {
-    if (C->gsize == 1) return 0;
+    bool moves = C->out >= 0; /* into another buffer: even a group of one copies or adds */
+    for (int q = 0; q < C->nseg; q++) moves |= C->seg[q].out >= 0;
+    if (C->gsize == 1 && !moves) return 0;
     const bool scatter = C->kind == EXEC_COLL_GRAD_SCATTER;
     const size_t es = scatter ? 4 : 2, chunk = (size_t)C->chunk;
     const size_t big = chunk * (size_t)C->gsize * es, small = chunk * es;
@@ -1335,50 +1440,68 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
     if (exec_cuda_pool_alloc(&r->pool, big + small, &stage, e)) return -1;
     char *all = stage, *mine = (char *)stage + big;
     int rc = exec_cuda_zero(s, stage, big + small, e);
-    /* pack: every rank's piece of every region (scatter), or this rank's (gather) */
+    /* pack: every rank's piece of every segment (scatter), or this rank's (gather) */
     for (int k = 0; k < C->gsize && !rc; k++) {
         if (!scatter && k != C->grank) continue;
         size_t off = 0;
         for (int q = 0; q < C->nseg && !rc; q++) {
-            const rt_region *R = &r->reg[C->seg[q].region];
+            const exec_seg *S = &C->seg[q];
+            const rt_region *R = &r->reg[S->region];
             int64_t lo, hi;
-            exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
-            const int sb = scatter ? (C->seg[q].buf >= 0 ? C->seg[q].buf : R->grad_buf) : R->param_buf;
+            seg_piece(R, S, k, C->gsize, &lo, &hi);
+            const int sb = scatter ? (S->buf >= 0 ? S->buf : R->grad_buf) : R->param_buf;
+            const int64_t base = scatter ? (sb == R->grad_buf ? R->grad_lo : 0) : R->param_lo;
             char *src = buf_ptr(r, sb, scatter ? "the gradients" : "the parameters", e);
             if (!src) {
                 rc = -1;
                 break;
             }
             char *dst = scatter ? all + ((size_t)k * chunk + off) * es : mine + off * es;
-            rc = exec_cuda_copy_d2d(s, dst, src + (size_t)lo * es, (size_t)(hi - lo) * es, e);
-            off += (size_t)((R->n + C->gsize - 1) / C->gsize);
+            if (hi > lo)
+                rc = exec_cuda_copy_d2d(s, dst, src + (size_t)(lo - base) * es, (size_t)(hi - lo) * es, e);
+            off += (size_t)seg_chunk(R, S, C->gsize);
         }
     }
-    if (!rc)
+    if (!rc && C->gsize > 1)
         rc = scatter ? exec_nccl_reduce_scatter(all, mine, chunk, EXEC_NCCL_F32, r->comm[C->comm], s, e)
                      : exec_nccl_all_gather(mine, all, chunk, EXEC_NCCL_BF16, r->comm[C->comm], s, e);
+    else if (!rc)
+        rc = exec_cuda_copy_d2d(s, scatter ? mine : all, scatter ? all : mine, small, e);
     /* unpack: this rank's summed piece (scatter), or every rank's updated piece (gather) */
     for (int k = 0; k < C->gsize && !rc; k++) {
         if (scatter && k != C->grank) continue;
         size_t off = 0;
+        int64_t outoff = 0; /* the segment's place in a gathered copy */
         for (int q = 0; q < C->nseg && !rc; q++) {
-            const rt_region *R = &r->reg[C->seg[q].region];
+            const exec_seg *S = &C->seg[q];
+            const rt_region *R = &r->reg[S->region];
             int64_t lo, hi;
-            exec_zero_piece(R->n, k, C->gsize, &lo, &hi);
-            const int out = C->seg[q].out;
-            const int db = scatter ? (out >= 0 ? out : C->seg[q].buf >= 0 ? C->seg[q].buf : R->grad_buf)
-                                   : R->param_buf;
+            seg_piece(R, S, k, C->gsize, &lo, &hi);
+            int db;
+            int64_t base;
+            if (scatter) {
+                db = S->out >= 0 ? S->out : S->buf >= 0 ? S->buf : R->grad_buf;
+                base = db == R->grad_buf ? R->grad_lo : 0;
+            } else if (C->out >= 0) {
+                db = C->out;
+                base = S->off - outoff;
+            } else {
+                db = R->param_buf;
+                base = R->param_lo;
+            }
             char *dst = buf_ptr(r, db, "the collective's region", e);
             if (!dst) {
                 rc = -1;
                 break;
             }
             const char *src = scatter ? mine + off * es : all + ((size_t)k * chunk + off) * es;
-            if (scatter && out >= 0) /* ZeRO-2/3: the micro-batch's piece adds into the kept one */
-                rc = exec_cuda_add_f32(s, (float *)dst + lo, (const float *)src, hi - lo, e);
-            else
-                rc = exec_cuda_copy_d2d(s, dst + (size_t)lo * es, src, (size_t)(hi - lo) * es, e);
-            off += (size_t)((R->n + C->gsize - 1) / C->gsize);
+            char *to = dst + (size_t)(lo - base) * es;
+            if (hi > lo && scatter && S->out >= 0) /* ZeRO-2/3: the micro-batch's piece adds into the kept one */
+                rc = exec_cuda_add_f32(s, (float *)to, (const float *)src, hi - lo, e);
+            else if (hi > lo)
+                rc = exec_cuda_copy_d2d(s, to, src, (size_t)(hi - lo) * es, e);
+            off += (size_t)seg_chunk(R, S, C->gsize);
+            outoff += S->n;
         }
     }
     base_error e2;
@@ -1488,12 +1611,19 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
     r->plan_live = r->plan_peak = 0;
     exec_cuda_pool_reset_peaks(&r->pool);
     void *s0 = r->stream[0];
-    /* the data of the step: every device of a replica draws the same samples */
+    /* the data of the step: every device of a replica draws the same samples, from piper-exec's
+     * token sources (a pure function of seed, step, global sample and position) */
+    const exec_data *D = r->o.data;
     for (int64_t k = 0; k < r->nmb; k++) {
         for (int64_t t = 0; t < r->T; t++) {
             int64_t sample = (r->dp_rank * r->nmb + k) * r->cfg.b + t / r->cfg.s, pos = t % r->cfg.s;
-            r->htok[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos, r->cfg.vocab);
-            r->htgt[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos + 1, r->cfg.vocab);
+            if (D) {
+                r->htok[t] = exec_data_token(D, r->cfg.seed, step, sample, pos);
+                r->htgt[t] = exec_data_token(D, r->cfg.seed, step, sample, pos + 1);
+            } else {
+                r->htok[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos, r->cfg.vocab);
+                r->htgt[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos + 1, r->cfg.vocab);
+            }
         }
         if (exec_cuda_copy_h2d(s0, r->tokens[k], r->htok, (size_t)r->T * 4, e) ||
             exec_cuda_copy_h2d(s0, r->targets[k], r->htgt, (size_t)r->T * 4, e) ||

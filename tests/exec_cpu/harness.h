@@ -91,7 +91,7 @@ typedef struct rinst {
     exec_region_sizes sz;
     exec_param p[EXEC_MAX_REGION_PARAMS];
     int np;
-    void *param, *grad, *act;
+    void *param, *grad, *act, *work;
     void *x, *y, *dy, *dx;
     void *route, *droute;     /* gate: its y2 / dy2; combine: the gate's (shared) */
     bool shared_route;
@@ -125,6 +125,7 @@ static inline void rinst_init(rinst *r, const exec_cfg *cfg, const exec_shard *s
     r->param = xcalloc((size_t)r->sz.params * es);
     r->grad = xcalloc((size_t)r->sz.params * es);
     r->act = xcalloc((size_t)r->sz.act_bytes);
+    r->work = xcalloc((size_t)r->sz.work_bytes);
     r->x = xcalloc((size_t)r->sz.x * (kind == EXEC_EMBED ? 4 : es));
     r->dx = xcalloc((size_t)r->sz.x * es);
     r->y = xcalloc((size_t)r->sz.y * es);
@@ -142,6 +143,7 @@ static inline void rinst_free(rinst *r)
     free(r->param);
     free(r->grad);
     free(r->act);
+    free(r->work);
     free(r->x);
     free(r->dx);
     free(r->y);
@@ -202,6 +204,7 @@ static inline exec_call rinst_call(rinst *r)
     c.param = r->param;
     c.grad = r->grad;
     c.act = r->act;
+    c.work = r->work;
     c.x = r->x;
     c.y = r->y;
     c.dy = r->dy;

@@ -328,6 +328,95 @@ static void test_fd_moe(void)
 
 /* Logits are set through the router weights: with xn the normalised input and Wr chosen so
  * that logits[t] = given values, probabilities and choices are known in advance. */
+/* Recompute splits (kernels.h, exec_act_mode): F keeping only its part of the act buffer (the
+ * rest in a transient buffer, overwritten after F), then R rebuilding the other part, then B
+ * reading both, gives exactly the input and weight gradients of F and B with everything kept;
+ * under full recompute R reads its input from what F kept, as the executor passes it. */
+static void split_check(exec_cfg *cfg, exec_region_kind kind, const char *label)
+{
+    exec_shard sh;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_FATAL(exec_shard_init(cfg, 1, 0, 1, 0, &sh, &e) == 0);
+    rinst r;
+    rinst_init(&r, cfg, &sh, kind, 1, PLAN_FP64);
+    rinst_init_params(&r, 0.3);
+    r.sample0 = 3;
+    r.step = 2;
+    fill_uniform(r.x, r.sz.x, PLAN_FP64, 31, -1.5, 1.5);
+    fill_uniform(r.dy, r.sz.y, PLAN_FP64, 32, -1, 1);
+    if (kind == EXEC_MOE_COMBINE) {
+        r.route = xcalloc((size_t)r.sz.route_bytes);
+        r.droute = xcalloc((size_t)r.sz.route_bytes);
+        make_route(cfg, r.route, 33);
+    }
+    if (kind == EXEC_MOE_GATE) fill_uniform(r.droute, (int64_t)(r.sz.route_bytes / 8), PLAN_FP64, 34, -1, 1);
+    char id[64];
+    const char *fam = cfg->gpt ? "gpt" : "llama", *kn = exec_region_kind_name(kind);
+    /* the reference: everything kept */
+    snprintf(id, sizeof id, "%s.%s.F", fam, kn);
+    exec_call c0 = rinst_call(&r);
+    CU_ASSERT_FATAL(exec_kernel_run_id(id, &c0, &e) == 0);
+    snprintf(id, sizeof id, "%s.%s.B", fam, kn);
+    CU_ASSERT_FATAL(exec_kernel_run_id(id, &c0, &e) == 0);
+    double *dx0 = xcalloc((size_t)r.sz.x * 8), *g0 = xcalloc((size_t)r.sz.params * 8);
+    memcpy(dx0, r.dx, (size_t)r.sz.x * 8);
+    memcpy(g0, r.grad, (size_t)r.sz.params * 8);
+    for (int mode = EXEC_ACT_SELECTIVE; mode < EXEC_NACT_MODES; mode++) {
+        int64_t kept, rebuilt;
+        CU_ASSERT_FATAL(exec_region_act_split(cfg, &sh, kind, PLAN_FP64, (exec_act_mode)mode, &kept,
+                                              &rebuilt, &e) == 0);
+        /* the combine keeps its residual too under full recompute (its whole input) */
+        CU_ASSERT(kept + rebuilt == r.sz.act_bytes +
+                                        (kind == EXEC_MOE_COMBINE && mode == EXEC_ACT_INPUT
+                                             ? cfg->b * cfg->s * cfg->h * 8
+                                             : 0));
+        void *act = xcalloc((size_t)kept), *tmp = xcalloc((size_t)rebuilt), *act2 = xcalloc((size_t)rebuilt);
+        memset(r.grad, 0, (size_t)r.sz.params * 8);
+        memset(r.dx, 0, (size_t)r.sz.x * 8);
+        exec_call c = rinst_call(&r);
+        c.act_mode = mode;
+        c.act = act;
+        c.act2 = tmp;
+        snprintf(id, sizeof id, "%s.%s.F", fam, kn);
+        CU_ASSERT_FATAL(exec_kernel_run_id(id, &c, &e) == 0);
+        memset(tmp, 0x5a, (size_t)rebuilt); /* F's transient part is gone */
+        memset(act2, 0xa5, (size_t)rebuilt);
+        c.act2 = act2;
+        if (mode == EXEC_ACT_NONE) c.act = act2;
+        if (mode == EXEC_ACT_INPUT) c.x = act;
+        if (mode == EXEC_ACT_INPUT && kind == EXEC_MOE_COMBINE) c.x2 = (char *)act + (size_t)r.sz.x * 8;
+        snprintf(id, sizeof id, "%s.%s.R", fam, kn);
+        CU_ASSERT_FATAL(exec_kernel_run_id(id, &c, &e) == 0);
+        c.x = r.x;
+        c.x2 = kind == EXEC_MOE_COMBINE ? r.route : NULL;
+        snprintf(id, sizeof id, "%s.%s.B", fam, kn);
+        CU_ASSERT_FATAL(exec_kernel_run_id(id, &c, &e) == 0);
+        bool same = memcmp(dx0, r.dx, (size_t)r.sz.x * 8) == 0 &&
+                    memcmp(g0, r.grad, (size_t)r.sz.params * 8) == 0;
+        if (!same) fprintf(stderr, "\n  %s, mode %d: gradients differ from keeping everything\n", label, mode);
+        CU_ASSERT(same);
+        free(act);
+        free(tmp);
+        free(act2);
+    }
+    free(dx0);
+    free(g0);
+    rinst_free(&r);
+}
+
+static void test_recompute_splits(void)
+{
+    exec_cfg g = small_cfg(true), l = small_cfg(false);
+    split_check(&g, EXEC_ATTN, "gpt attn (dropout)");
+    split_check(&g, EXEC_MLP, "gpt mlp (dropout)");
+    split_check(&l, EXEC_ATTN, "llama attn (QK-norm, RoPE, GQA)");
+    split_check(&l, EXEC_MLP, "llama mlp");
+    split_check(&l, EXEC_MOE_GATE, "moe gate");
+    split_check(&l, EXEC_MOE_EXPERTS, "moe experts");
+    split_check(&l, EXEC_MOE_COMBINE, "moe combine");
+}
+
 static void test_router_capacity(void)
 {
     exec_cfg cfg = small_cfg(false);
@@ -1016,6 +1105,8 @@ int piper_tests_register(void)
                                    {"report", test_report},
                                    {NULL, NULL}};
     static const test_case other[] = {{"router top-k, capacity, ties, aux loss", test_router_capacity},
+                                      {"recompute splits give the gradients of keeping everything",
+                                       test_recompute_splits},
                                       {"tensor and expert parallel shards", test_tp},
                                       {"expert parallel experts", test_ep_experts},
                                       {"vocab-parallel head through the reduce callback",

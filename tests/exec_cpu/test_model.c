@@ -436,6 +436,103 @@ static void test_params_match_cost_model(void)
     base_arena_free(&a);
 }
 
+/* The act buffer of every region kind is, byte for byte, what ir_region_activation_bytes says
+ * (no sequence parallelism): every zoo model, GPT with and without dropout, Llama with and
+ * without QK-norm, fp32 and fp64, the last shard of each TP x EP split; and under selective,
+ * full and chained full recompute, F's part is IR_T_SAVED and R's IR_T_RECOMP. */
+static void test_activations_match_cost_model(void)
+{
+    base_arena a;
+    base_arena_init(&a);
+    base_error e;
+    base_error_clear(&e);
+    DIR *dir = opendir(test_src_path("configs/models"));
+    CU_ASSERT_FATAL(dir != NULL);
+    struct dirent *de;
+    int compared = 0;
+    while ((de = readdir(dir))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
+        ir_model m0;
+        if (ir_model_load(test_src_path(path), &a, &m0, &e)) continue;
+        for (int variant = 0; variant < 2; variant++) {
+            ir_model m = m0;
+            if (variant == 1 && m.family == IR_FAMILY_GPT) m.dropout = !m.dropout;
+            if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
+            m.flash_attention = false; /* the CPU kernels keep the s x s probabilities */
+            exec_cfg c;
+            CU_ASSERT_FATAL(cfg_from_ir(&m, &c, &e) == 0);
+            int n = ir_model_nregions(&m);
+            ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
+            ir_model_regions(&m, &a, rs);
+            const int degrees[] = {1, 2, 4, 8};
+            for (int dt = 0; dt < 2; dt++)
+                for (size_t ti = 0; ti < BASE_COUNT(degrees); ti++)
+                    for (size_t ei = 0; ei < 3; ei++) {
+                        ir_shape s = ir_shape_default();
+                        s.tp = degrees[ti];
+                        s.ep = degrees[ei];
+                        s.micro_batch = 2;
+                        s.act_dtype = dt ? PLAN_FP64 : PLAN_FP32;
+                        s.recompute = IR_RECOMPUTE_NONE;
+                        s.sequence_parallel = false;
+                        base_error ie;
+                        base_error_clear(&ie);
+                        if (ir_shape_validate(&m, &s, &ie)) continue;
+                        if (m.experts == 0 && s.ep > 1) continue;
+                        exec_shard sh;
+                        CU_ASSERT_FATAL(exec_shard_init(&c, (int)s.tp, (int)s.tp - 1, (int)s.ep,
+                                                        (int)s.ep - 1, &sh, &e) == 0);
+                        for (int i = 0; i < n; i++) {
+                            if (i > 0 && rs[i].layer > 1) continue; /* layers repeat */
+                            exec_region_sizes sz;
+                            CU_ASSERT_FATAL(exec_region_sizes_get(&c, &sh, (exec_region_kind)rs[i].kind,
+                                                                  s.act_dtype, &sz, &e) == 0);
+                            double want = ir_region_activation_bytes(&m, &rs[i], &s);
+                            if ((double)sz.act_bytes != want)
+                                fprintf(stderr, "\n  %s%s %s %s tp %d ep %d: act %lld, cost model %.0f\n",
+                                        m.name, variant ? " (variant)" : "", rs[i].name,
+                                        dt ? "fp64" : "fp32", (int)s.tp, (int)s.ep,
+                                        (long long)sz.act_bytes, want);
+                            CU_ASSERT((double)sz.act_bytes == want);
+                            compared++;
+                            /* recompute: what F keeps and what R rebuilds (IR_T_SAVED, IR_T_RECOMP) */
+                            if (rs[i].kind == IR_REGION_EMBED || rs[i].kind == IR_REGION_HEAD) continue;
+                            const struct {
+                                ir_recompute rc;
+                                bool prev;
+                                exec_act_mode mode;
+                            } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
+                                         {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
+                                         {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+                            for (size_t q = 0; q < BASE_COUNT(modes); q++) {
+                                ir_shape r = s;
+                                r.recompute = modes[q].rc;
+                                r.recompute_from_prev = modes[q].prev;
+                                double saved = ir_region_activation_bytes(&m, &rs[i], &r);
+                                double recomp = want - saved > 0 ? want - saved : 0;
+                                int64_t kept, rebuilt;
+                                CU_ASSERT_FATAL(exec_region_act_split(&c, &sh, (exec_region_kind)rs[i].kind,
+                                                                      s.act_dtype, modes[q].mode, &kept,
+                                                                      &rebuilt, &e) == 0);
+                                /* selective recompute rebuilds nothing outside attention */
+                                if ((double)kept != saved || (double)rebuilt != recomp)
+                                    fprintf(stderr, "\n  %s %s mode %d: kept %lld rebuilt %lld, cost model %.0f %.0f\n",
+                                            m.name, rs[i].name, (int)modes[q].mode, (long long)kept,
+                                            (long long)rebuilt, saved, recomp);
+                                CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
+                            }
+                        }
+                    }
+        }
+    }
+    closedir(dir);
+    CU_ASSERT(compared > 400);
+    base_arena_free(&a);
+}
+
 static void test_report(void)
 {
     fprintf(stderr, "\n  worst whole-model finite-difference relative error: %.3g (%s)\n", fd_worst,
@@ -451,6 +548,8 @@ int piper_tests_register(void)
                                       {"fp32 agrees with fp64", test_fp32_vs_fp64},
                                       {"identity table covers the compiler's identities",
                                        test_identity_table},
+                                      {"saved activations match the cost model",
+                                       test_activations_match_cost_model},
                                       {"parameter layout matches the cost model",
                                        test_params_match_cost_model},
                                       {"report", test_report},

@@ -202,7 +202,7 @@ typedef struct region {
     struct {
         exec_region_sizes sz;
         float *param, *grad, *m, *v, *x, *y, *dx, *dy, *lm_w, *lm_grad;
-        void *act, *x2, *y2, *dx2, *dy2;
+        void *act, *work, *x2, *y2, *dx2, *dy2;
         int32_t *tokens, *targets;
         double out;
     } c;
@@ -222,6 +222,7 @@ static void region_free(region *r)
 {
     free(r->c.param), free(r->c.grad), free(r->c.m), free(r->c.v), free(r->c.x), free(r->c.y);
     free(r->c.dx), free(r->c.dy), free(r->c.lm_w), free(r->c.lm_grad), free(r->c.act);
+    free(r->c.work);
     free(r->c.x2), free(r->c.y2), free(r->c.dx2), free(r->c.dy2), free(r->c.tokens);
     free(r->c.targets);
     void *g[] = {r->g.param, r->g.lm_w, r->g.master, r->g.grad, r->g.m, r->g.v, r->g.lm_grad,
@@ -271,6 +272,7 @@ static int region_new(region *r, const exec_cfg *cfg, const exec_shard *sh, exec
     r->c.m = xcalloc((size_t)P * 4);
     r->c.v = xcalloc((size_t)P * 4);
     r->c.act = xcalloc((size_t)r->c.sz.act_bytes);
+    r->c.work = xcalloc((size_t)r->c.sz.work_bytes); /* the CPU kernels' workspaces, BI -> BW */
     if (k == EXEC_EMBED) {
         r->c.tokens = xcalloc((size_t)T * 4);
     } else {
@@ -365,6 +367,7 @@ static exec_call call_cpu(region *r, const exec_optim *opt)
     c.lm_w = r->c.lm_w;
     c.lm_grad = r->c.lm_grad;
     c.act = r->c.act;
+    c.work = r->c.work;
     c.x = r->c.x;
     c.x2 = r->c.x2;
     c.y = r->c.y;

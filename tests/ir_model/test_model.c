@@ -698,8 +698,14 @@ static void test_moe_costs(void)
     CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &x, &sh), 160.0 * 2 * (64 + 3 * 64));
     /* gate: norm and router input (bf16), fp32 probabilities over 4 experts, top-2 indices */
     CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &g, &sh), 64.0 * (2 * 64 * 2 + 4 * 4 + 2 * 4));
-    /* combine: the expert outputs and the fp32 routing weights */
-    CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &c, &sh), 160.0 * 64 * 2 + 64.0 * 2 * 4);
+    /* combine: the expert outputs, the fp32 routing weights and the int32 slot of each of the
+     * 64 tokens' 2 choices (the unpermute's index map) */
+    CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &c, &sh), 160.0 * 64 * 2 + 64.0 * 2 * (4 + 4));
+    /* probabilities and weights stay fp32 over bf16 activations and follow fp64 ones */
+    ir_shape wide = sh;
+    wide.act_dtype = PLAN_FP64;
+    CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &c, &wide), 160.0 * 64 * 8 + 64.0 * 2 * (8 + 4));
+    CU_ASSERT_EQUAL(ir_region_activation_bytes(&m, &g, &wide), 64.0 * (2 * 64 * 8 + 4 * 8 + 2 * 4));
     /* a fully recomputed MoE layer keeps its input only */
     ir_shape full = sh;
     full.recompute = IR_RECOMPUTE_FULL;
