@@ -263,6 +263,23 @@ int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error
     return 0;
 }
 
+int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, const exec_buf *buf,
+                        int r, int kept)
+{
+    int piece = 0;
+    for (int s = seg0; s < C->nseg; s++) {
+        C->seg[s].buf = bb;
+        if (in->coll != PLAN_REDUCE_SCATTER || in->nwrites == 0) continue;
+        for (int w = 0; w < in->nwrites; w++) {
+            const exec_buf *W = &buf[in->writes[w]];
+            if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == r) C->seg[s].out = in->writes[w];
+        }
+        if (C->seg[s].out < 0 || C->seg[s].out != kept) return -1;
+        piece = 1;
+    }
+    return piece;
+}
+
 int exec_dp_rank_find(const sched_plan *p, const plan_list *L, const exec_coll *coll,
                       bool *const *holds, int r0, int tp_group, int ep_group, int grad_buf,
                       int64_t dp_size)

@@ -84,6 +84,14 @@ typedef struct exec_coll {
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */
 int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error *e);
 
+/* The gradient segments [seg0, C->nseg) of region r that collective `in` reads from buffer bb
+ * live there (exec_seg.buf). A ZeRO-2/3 reduce-scatter that writes adds each segment's piece into
+ * the region's gradient buffer among its writes (exec_seg.out), which must be the region's kept
+ * gradient `kept`, the one its optimizer step reads. Returns 1 when the segments go into `kept`
+ * as a piece, 0 when they stay in place, -1 when the writes name no such buffer. */
+int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, const exec_buf *buf,
+                        int r, int kept);
+
 /* The data-parallel rank of the device: its position in the first gradient reduction (sum or
  * reduce-scatter, coll[] per instruction of L) of region r0's gradient buffer over a group of
  * dp_size devices that all run r0, other than r0's TP and EP groups; -1 when there is none. */

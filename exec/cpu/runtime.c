@@ -530,25 +530,15 @@ static int read_collectives(exec_cpu *c, base_error *e)
                 C->seg[C->nseg++] = exec_seg_at(r, 0, R->nstore);
                 if (in->coll == PLAN_ALL_REDUCE && grads && C->grank > 0) R->norm_skip = true;
             }
-            /* gradients: the segments live in the buffer read; a reduce-scatter that writes
-             * (ZeRO-2/3) adds its piece into the region's buffer among the writes */
-            for (int q2 = seg0; q2 < C->nseg && grads; q2++) {
-                C->seg[q2].buf = bb;
-                if (in->coll != PLAN_REDUCE_SCATTER || in->nwrites == 0) continue;
-                for (int w = 0; w < in->nwrites; w++) {
-                    const exec_buf *W = &c->buf[in->writes[w]];
-                    if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == r)
-                        C->seg[q2].out = in->writes[w];
-                }
-                R->grad_piece = true;
-                if (C->seg[q2].out < 0 || C->seg[q2].out != R->grad_buf) {
-                    base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
-                                   "that the region's optimizer step reads; the executor cannot "
-                                   "tell where the device's piece goes",
-                                R->name, buf_name(c, bb));
-                    return instr_err(c, i, e);
-                }
+            int piece = grads ? exec_grad_segs_bind(C, seg0, in, bb, c->buf, r, R->grad_buf) : 0;
+            if (piece < 0) {
+                base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
+                               "that the region's optimizer step reads; the executor cannot "
+                               "tell where the device's piece goes",
+                            R->name, buf_name(c, bb));
+                return instr_err(c, i, e);
             }
+            if (piece) R->grad_piece = true;
         }
         for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
         if (in->coll == PLAN_ALL_REDUCE && grads) {

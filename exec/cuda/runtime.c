@@ -548,24 +548,14 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                 C->seg[C->nseg++] = exec_seg_at(g, 0, R->n);
                 if (C->grank > 0) R->norm_skip = true;
             }
-            /* gradients: the segments live in the buffer read; a reduce-scatter that writes
-             * (ZeRO-2/3) adds its piece into the region's kept gradient among the writes */
-            for (int q2 = seg0; q2 < C->nseg && grads; q2++) {
-                C->seg[q2].buf = bb;
-                if (C->kind != EXEC_COLL_GRAD_SCATTER || in->nwrites == 0) continue;
-                for (int w = 0; w < in->nwrites; w++) {
-                    const exec_buf *W = &r->buf[in->writes[w]];
-                    if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == g)
-                        C->seg[q2].out = in->writes[w];
-                }
-                if (C->seg[q2].out < 0 || C->seg[q2].out != R->grad_buf) {
-                    base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
-                                   "that the region's optimizer step reads",
-                                R->name, buf_name(r, bb));
-                    return instr_err(r, i, e);
-                }
-                R->grad_piece = true;
+            int piece = grads ? exec_grad_segs_bind(C, seg0, in, bb, r->buf, g, R->grad_buf) : 0;
+            if (piece < 0) {
+                base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
+                               "that the region's optimizer step reads",
+                            R->name, buf_name(r, bb));
+                return instr_err(r, i, e);
             }
+            if (piece) R->grad_piece = true;
         }
         if (C->kind == EXEC_COLL_PARAM_GATHER && in->nwrites == 1) {
             C->out = in->writes[0];
