@@ -231,6 +231,9 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                     char lbl[96];
                     free(sync);
                     free(sync_out);
+                    free(prev1);
+                    free(prev2);
+                    free(bounded.v);
                     free(region_upd);
                     free(upd_of);
                     return sched_dir_error(d, e, "'%s' produces a gradient outside the step's "
@@ -287,8 +290,9 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
      * Split weight-gradient passes (BI, BW) follow their schedule and are not limited. */
     if (d->zero == 3) {
         size_t n0 = g->nnodes;
+        /* consumer of a gather by (region, pass F/R/B, micro-batch), -1; every micro-batch here,
+         * where nmb above counts only those with a reduction of their own */
         const int64_t nmbs = g->num_microbatches > 0 ? g->num_microbatches : 1;
-        /* consumer of a gather by (region, pass F/R/B, micro-batch), -1 */
         const size_t nkey = (size_t)g->nregions * 3 * (size_t)nmbs;
         int32_t *consumer = base_xmalloc((nkey ? nkey : 1) * sizeof *consumer);
         for (size_t k = 0; k < nkey; k++) consumer[k] = -1;
