@@ -75,6 +75,10 @@ void exec_interp_free(exec_interp *it);
  * nothing has progressed for that long, naming every unfinished stream's instruction: a watchdog
  * for communication that never completes. */
 int exec_interp_run(exec_interp *it, double timeout_s, base_error *e);
+/* Where the last run stands: " [stream NAME: #i ...]" for every unfinished stream's head (with
+ * " (posted, not finished)" for communication in flight), appended to msg; the watchdog's
+ * message, and what a rank prints when a peer has failed. */
+void exec_interp_describe_heads(const exec_interp *it, base_buf *msg);
 
 /* Observing runs (piper-exec --trace): `fn` is called after each compute, collective, transfer or
  * sendrecv group finishes (n > 1: the group's members, consecutive on their stream; instrs

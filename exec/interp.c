@@ -312,6 +312,18 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
     return 0;
 }
 
+void exec_interp_describe_heads(const exec_interp *it, base_buf *msg)
+{
+    for (int s = 0; s < it->nstreams; s++) {
+        const stream_q *q = &it->sq[s];
+        if (q->cur >= q->n) continue;
+        char d[256];
+        exec_instr_describe(it->p, it->dev, q->idx[q->cur], d, sizeof d);
+        base_buf_printf(msg, " [stream %s: %s%s]", q->st.name, d,
+                        q->nreq ? " (posted, not finished)" : "");
+    }
+}
+
 int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
 {
     memset(it->ran, 0, (size_t)(it->L->n > 0 ? it->L->n : 1) * sizeof *it->ran);
@@ -341,14 +353,7 @@ int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
             base_buf_printf(&msg, "device %d: nothing progressed for %.0f s (the watchdog's "
                                   "timeout); stuck:",
                             it->dev, timeout_s);
-            for (int s = 0; s < it->nstreams; s++) {
-                const stream_q *q = &it->sq[s];
-                if (q->cur >= q->n) continue;
-                char d[256];
-                exec_instr_describe(it->p, it->dev, q->idx[q->cur], d, sizeof d);
-                base_buf_printf(&msg, " [stream %s: %s%s]", q->st.name, d,
-                                q->nreq ? " (posted, not finished)" : "");
-            }
+            exec_interp_describe_heads(it, &msg);
             base_buf_puts(&msg, "; a peer has stopped or the plans do not match; check the other "
                                 "ranks' messages, or raise --timeout for slow steps");
             base_errorf(e, "%s", msg.s);

@@ -122,6 +122,53 @@ int exec_aux_kind(const char *kid)
     return 0;
 }
 
+void exec_work_kinds(const plan_list *L, const exec_region_kind *kinds, int nreg, uint8_t *out)
+{
+    int *region = base_xmalloc((size_t)(L->nbufs + 1) * sizeof *region);
+    for (int b = 0; b < L->nbufs; b++) {
+        out[b] = L->bufs[b].mem == PLAN_MEM_WORK ? EXEC_WORK_SPACE : EXEC_WORK_NONE;
+        region[b] = -1;
+    }
+    bool *gate = base_xcalloc((size_t)(L->nbufs + 1), sizeof *gate);
+    bool *combine = base_xcalloc((size_t)(L->nbufs + 1), sizeof *combine);
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL) {
+            if (in->buf >= 0 && in->buf < L->nbufs && out[in->buf] == EXEC_WORK_SPACE)
+                out[in->buf] = EXEC_WORK_BOUNDARY;
+            for (int side = 0; side < 2; side++)
+                for (int q = 0; q < (side ? in->nwrites : in->nreads); q++) {
+                    int b = side ? in->writes[q] : in->reads[q];
+                    if (b >= 0 && b < L->nbufs && out[b] == EXEC_WORK_SPACE) out[b] = EXEC_WORK_BOUNDARY;
+                }
+            continue;
+        }
+        if (in->op != PLAN_COMPUTE) continue;
+        for (int side = 0; side < 2; side++)
+            for (int q = 0; q < (side ? in->nwrites : in->nreads); q++) {
+                int b = side ? in->writes[q] : in->reads[q];
+                if (b < 0 || b >= L->nbufs || L->bufs[b].mem != PLAN_MEM_WORK) continue;
+                if (region[b] >= 0 && region[b] != in->region) out[b] = EXEC_WORK_BOUNDARY;
+                region[b] = in->region;
+                if (in->region >= 0 && in->region < nreg) {
+                    gate[b] |= kinds[in->region] == EXEC_MOE_GATE;
+                    combine[b] |= kinds[in->region] == EXEC_MOE_COMBINE;
+                }
+            }
+    }
+    for (int b = 0; b < L->nbufs; b++)
+        if (out[b] == EXEC_WORK_BOUNDARY && gate[b] && combine[b]) out[b] = EXEC_WORK_ROUTE;
+    free(region);
+    free(gate);
+    free(combine);
+}
+
+int *exec_bind_boundary(exec_bind_slots *s, bool fwd, int side, bool route)
+{
+    if (fwd) return side == 0 ? (route ? &s->x2b : &s->xb) : (route ? &s->y2b : &s->yb);
+    return side == 0 ? (route ? &s->dy2b : &s->dyb) : (route ? &s->dx2b : &s->dxb);
+}
+
 int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, int r, int mb,
                          plan_pass pass, const char *name, exec_bind_slots *s, base_error *e)
 {
@@ -129,14 +176,14 @@ int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, i
     bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
     if (fwd) {
         if (s->xb < 0 && k != EXEC_EMBED) s->xs = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_X);
-        if (k == EXEC_MOE_COMBINE) s->x2s = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_ROUTE);
+        if (k == EXEC_MOE_COMBINE && s->x2b < 0) s->x2s = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_ROUTE);
         if (pass == PLAN_PASS_F) {
             if (s->yb < 0 && k != EXEC_HEAD) {
                 if (r + 1 >= nreg)
                     return base_errorf(e, "region %s has no next region for its output", name);
                 s->ys = (int)exec_slot_index(nmb, r + 1, mb, EXEC_SLOT_X);
             }
-            if (k == EXEC_MOE_GATE) {
+            if (k == EXEC_MOE_GATE && s->y2b < 0) {
                 if (r + 2 >= nreg || kinds[r + 2] != EXEC_MOE_COMBINE)
                     return base_errorf(e, "gate %s is not followed by experts and combine", name);
                 s->y2s = (int)exec_slot_index(nmb, r + 2, mb, EXEC_SLOT_ROUTE);
@@ -148,14 +195,14 @@ int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, i
         if (k == EXEC_EMBED && s->dyb < 0) s->dys = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_DY);
     } else {
         if (s->dyb < 0 && k != EXEC_HEAD) s->dys = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_DY);
-        if (k == EXEC_MOE_GATE) s->dy2s = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_DROUTE);
+        if (k == EXEC_MOE_GATE && s->dy2b < 0) s->dy2s = (int)exec_slot_index(nmb, r, mb, EXEC_SLOT_DROUTE);
         if (s->dxb < 0 && k != EXEC_EMBED) {
             if (r < 1)
                 return base_errorf(e, "region %s has no previous region for its input gradient",
                                    name);
             s->dxs = (int)exec_slot_index(nmb, r - 1, mb, EXEC_SLOT_DY);
         }
-        if (k == EXEC_MOE_COMBINE) {
+        if (k == EXEC_MOE_COMBINE && s->dx2b < 0) {
             if (r < 2 || kinds[r - 2] != EXEC_MOE_GATE)
                 return base_errorf(e, "combine %s does not follow a gate and experts", name);
             s->dx2s = (int)exec_slot_index(nmb, r - 2, mb, EXEC_SLOT_DROUTE);
@@ -212,6 +259,25 @@ void exec_coll_sizes(const sched_plan *p, int dev, exec_buf *buf)
         }
         if (!changed) break;
     }
+}
+
+int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf)
+{
+    const plan_list *L = sched_plan_list(p, dev);
+    int n = 0;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads != 1 ||
+            in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_ACT ||
+            L->bufs[in->writes[0]].mem != PLAN_MEM_COMM)
+            continue;
+        exec_buf *B = &buf[in->writes[0]];
+        B->saved_gather = true;
+        B->role = EXEC_BUF_COMM;
+        B->region = in->region;
+        n++;
+    }
+    return n;
 }
 
 int exec_check_bucket_bytes(const sched_plan *p, const plan_instr *in, int64_t total,

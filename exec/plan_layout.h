@@ -27,7 +27,8 @@ typedef enum {
     EXEC_BUF_OPT,
     EXEC_BUF_ACT,
     EXEC_BUF_COMM,
-    EXEC_BUF_GATHERED
+    EXEC_BUF_GATHERED,
+    EXEC_BUF_WORK       /* a compute's workspace (a BI's, read by its BW too) */
 } exec_buf_role;
 
 typedef struct exec_buf {
@@ -40,6 +41,9 @@ typedef struct exec_buf {
     bool init;          /* parameters, optimizer state: initialised */
     bool table;         /* GATHERED for the head: the embedding's token table follows the head's
                            parameters (tied embeddings, ZeRO-3, both on this device) */
+    bool saved_gather;  /* COMM: sequence parallelism's backward re-gather (sched/dir_shard.c):
+                           an all-gather of the leading [norm input | norm output] shards of a
+                           region's act buffer, read by that region's backward */
 } exec_buf;
 
 /* A piece of a region's parameter storage (elements) that a collective moves. */
@@ -79,6 +83,11 @@ typedef struct exec_coll {
     exec_seg *seg;
     int64_t chunk;          /* CUDA, SCATTER / GATHER: elements per rank in the staging buffer */
 } exec_coll;
+
+/* Sequence parallelism's backward re-gathers: marks (exec_buf.saved_gather, role COMM, the
+ * all-gather's region) the comm buffer each all-gather of an activation buffer writes; the
+ * backend sizes it in its own layout. Returns how many. */
+int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf);
 
 /* Starts reading collective instruction i of device dev into C: its group, the group's size and
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */
@@ -157,13 +166,34 @@ static inline int64_t exec_slot_index(int64_t nmb, int r, int mb, int kind)
     return ((int64_t)r * nmb + mb) * EXEC_NSLOT + kind;
 }
 
-/* A compute's boundary tensors: the communication buffers it reads and writes (-1: none) and the
- * slots (-1: none) of its input, route, output, second output, output gradient, route gradient,
- * input gradient and second input gradient. */
+/* A compute's boundary tensors: the plan buffers it reads and writes (-1: none): input, output,
+ * output gradient, input gradient, and an MoE route's (combine input, gate output, gate output
+ * gradient, combine input gradient); and the slots (-1: none) of its input, route, output,
+ * second output, output gradient, route gradient, input gradient and second input gradient. */
 typedef struct exec_bind_slots {
     int xb, yb, dyb, dxb;
+    int x2b, y2b, dy2b, dx2b;
     int xs, x2s, ys, y2s, dys, dy2s, dxs, dx2s;
 } exec_bind_slots;
+
+static inline exec_bind_slots exec_bind_slots_none(void)
+{
+    return (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+}
+
+/* What a workspace-category plan buffer (PLAN_MEM_WORK) of the device's list is: the workspace
+ * of the one region whose computes touch it, or a tensor one region hands another (a boundary;
+ * the route when it joins an MoE gate and its combine). Anything else touching it (a
+ * communication) makes it a boundary too, so that the backends' checks name it. */
+typedef enum { EXEC_WORK_NONE, EXEC_WORK_SPACE, EXEC_WORK_BOUNDARY, EXEC_WORK_ROUTE } exec_work_kind;
+
+/* out[L->nbufs]: exec_work_kind of every buffer (NONE for the other categories); kinds[nreg]:
+ * every region's kind. */
+void exec_work_kinds(const plan_list *L, const exec_region_kind *kinds, int nreg, uint8_t *out);
+
+/* The field of s a boundary buffer goes to: read (side 0) or written (side 1) by a forward or
+ * recompute (fwd) or a backward, the route's fields when `route`. */
+int *exec_bind_boundary(exec_bind_slots *s, bool fwd, int side, bool route);
 
 /* Fills the slots of a forward, recompute or backward pass of region r (kinds[nreg]: every
  * region's kind) for micro-batch mb, from the comm buffers already in s: a tensor no comm buffer

@@ -633,6 +633,96 @@ double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const i
     return 0.0;
 }
 
+/* A workspace being laid out: each tensor starts at a multiple of its element size. */
+static void ws_piece(double *off, double n, double elem)
+{
+    double at = (double)((int64_t)((*off + elem - 1) / elem)) * elem;
+    *off = at + n * elem;
+}
+
+/* Workspaces (T = b*s tokens: every kernel of a region runs on the whole micro-batch, SP
+ * gathers it first; w = max(e, 4) for statistics; per-device widths after TP):
+ *   attn   F, R: per-token norm statistics (mean, rstd) 2T*w, [qk_norm] per-head rstd
+ *                T*(a+kv)*w, [llama] the RoPE table s*d*w;
+ *          B adds: [qk_norm] gradients of Q and K before their norms T*(qd+kvd)*e, one softmax
+ *                row block s*s*e, the gradient of the attention output T*qd*e, the dropped
+ *                output gradient T*h*e, dQ T*qd*e, dK and dV 2*T*kvd*e, the norm-output gradient
+ *                T*h*e.
+ *   mlp    F, R: norm statistics 2T*w; B adds: the dropped output gradient T*h*e, the first
+ *                layer's output gradient T*f*e ([llama] and the up projection's T*f*e), the
+ *                norm-output gradient T*h*e.
+ *   moe_gate     F, R: RMS statistics T*w, each expert's token fraction E*w, each choice's slot
+ *                T*k*4; B adds the router logits' gradient T*E*w and the norm-output gradient.
+ *   moe_experts  B: over the dispatched rows R = E*C: the output gradient R*h*e, the gate and up
+ *                projections' gradients 2*R*ef*e. F none.
+ *   head   F: norm statistics 2T*w and the cross-entropy's per-token max, sum and target logit
+ *          3T*w; B adds the norm-output gradient T*h*e.
+ *   embed, moe_combine: none.
+ * The backward's intermediate gradients are what a weight-gradient GEMM reads (dQ, dK, dV, the
+ * attention output's, the first layer's), so they are exactly what BI leaves for BW. */
+double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shape *s, plan_pass pass)
+{
+    if (pass != PLAN_PASS_F && pass != PLAN_PASS_R && pass != PLAN_PASS_B && pass != PLAN_PASS_BI)
+        return 0.0;
+    bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
+    ir_dims d;
+    ir_dims_init(m, s, &d);
+    double e = d.e, w = e > 4.0 ? e : 4.0, T = (double)d.bs, h = (double)d.h, off = 0;
+    switch (r->kind) {
+    case IR_REGION_ATTN:
+        ws_piece(&off, 2.0 * T, w);
+        if (m->qk_norm) ws_piece(&off, T * (double)(d.a_dev + d.kv_dev), w);
+        if (!d.gpt) ws_piece(&off, (double)(d.s * d.d), w);
+        if (fwd) return off;
+        if (m->qk_norm) ws_piece(&off, T * (double)(d.qd + d.kvd), e);
+        ws_piece(&off, (double)(d.s * d.s), e);
+        ws_piece(&off, T * (double)d.qd, e);
+        ws_piece(&off, T * h, e);
+        ws_piece(&off, T * (double)d.qd, e);
+        ws_piece(&off, 2.0 * T * (double)d.kvd, e);
+        ws_piece(&off, T * h, e);
+        return off;
+    case IR_REGION_MLP:
+        ws_piece(&off, 2.0 * T, w);
+        if (fwd) return off;
+        ws_piece(&off, T * h, e);
+        ws_piece(&off, (d.gpt ? 1.0 : 2.0) * T * (double)d.f_dev, e);
+        ws_piece(&off, T * h, e);
+        return off;
+    case IR_REGION_MOE_GATE:
+        ws_piece(&off, T, w);
+        ws_piece(&off, (double)m->experts, w);
+        ws_piece(&off, T * (double)m->top_k, 4.0);
+        if (fwd) return off;
+        ws_piece(&off, T * (double)m->experts, w);
+        ws_piece(&off, T * h, e);
+        return off;
+    case IR_REGION_MOE_EXPERTS:
+        if (fwd) return 0.0;
+        ws_piece(&off, (double)d.moe_buf * h, e);
+        ws_piece(&off, 2.0 * (double)d.moe_buf * (double)d.ef_dev, e);
+        return off;
+    case IR_REGION_HEAD:
+        ws_piece(&off, 5.0 * T, w);
+        if (fwd) return off;
+        ws_piece(&off, T * h, e);
+        return off;
+    case IR_REGION_EMBED:
+    case IR_REGION_MOE_COMBINE:
+    case IR_NREGION_KINDS:
+        break;
+    }
+    return 0.0;
+}
+
+double ir_region_route_bytes(const ir_model *m, const ir_shape *s)
+{
+    ir_dims d;
+    ir_dims_init(m, s, &d);
+    double w = d.e > 4.0 ? d.e : 4.0;
+    return d.tl * (double)d.h * d.e + d.tl * (double)m->top_k * (w + 4.0);
+}
+
 double ir_region_output_bytes(const ir_model *m, const ir_region *r, const ir_shape *s)
 {
     ir_dims d;

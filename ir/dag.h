@@ -112,7 +112,8 @@ typedef struct ir_node {
     int32_t link;         /* SEND<->RECV partner; R -> its backward; -1 */
     int32_t directive;    /* index of the directive that created the node, -1 for the base DAG */
     int32_t bucket;       /* DP sync: bucket index; -1 */
-    double bytes;         /* communication: bytes per device */
+    double bytes;         /* communication: bytes per device; compute: its workspace
+                             (ir_region_work_bytes, set with the other sizes) */
 } ir_node;
 
 typedef enum { IR_EDGE_DATA, IR_EDGE_TEMPORAL } ir_edge_kind;

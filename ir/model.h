@@ -140,6 +140,17 @@ double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const i
 /* Bytes of the tensor the region hands to the next region (per device; the gradient flowing
  * back has the same size). */
 double ir_region_output_bytes(const ir_model *m, const ir_region *r, const ir_shape *s);
+/* Bytes of the "route" an MoE gate hands straight to its combine, past the experts (and of its
+ * gradient): the residual stream, the routing weights and each choice's slot in the dispatched
+ * buffer (see cost.c). */
+double ir_region_route_bytes(const ir_model *m, const ir_shape *s);
+/* Workspace of one pass of a region on one device: what its kernels hold only while they run
+ * (norm statistics recomputed from the kept input, a softmax row, the backward's intermediate
+ * gradients). PLAN_PASS_F and R: the forward's; B and BI: the backward's, of which a split BI
+ * leaves the output gradients BW needs, so a BI's workspace lives until its BW; BW and every
+ * other pass: none of its own. Each tensor of the list in cost.c starts at a multiple of its
+ * element size, as an executor packs them. */
+double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shape *s, plan_pass pass);
 
 /* GEMM FLOPs of one pass on one device (2 per multiply-add): the sum of `flops` over the pass's
  * GEMM kernels only, which is the convention of the published formulas (formulas.md) and of

@@ -156,6 +156,7 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
             if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
                 sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
+            sched_sp_backward_gathers(x);
             sched_update_sizes(x);
             if (ir_dag_verify(g, "after the placement directives", e)) return -1;
         }
@@ -169,6 +170,7 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
         if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
                 sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
+        sched_sp_backward_gathers(x);
         sched_update_sizes(x);
         if (ir_dag_verify(g, "after the placement directives", e)) return -1;
     }
@@ -222,13 +224,13 @@ static int check_memory(sched_compilation *c, const sched_options *o, base_error
         return base_error_at(e, c->prog.file, 0, 0,
                              "device %d needs %s at its peak but has %s usable (capacity of the "
                              "%s minus reserve): parameters %s, gradients %s, optimizer %s, "
-                             "activations %s, communication %s; shard more (ZeRO, TP, PP), "
-                             "recompute activations, use smaller micro-batches, or pass "
+                             "activations %s, communication %s, workspaces %s; shard more (ZeRO, "
+                             "TP, PP), recompute activations, use smaller micro-batches, or pass "
                              "--allow-oom to keep the plan for what-if analysis",
                              d, base_fmt_bytes(s->peak_bytes, pk, sizeof pk),
                              base_fmt_bytes(usable, us, sizeof us), gpu->name, cat[PLAN_MEM_PARAM],
                              cat[PLAN_MEM_GRAD], cat[PLAN_MEM_OPT], cat[PLAN_MEM_ACT],
-                             cat[PLAN_MEM_COMM]);
+                             cat[PLAN_MEM_COMM], cat[PLAN_MEM_WORK]);
     }
     return 0;
 }
@@ -325,7 +327,7 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
                 c->default_schedule);
     fprintf(f, "\n  %-6s %8s %6s %6s %6s %6s %6s %6s  %11s  %s\n", "device", "compute", "send",
             "recv", "coll", "wait", "alloc", "free", "peak memory",
-            "params / grads / optimizer / activations / comm");
+            "params / grads / optimizer / activations / comm / workspace");
     for (int d = 0; d < p->ndevices; d++) {
         if (d >= 16 && d < p->ndevices - 4) {
             if (d == 16) fprintf(f, "  ... (%d more devices)\n", p->ndevices - 20);
@@ -338,13 +340,13 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
         }
         char pk[32], cat[PLAN_NMEM][32];
         for (int k = 0; k < PLAN_NMEM; k++) base_fmt_bytes(s->at_peak[k], cat[k], sizeof cat[k]);
-        fprintf(f, "  %-6d %8lld %6lld %6lld %6lld %6lld %6lld %6lld  %11s  %s / %s / %s / %s / %s\n", d,
+        fprintf(f, "  %-6d %8lld %6lld %6lld %6lld %6lld %6lld %6lld  %11s  %s / %s / %s / %s / %s / %s\n", d,
                 (long long)s->count_by_op[PLAN_COMPUTE], (long long)s->count_by_op[PLAN_SEND],
                 (long long)s->count_by_op[PLAN_RECV], (long long)s->count_by_op[PLAN_COLL],
                 (long long)s->count_by_op[PLAN_WAIT], (long long)s->count_by_op[PLAN_ALLOC],
                 (long long)s->count_by_op[PLAN_FREE], base_fmt_bytes(s->peak_bytes, pk, sizeof pk),
                 cat[PLAN_MEM_PARAM], cat[PLAN_MEM_GRAD], cat[PLAN_MEM_OPT], cat[PLAN_MEM_ACT],
-                cat[PLAN_MEM_COMM]);
+                cat[PLAN_MEM_COMM], cat[PLAN_MEM_WORK]);
     }
     char cap[32], res[32];
     fprintf(f, "\n  usable memory per %s: %s (capacity) - %s (reserve)\n", p->gpu.name,

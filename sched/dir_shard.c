@@ -5,7 +5,8 @@
  * head). Without sequence parallelism each region's forward ends in an all-reduce of its output
  * and its backward in an all-reduce of its input gradient; with it, the forward starts with an
  * all-gather and ends with a reduce-scatter along the sequence, and the backward mirrors them
- * (Korthikanti et al., arXiv 2205.05198).
+ * (Korthikanti et al., arXiv 2205.05198); the backward also re-gathers the norm input and output
+ * shards its forward kept (sched_sp_backward_gathers, run when placements are final).
  *
  * shard {filter, devices, degree, stream}: the experts of each EP-tagged block are spread over
  * `degree` devices of the data-parallel group; tokens go to their experts by an all-to-all
@@ -143,6 +144,84 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
     }
     splice(g, &bv, &be, IR_OP_ALL_GATHER, IR_CG_TP, stream, &after);
     return 0;
+}
+
+/* Sequence parallelism keeps, of the tensors a region's backward reads, the norm input and the
+ * norm output (the column-parallel GEMM's input) for the device's b*s/t tokens only (ir/cost.c);
+ * the backward needs them for all b*s tokens (the weight gradient of that GEMM, and the norm's
+ * backward on the tokens whose gradient it makes), so Megatron all-gathers them again in the
+ * backward (Korthikanti et al. 2022, section 4.2.2). Here: one TP all-gather per backward of a
+ * sequence-parallel attention, MLP or head, reading its F's saved tensor (the kept shards come
+ * first in that layout: [norm input | norm output], 2*(b*s/t)*h*e bytes; sizes.c counts them)
+ * and writing a comm tensor of all b*s tokens that the backward reads (BW too, after an order
+ * splits it: dir_order.c copies data inputs). It is just in time (ordered right before the
+ * backward) on the stream of the region's other TP collectives. A fully recomputed region keeps
+ * only its input; it gets none (its R and B work from the recomputation). Runs once, when the
+ * placements are final, after every shard_tensor and recompute directive. */
+void sched_sp_backward_gathers(sched_ctx *x)
+{
+    ir_dag *g = x->g;
+    ir_dag_build_adjacency(g);
+    size_t n0 = g->nnodes;
+    i32_vec bs = {0}, saved = {0}, streams = {0};
+    for (size_t vi = 0; vi < n0; vi++) {
+        const ir_node *n = &g->nodes[vi];
+        if (n->dead || n->op != IR_OP_B || !n->sp || n->tp < 2 || n->region < 0) continue;
+        ir_region_kind k = g->regions[n->region].kind;
+        if (k != IR_REGION_ATTN && k != IR_REGION_MLP && k != IR_REGION_HEAD) continue;
+        int32_t t = -1, stream = -1;
+        for (int32_t q = g->in_off[vi]; q < g->in_off[vi + 1]; q++) {
+            const ir_edge *ed = &g->edges[g->in_edge[q]];
+            if (ed->kind != IR_EDGE_DATA) continue;
+            const ir_node *src = &g->nodes[ed->src];
+            if (g->tensors[ed->tensor].kind == IR_T_SAVED && src->op == IR_OP_F &&
+                src->region == n->region && src->recompute != IR_RECOMPUTE_FULL)
+                t = ed->tensor;
+            if (IR_OP_INFO[src->op].kind == IR_KIND_COLL && src->coll_group == IR_CG_TP &&
+                !(src->flags & IR_NODE_DP_SYNC))
+                stream = src->stream;
+        }
+        /* the head's backward gathers nothing in: its reduce-scatter out names the stream */
+        for (int32_t q = g->out_off[vi]; q < g->out_off[vi + 1] && stream < 0; q++) {
+            const ir_node *dst = &g->nodes[g->edges[g->out_edge[q]].dst];
+            if (IR_OP_INFO[dst->op].kind == IR_KIND_COLL && dst->coll_group == IR_CG_TP &&
+                !(dst->flags & IR_NODE_DP_SYNC))
+                stream = dst->stream;
+        }
+        if (t < 0) continue;
+        BASE_VEC_PUSH(bs, (int32_t)vi);
+        BASE_VEC_PUSH(saved, t);
+        BASE_VEC_PUSH(streams, stream);
+    }
+    for (size_t i = 0; i < bs.n; i++) {
+        int32_t b = bs.v[i], t = saved.v[i];
+        int32_t c = ir_dag_add_node(g, IR_OP_ALL_GATHER);
+        ir_node *cn = &g->nodes[c];
+        const ir_node *bn = &g->nodes[b];
+        cn->region = bn->region;
+        cn->layer = bn->layer;
+        cn->mb = bn->mb;
+        cn->stage = bn->stage;
+        cn->chunk = bn->chunk;
+        cn->place = bn->place;
+        cn->pass = bn->pass;
+        cn->tp = bn->tp;
+        cn->ep = bn->ep;
+        cn->sp = bn->sp;
+        cn->dp = bn->dp;
+        cn->directive = bn->directive;
+        cn->flags = (uint16_t)((bn->flags & (IR_NODE_PER_MB | IR_NODE_TP)) | IR_NODE_JIT);
+        cn->link = b;
+        cn->coll_group = IR_CG_TP;
+        cn->stream = (int16_t)(streams.v[i] >= 0 ? streams.v[i] : bn->stream);
+        ir_dag_add_edge(g, g->tensors[t].producer, c, t, IR_EDGE_DATA);
+        int32_t out = ir_dag_add_tensor(g, c, IR_T_COMM, 0);
+        ir_dag_add_edge(g, c, b, out, IR_EDGE_DATA);
+    }
+    free(bs.v);
+    free(saved.v);
+    free(streams.v);
+    g->adj_valid = false;
 }
 
 int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e)

@@ -5,11 +5,14 @@
  *   - collectives naming group slots (each device maps its slots to global groups),
  *   - alloc/free of every buffer with its category: parameters, gradients and optimizer state
  *     (ZeRO-sharded) for the whole step; saved and recomputed activations from their forward to
- *     their last backward; communication buffers around the transfers that fill or drain them.
+ *     their last backward; communication buffers around the transfers that fill or drain them;
+ *     workspaces around the compute that uses them (a split backward's from BI to its BW), and
+ *     the tensor a region hands the next one on the device from its maker to its last reader.
  * Devices of a class share the list when their peers differ from the representative's by one
  * constant offset (the usual TP x PP x DP numbering); otherwise they get a list of their own. */
 #include "sched_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +74,10 @@ static int intern_group(lowerer *L, const int32_t *m, int n, int cg)
     return (int)L->groups.n - 1;
 }
 
-/* Which tensors get a buffer, and in which category. -1: none (aliased into a neighbour's). */
+/* Which tensors get a buffer, and in which category. -1: none (aliased into a neighbour's).
+ * A region's output (or input gradient) that goes straight to the next region's compute is a
+ * workspace-category buffer: it is real memory from the compute that makes it to the last one
+ * that reads it, but it is nobody's saved activation. */
 static int tensor_mem(const ir_dag *g, int32_t t)
 {
     const ir_tensor *x = &g->tensors[t];
@@ -90,7 +96,7 @@ static int tensor_mem(const ir_dag *g, int32_t t)
             if (ed->tensor == t && IR_OP_INFO[gg->nodes[ed->dst].op].kind != IR_KIND_COMPUTE)
                 return PLAN_MEM_COMM;
         }
-        return -1;
+        return x->kind == IR_T_COMM ? -1 : PLAN_MEM_WORK;
     }
     default: return -1;
     }
@@ -314,6 +320,9 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     int32_t *mb_grad = base_xmalloc((size_t)(g->nregions * nmb + 1) * sizeof *mb_grad);
     for (int64_t k = 0; k < g->nregions * nmb; k++) mb_grad[k] = -1;
     i32_vec mb_frees = {0};
+    /* a split backward's workspace, from its BI to its BW: bi_work[r * nmb + k], -1 none */
+    int32_t *bi_work = base_xmalloc((size_t)(g->nregions * nmb + 1) * sizeof *bi_work);
+    for (int64_t k = 0; k < g->nregions * nmb; k++) bi_work[k] = -1;
     int embed_region = -1;
     for (int r = 0; r < g->nregions; r++)
         if (g->regions[r].kind == IR_REGION_EMBED) embed_region = r;
@@ -380,6 +389,25 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             emit_mem(&B, PLAN_ALLOC, s, b, &B.bufs.v[b]);
             if (out_buf < 0) out_buf = b;
         }
+        /* the compute's workspace (sizes.c: n->bytes): allocated right before it and freed right
+         * after, except that a BI's lives until its BW, which reads what BI left there */
+        int32_t ws = -1, rs_buf = -1;
+        bool ws_inherited = false;
+        if (kind == IR_KIND_COMPUTE && n->region >= 0) {
+            int64_t key = n->mb >= 0 && n->mb < nmb ? (int64_t)n->region * nmb + n->mb : -1;
+            if (n->op == IR_OP_BW) {
+                if (key >= 0 && bi_work[key] >= 0) ws = bi_work[key], ws_inherited = true;
+                if (key >= 0) bi_work[key] = -1;
+            } else if (n->bytes > 0) {
+                char name[160], lbl[96];
+                snprintf(name, sizeof name, "work.%s", ir_node_label(g, v, lbl, sizeof lbl));
+                for (char *c = name; *c; c++)
+                    if (*c == ' ') *c = '.';
+                ws = new_buffer(L, &B, n->bytes, PLAN_MEM_WORK, name);
+                emit_mem(&B, PLAN_ALLOC, s, ws, &B.bufs.v[ws]);
+                if (n->op == IR_OP_BI && key >= 0) bi_work[key] = ws;
+            }
+        }
         int32_t in_buf = -1;
         for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && in_buf < 0; k++) {
             const ir_edge *ed = &g->edges[g->in_edge[k]];
@@ -433,6 +461,9 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 for (size_t q = 0; q < wr.n; q++) dup |= wr.v[q] == L->buf_of[ed->tensor];
                 if (!dup) BASE_VEC_PUSH(wr, L->buf_of[ed->tensor]);
             }
+            /* the workspace comes last: a BW reads what its BI wrote there */
+            if (ws >= 0 && ws_inherited) BASE_VEC_PUSH(rd, ws);
+            else if (ws >= 0) BASE_VEC_PUSH(wr, ws);
             in.nreads = (int32_t)rd.n;
             in.nwrites = (int32_t)wr.n;
             in.reads = rd.n ? base_arena_calloc(&L->plan->arena, rd.n, sizeof(int32_t)) : NULL;
@@ -513,6 +544,27 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 for (size_t q = 0; q < wr.n && !dup; q++) dup = wr.v[q] == b;
                 if (!dup) BASE_VEC_PUSH(wr, b);
             }
+            /* A gradient reduce-scatter receives the device's piece of every tensor it cuts
+             * (pieces of ceil(n / size) elements) into its `buf`, from where the piece is copied
+             * into place, or under ZeRO-2/3 added into the kept piece: that receive buffer lives
+             * around the collective. */
+            if (in.coll == PLAN_REDUCE_SCATTER && (n->flags & IR_NODE_DP_SYNC) && rd.n && gb > 0) {
+                int32_t *mm = base_xmalloc(((size_t)g->world + 1) * sizeof *mm);
+                int size = group_members(L, &B.tpls.v[in.group], rep, mm);
+                free(mm);
+                double piece = 0;
+                for (size_t q = 0; q < rd.n && size > 0; q++) {
+                    double el = (double)B.bufs.v[rd.v[q]].bytes / gb;
+                    piece += ceil(el / size) * gb;
+                }
+                char name[160], lbl[96];
+                snprintf(name, sizeof name, "rs.%s", ir_node_label(g, v, lbl, sizeof lbl));
+                for (char *c = name; *c; c++)
+                    if (*c == ' ') *c = '.';
+                rs_buf = new_buffer(L, &B, piece, PLAN_MEM_COMM, name);
+                emit_mem(&B, PLAN_ALLOC, s, rs_buf, &B.bufs.v[rs_buf]);
+                in.buf = rs_buf;
+            }
             in.nreads = (int32_t)rd.n;
             in.nwrites = (int32_t)wr.n;
             in.reads = rd.n ? base_arena_calloc(&L->plan->arena, rd.n, sizeof(int32_t)) : NULL;
@@ -531,6 +583,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             L->event_of[v] = r.event;
             BASE_VEC_PUSH(B.ins, r);
         }
+        if (ws >= 0 && n->op != IR_OP_BI) emit_mem(&B, PLAN_FREE, s, ws, &B.bufs.v[ws]);
+        if (rs_buf >= 0) emit_mem(&B, PLAN_FREE, s, rs_buf, &B.bufs.v[rs_buf]);
         /* ZeRO-2/3: the micro-batch's whole gradients the reduce-scatter consumed */
         for (size_t q = 0; q < mb_frees.n; q++)
             emit_mem(&B, PLAN_FREE, s, mb_frees.v[q], &B.bufs.v[mb_frees.v[q]]);
@@ -563,6 +617,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     }
     free(rb);
     free(mb_grad);
+    free(bi_work);
     free(mb_frees.v);
 
     if (!L->opt->no_sendrecv_groups) sendrecv_groups(&B);

@@ -7,7 +7,7 @@ static const char *const OP_NAMES[] = {"compute", "send", "recv",  "coll", "reco
                                        "wait",    "alloc", "free", "nop"};
 static const char *const COLL_NAMES[] = {"all_reduce", "reduce_scatter", "all_gather",
                                          "all_to_all", "broadcast",      "reduce"};
-static const char *const MEM_NAMES[] = {"params", "grads", "optimizer", "activations", "comm"};
+static const char *const MEM_NAMES[] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
 static const char *const PASS_NAMES[] = {"F", "B", "BI", "BW", "R", "UPD", "AUX"};
 static const char *const DTYPE_NAMES[] = {"fp32", "bf16", "fp16", "fp64", "fp8"};
 static const int DTYPE_BYTES[] = {4, 2, 2, 8, 1};

@@ -47,8 +47,12 @@ typedef enum {
     PLAN_NCOLL
 } plan_coll;
 
-/* Memory categories of the per-device breakdown. */
-typedef enum { PLAN_MEM_PARAM, PLAN_MEM_GRAD, PLAN_MEM_OPT, PLAN_MEM_ACT, PLAN_MEM_COMM, PLAN_NMEM } plan_mem;
+/* Memory categories of the per-device breakdown. WORK holds what lives only around kernels: a
+ * compute's workspace (norm statistics, the backward's intermediate gradients), the one a split
+ * backward's BI leaves for its BW, and the tensor a region hands to the next one on the same
+ * device (its output, or its input gradient) from the compute that makes it to the last that
+ * reads it. */
+typedef enum { PLAN_MEM_PARAM, PLAN_MEM_GRAD, PLAN_MEM_OPT, PLAN_MEM_ACT, PLAN_MEM_COMM, PLAN_MEM_WORK, PLAN_NMEM } plan_mem;
 
 /* Passes of a compute instruction (same meaning as in formulas.md). */
 typedef enum {

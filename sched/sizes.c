@@ -5,6 +5,7 @@
 #include "sched_internal.h"
 
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,7 @@ void sched_update_sizes(sched_ctx *x)
 
         /* input bytes (the first data input), for communication nodes */
         double in_bytes = 0;
+        int in_kind = -1;
         double grad_sum = 0, param_sum = 0;
         /* a bucket sums each region's gradient once, however many micro-batches feed it: those
          * of its first micro-batch (0, or m/2 for a DualPipe mirror's copy, dualpipe_mirror.c) */
@@ -126,13 +128,45 @@ void sched_update_sizes(sched_ctx *x)
             const ir_edge *ed = &g->edges[g->in_edge[k]];
             if (ed->kind != IR_EDGE_DATA) continue;
             const ir_tensor *t = &g->tensors[ed->tensor];
-            if (in_bytes == 0) in_bytes = t->bytes;
+            if (in_bytes == 0) {
+                in_bytes = t->bytes;
+                in_kind = t->kind;
+            }
             if (t->kind == IR_T_GRAD && t->mb <= first_mb) grad_sum += t->bytes;
             if (t->kind == IR_T_PARAM) param_sum += t->bytes;
         }
         int nn = group_size(g, n);
 
         if (kind == IR_KIND_P2P) n->bytes = in_bytes;
+        /* a compute's workspace (lower.c allocates it around the compute): its kernels' own, then,
+         * from the next multiple of 8 bytes, what it computes but does not keep: a forward under
+         * recompute the tensors only R keeps (IR_T_RECOMP), a recompute its region's output (and
+         * an MoE gate's route), which the next region read long ago */
+        if (kind == IR_KIND_COMPUTE) {
+            double w = reg ? ir_region_work_bytes(m, reg, &s, (plan_pass)IR_OP_INFO[n->op].pass) : 0;
+            double extra = 0;
+            if (reg && n->op == IR_OP_F && s.recompute != IR_RECOMPUTE_NONE) {
+                ir_shape full = s;
+                full.recompute = IR_RECOMPUTE_NONE;
+                full.recompute_from_prev = false;
+                extra = ir_region_activation_bytes(m, reg, &full) - ir_region_activation_bytes(m, reg, &s);
+            } else if (reg && n->op == IR_OP_R) {
+                /* unless it hands them to the next region's recompute (dir_recompute.c) */
+                bool out = false, route = false;
+                for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+                    const ir_edge *ed = &g->edges[g->out_edge[k]];
+                    if (ed->kind != IR_EDGE_DATA || g->tensors[ed->tensor].kind != IR_T_ACT) continue;
+                    const ir_node *dn = &g->nodes[ed->dst];
+                    bool r2 = reg->kind == IR_REGION_MOE_GATE && dn->region >= 0 &&
+                              g->regions[dn->region].kind == IR_REGION_MOE_COMBINE;
+                    if (r2) route = true;
+                    else out = true;
+                }
+                if (!out) extra += ir_region_output_bytes(m, reg, &s);
+                if (reg->kind == IR_REGION_MOE_GATE && !route) extra += ir_region_route_bytes(m, &s);
+            }
+            n->bytes = extra > 0 ? ceil(w / 8.0) * 8.0 + extra : w;
+        }
         if (kind == IR_KIND_COLL) {
             if (n->coll_group == IR_CG_TP && (n->flags & IR_NODE_DP_SYNC) && reg) {
                 /* the gradients of the parameters every TP rank holds whole (tp_sync.c) */
@@ -156,6 +190,12 @@ void sched_update_sizes(sched_ctx *x)
                     n->bytes = param_sum; /* whole parameters out (NCCL counts the output) */
                 else
                     n->bytes = grad_sum;
+            } else if (n->op == IR_OP_ALL_GATHER && in_kind == IR_T_SAVED && reg) {
+                /* sequence parallelism's backward re-gather (dir_shard.c): the prefix of the
+                 * saved tensor that holds the device's shards of the norm input and output,
+                 * 2 * (b*s/t) * h * e bytes, gathered from the t ranks: 2 * b*s * h * e */
+                n->bytes = 2.0 * (double)s.micro_batch * (double)m->seq * (double)m->hidden *
+                           (double)sched_plan_dtype_bytes(s.act_dtype);
             } else if (n->op == IR_OP_ALL_GATHER) {
                 n->bytes = in_bytes * nn;
             } else if (n->coll_group == IR_CG_WORLD) {
@@ -174,12 +214,18 @@ void sched_update_sizes(sched_ctx *x)
             double b = 0;
             if (kind == IR_KIND_COMPUTE && reg) {
                 switch ((ir_tensor_kind)t->kind) {
-                case IR_T_ACT:
-                    b = ir_region_output_bytes(m, reg, &s);
+                case IR_T_ACT: {
+                    /* an MoE gate hands its combine the route, past the experts */
+                    const ir_node *dst = &g->nodes[ed->dst];
+                    bool route = reg->kind == IR_REGION_MOE_GATE && dst->region >= 0 &&
+                                 g->regions[dst->region].kind == IR_REGION_MOE_COMBINE;
+                    b = route ? ir_region_route_bytes(m, &s) : ir_region_output_bytes(m, reg, &s);
                     break;
+                }
                 case IR_T_GRAD_ACT: {
                     const ir_region *to = t->region >= 0 ? &g->regions[t->region] : reg;
-                    b = ir_region_output_bytes(m, to, &s);
+                    bool route = reg->kind == IR_REGION_MOE_COMBINE && to->kind == IR_REGION_MOE_GATE;
+                    b = route ? ir_region_route_bytes(m, &s) : ir_region_output_bytes(m, to, &s);
                     break;
                 }
                 case IR_T_SAVED: b = ir_region_activation_bytes(m, reg, &s); break;

@@ -54,10 +54,10 @@ static void device_row(const sched_plan *p, const sim_result *r, int d, FILE *f)
     char b[PLAN_NMEM + 1][32];
     base_fmt_bytes(x->peak_bytes, b[PLAN_NMEM], sizeof b[0]);
     for (int m = 0; m < PLAN_NMEM; m++) base_fmt_bytes(x->at_peak[m], b[m], sizeof b[0]);
-    fprintf(f, "  %-7d %4d %11.6f %11.6f %11.6f %11.6f  %11s%s  %s / %s / %s / %s / %s\n", d, x->node,
+    fprintf(f, "  %-7d %4d %11.6f %11.6f %11.6f %11.6f  %11s%s  %s / %s / %s / %s / %s / %s\n", d, x->node,
             x->compute_seconds, x->exposed_comm_seconds, x->idle_seconds, x->end_seconds, b[PLAN_NMEM],
             x->over_memory ? "!" : " ", b[PLAN_MEM_PARAM], b[PLAN_MEM_GRAD], b[PLAN_MEM_OPT], b[PLAN_MEM_ACT],
-            b[PLAN_MEM_COMM]);
+            b[PLAN_MEM_COMM], b[PLAN_MEM_WORK]);
     (void)p;
 }
 
@@ -96,7 +96,7 @@ void sim_report_write(const sched_plan *p, const sim_options *o, const sim_resul
                 r->critical_device, c->compute_seconds, c->exposed_comm_seconds, r->last_device);
     }
     fprintf(f, "\n  device  node   compute s   exposed s      idle s       end s  peak memory   params / grads / "
-               "optimizer / activations / comm\n");
+               "optimizer / activations / comm / workspace\n");
     for (int d = 0; d < r->ndevices; d++) {
         if (r->ndevices > SHOW_HEAD + SHOW_TAIL && d == SHOW_HEAD) {
             fprintf(f, "  ... (%d more devices)\n", r->ndevices - SHOW_HEAD - SHOW_TAIL);

@@ -60,14 +60,15 @@ static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, voi
     carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
     const int64_t qw = sh->nheads * d, kw = sh->nkv * d, ss = c->b * sh->nheads * s * s;
+    const int64_t tl = sp_rows(c, sh); /* the tokens whose norm input, output and mask are kept */
     const bool drop = c->dropout > 0;
     const int pin = act_part(mode, ACT_INPUT), poth = act_part(mode, ACT_OTHER),
               pcore = act_part(mode, ACT_CORE);
     memset(A, 0, sizeof *A);
     cv.part = pin;
-    A->x = carve_r(&cv, T * h);
+    A->x = carve_r(&cv, tl * h);
     cv.part = poth;
-    A->xn = carve_r(&cv, T * h);
+    A->xn = carve_r(&cv, tl * h);
     A->q = carve_r(&cv, T * qw);
     A->k = carve_r(&cv, T * kw);
     A->v = carve_r(&cv, T * kw);
@@ -82,7 +83,7 @@ static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, voi
         A->pd = carve_r(&cv, ss);
         A->mprobs = carve_b(&cv, ss);
         cv.part = poth;
-        A->mout = carve_b(&cv, T * h);
+        A->mout = carve_b(&cv, tl * h);
     }
     if (rebuilt) *rebuilt = cv.off[1];
     return cv.off[0];
@@ -205,13 +206,19 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     const real *x = c->x;
     real *y = c->y;
 
-    if (A.x != x) /* R under full recompute reads the input F kept */
-        memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
+    /* the norm and the Q/K/V projections block by block of tokens (one block without sequence
+     * parallelism): each block's norm output passes through A.xn, the device's own block last,
+     * so that A.x and A.xn keep exactly its rows (R under full recompute reads them from act) */
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh), own = sp_own(sh);
+    if (A.x != x + own * tl * h) memcpy(A.x, x + own * tl * h, (size_t)(tl * h) * sizeof(real));
     real *qdst = cfg->qk_norm ? A.q_raw : A.q, *kdst = cfg->qk_norm ? A.k_raw : A.k;
-    FN(exec_gemm)(false, false, T, qw, h, 1, A.xn, h, w.wq, qw, 0, qdst, qw);
-    FN(exec_gemm)(false, false, T, kw, h, 1, A.xn, h, w.wk, kw, 0, kdst, kw);
-    FN(exec_gemm)(false, false, T, kw, h, 1, A.xn, h, w.wv, kw, 0, A.v, kw);
+    for (int64_t j = 1; j <= nb; j++) {
+        const int64_t k = (own + j) % nb, r0 = k * tl;
+        FN(exec_norm_f)(cfg, x + r0 * h, w.ng, w.nb, A.xn, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_gemm)(false, false, tl, qw, h, 1, A.xn, h, w.wq, qw, 0, qdst + r0 * qw, qw);
+        FN(exec_gemm)(false, false, tl, kw, h, 1, A.xn, h, w.wk, kw, 0, kdst + r0 * kw, kw);
+        FN(exec_gemm)(false, false, tl, kw, h, 1, A.xn, h, w.wv, kw, 0, A.v + r0 * kw, kw);
+    }
     if (cfg->gpt) {
         bias_add(qdst, T, qw, w.bq);
         bias_add(kdst, T, kw, w.bk);
@@ -264,8 +271,8 @@ int FN(exec_attn_f)(const exec_call *c, base_error *e)
     FN(exec_gemm)(false, false, T, h, qw, 1, A.o, qw, w.wo, h, 0, y, h);
     if (sh->first && w.bo) bias_add(y, T, h, w.bo);
     if (p > 0)
-        dropout_apply_mask(y, A.mout, T * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
-                           (uint64_t)c->sample0 * (uint64_t)(s * h), p);
+        sp_dropout_f(sh, y, A.mout, tl * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
+                     (uint64_t)c->sample0 * (uint64_t)(s * h), p);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
     return 0;
@@ -300,8 +307,11 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     const real *dy = c->dy;
     real *dx = c->dx;
 
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     if (p > 0)
-        dropout_from_mask(dy, W.dyd, A.mout, T * h, p);
+        sp_dropout_b(sh, dy, W.dyd, A.mout, tl * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
+                     (uint64_t)c->sample0 * (uint64_t)(s * h), p);
     else
         memcpy(W.dyd, dy, (size_t)(T * h) * sizeof(real));
     FN(exec_gemm)(false, true, T, qw, h, 1, W.dyd, h, w.wo, h, 0, W.dO, qw);
@@ -349,8 +359,13 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     FN(exec_gemm)(false, true, T, h, qw, 1, W.dq, qw, w.wq, qw, 0, W.dxn, h);
     FN(exec_gemm)(false, true, T, h, kw, 1, W.dk, kw, w.wk, kw, 1, W.dxn, h);
     FN(exec_gemm)(false, true, T, h, kw, 1, W.dv, kw, w.wv, kw, 1, W.dxn, h);
-    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
-    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, dx, T, false);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, dx + r0 * h, tl,
+                         false);
+    }
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -378,9 +393,15 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
     const int64_t T = cfg->b * cfg->s, h = cfg->h, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
 
-    FN(exec_gemm)(true, false, h, qw, T, 1, A.xn, h, W.dq, qw, 1, g.wq, qw);
-    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, W.dk, kw, 1, g.wk, kw);
-    FN(exec_gemm)(true, false, h, kw, T, 1, A.xn, h, W.dv, kw, 1, g.wv, kw);
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xnk = sh->sp ? (const real *)c->xg + (k * 2 + 1) * tl * h : A.xn;
+        FN(exec_gemm)(true, false, h, qw, tl, 1, xnk, h, W.dq + r0 * qw, qw, 1, g.wq, qw);
+        FN(exec_gemm)(true, false, h, kw, tl, 1, xnk, h, W.dk + r0 * kw, kw, 1, g.wk, kw);
+        FN(exec_gemm)(true, false, h, kw, tl, 1, xnk, h, W.dv + r0 * kw, kw, 1, g.wv, kw);
+    }
     FN(exec_gemm)(true, false, qw, h, T, 1, A.o, qw, W.dyd, h, 1, g.wo, h);
     if (cfg->gpt) {
         colsum_acc(W.dq, T, qw, g.bq);
@@ -392,6 +413,10 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
         FN(exec_rmsnorm_bw)(W.dqn, A.q_raw, W.q_rstd, g.qg, T * nh, d);
         FN(exec_rmsnorm_bw)(W.dkn, A.k_raw, W.k_rstd, g.kg, T * nkv, d);
     }
-    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
+    }
     return 0;
 }

@@ -139,7 +139,7 @@ static int req_new(exec_cpu *c, int instr)
 static void req_done(exec_cpu *c, int r)
 {
     cpu_req *R = &c->req[r];
-    if (R->staging) exec_cpu_scratch_free(c, R->staging, (size_t)R->staging_bytes);
+    if (R->staging && R->staging_owned) exec_cpu_scratch_free(c, R->staging, (size_t)R->staging_bytes);
     R->staging = NULL;
     free(R->counts);
     R->counts = NULL;
@@ -243,6 +243,11 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         char *op = ip ? exec_cpu_buf(c, C->out, "the collective's output", e) : NULL;
         if (!op) return -1;
         int64_t n = c->buf[C->in].bytes / (int64_t)es, no = c->buf[C->out].bytes / (int64_t)es;
+        /* sequence parallelism's backward re-gather reads the leading shards of an act buffer
+         * (sched/dir_shard.c): as many elements as the output's share */
+        if (c->buf[C->out].saved_gather && in->coll == PLAN_ALL_GATHER && C->gsize > 0 &&
+            no % C->gsize == 0 && no / C->gsize <= n)
+            n = no / C->gsize;
         if (int_count(n, "a collective", e)) return -1;
         int g = C->gsize;
         /* the plan's bytes of an activation collective: the larger side (an all-gather's
@@ -310,9 +315,14 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
             seg_piece(c, &C->seg[s], C->grank, g, &lo, &hi);
             mine += hi - lo;
         }
-        if (grads) {
+        if (grads && in->buf >= 0) { /* the plan's receive buffer */
+            if (!(R->staging = exec_cpu_buf(c, in->buf, "the reduce-scatter's receive buffer", e)))
+                return -1;
+            R->staging_owned = false;
+        } else if (grads) {
             R->staging_bytes = mine * (int64_t)es;
             R->staging = exec_cpu_scratch(c, (size_t)R->staging_bytes);
+            R->staging_owned = true;
         }
         int64_t moff = 0, outoff = 0;
         for (int s = 0; s < C->nseg; s++) {

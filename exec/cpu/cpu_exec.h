@@ -12,9 +12,11 @@
  *   `act` for that micro-batch; a comm buffer a forward writes is its output, one it reads its
  *   input (likewise dx/dy for a backward); a collective's output takes its size from its input.
  *   Sizes are the kernels' (exec_region_sizes_get), not the plan's.
- * - Tensors that cross between regions on one device have no plan buffer (the plan counts them
- *   in the next region's activations); the executor holds them in slots keyed by (region,
- *   micro-batch), freed after their last reader.
+ * - Tensors that cross between regions on one device are the plan's workspace-category buffers
+ *   that two regions' computes touch; one that a single region's computes touch is the pass's
+ *   work buffer (exec_work_kinds). Plans without them (hand-written, older compilers) get slots
+ *   keyed by (region, micro-batch), freed after their last reader, and per-pass work buffers of
+ *   the executor's own.
  * - Parameters, gradients and optimizer state keep their storage across steps; parameters are
  *   initialised once, gradients zeroed when the plan allocates them.
  * - A collective that reads gradient (parameter) buffers works on regions: over the region's TP
@@ -107,6 +109,9 @@ typedef struct cpu_bind {   /* a compute instruction, resolved */
                                ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
                                the embedding's token table, -1: the regions' own */
     exec_bind_slots sl;     /* comm buffers and slots of the boundary tensors, -1 */
+    int work;               /* the plan's workspace of the pass (a BW: its BI's), -1: none */
+    int xg;                 /* sequence parallelism, a backward: the comm buffer of the re-gathered
+                               norm input and output shards (exec_call.xg), -1 */
 } cpu_bind;
 
 /* A collective instruction, resolved: exec_coll (plan_layout.h), comm indexing the
@@ -124,7 +129,9 @@ typedef struct cpu_req {
     MPI_Request r;
     int instr;
     int64_t expect;         /* RECV: bytes */
-    char *staging;          /* ZeRO collectives: the bucket laid out rank by rank */
+    char *staging;          /* ZeRO reduce-scatters: where the device's pieces arrive (the plan's
+                               receive buffer, or the executor's own for a plan without one) */
+    bool staging_owned;     /* the executor's own: freed with the request */
     int64_t staging_bytes;
     MPI_Request *more;      /* a gradient bucket: one in-place all-reduce per segment, the
                                first in r, the others here (nmore) */

@@ -26,19 +26,19 @@ typedef struct embed_act {
     uint8_t *mask;
 } embed_act;
 
-static size_t embed_layout(const exec_cfg *c, void *base, embed_act *A)
+static size_t embed_layout(const exec_cfg *c, const exec_shard *sh, void *base, embed_act *A)
 {
     carver cv = carver_act(base, NULL);
     A->tokens = carve_i(&cv, c->b * c->s);
-    A->mask = c->dropout > 0 ? carve_b(&cv, c->b * c->s * c->h) : NULL;
+    /* under sequence parallelism the mask of the device's own rows only (real.h) */
+    A->mask = c->dropout > 0 ? carve_b(&cv, sp_rows(c, sh) * c->h) : NULL;
     return cv.off[0];
 }
 
 int64_t FN(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
     embed_act A;
-    return (int64_t)embed_layout(c, NULL, &A);
+    return (int64_t)embed_layout(c, s, NULL, &A);
 }
 
 int64_t FN(exec_embed_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -61,7 +61,7 @@ int FN(exec_embed_f)(const exec_call *c, base_error *e)
     if (region_params_get(c, EXEC_EMBED, &rp, e)) return -1;
     const real *tok = param_at(&rp, c->param, "tok"), *pos = param_at(&rp, c->param, "pos");
     embed_act A;
-    embed_layout(cfg, c->act, &A);
+    embed_layout(cfg, sh, c->act, &A);
     const int64_t T = cfg->b * cfg->s, h = cfg->h;
     real *y = c->y;
     for (int64_t t = 0; t < T; t++) {
@@ -82,8 +82,8 @@ int FN(exec_embed_f)(const exec_call *c, base_error *e)
             for (int64_t j = 0; j < h; j++) yr[j] += pos[(t % cfg->s) * h + j];
     }
     if (cfg->dropout > 0)
-        dropout_apply_mask(y, A.mask, T * h, dropout_key(c, EXEC_DROP_EMBED),
-                           (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+        sp_dropout_f(sh, y, A.mask, sp_rows(cfg, sh) * h, dropout_key(c, EXEC_DROP_EMBED),
+                     (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
     return 0;
 }
 
@@ -98,17 +98,27 @@ int FN(exec_embed_bw)(const exec_call *c, base_error *e)
     if (region_params_get(c, EXEC_EMBED, &rp, e)) return -1;
     real *gtok = param_at(&rp, c->grad, "tok"), *gpos = param_at(&rp, c->grad, "pos");
     embed_act A;
-    embed_layout(cfg, c->act, &A);
+    embed_layout(cfg, sh, c->act, &A);
     const int64_t T = cfg->b * cfg->s, h = cfg->h;
     const real *dy = c->dy;
     const double p = cfg->dropout;
     const real scale = (real)(1.0 / (1.0 - p));
+    /* the mask of the device's rows is kept; under sequence parallelism the other rows' are the
+     * same counter bits, drawn again */
+    const int64_t tl = sp_rows(cfg, sh), t0 = sp_own(sh) * tl;
+    const uint64_t key = dropout_key(c, EXEC_DROP_EMBED),
+                   idx0 = (uint64_t)c->sample0 * (uint64_t)(cfg->s * h);
     for (int64_t t = 0; t < T; t++) {
         int64_t row = A.tokens[t] - sh->vocab0;
         bool mine = row >= 0 && row < sh->nvocab;
+        bool kept = t >= t0 && t < t0 + tl;
         for (int64_t j = 0; j < h; j++) {
             real g = dy[t * h + j];
-            if (p > 0) g = A.mask[t * h + j] ? g * scale : 0;
+            if (p > 0) {
+                bool keep = kept ? A.mask[(t - t0) * h + j] != 0
+                                 : exec_dropout_keep(key, idx0 + (uint64_t)(t * h + j), p);
+                g = keep ? g * scale : 0;
+            }
             if (mine) gtok[row * h + j] += g;
             if (sh->first && gpos) gpos[(t % cfg->s) * h + j] += g;
         }
@@ -129,9 +139,9 @@ typedef struct head_act {
 static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
 {
     carver cv = carver_act(base, NULL);
-    const int64_t T = c->b * c->s, h = c->h;
-    A->x = carve_r(&cv, T * h);
-    A->xn = carve_r(&cv, T * h);
+    const int64_t T = c->b * c->s, h = c->h, tl = sp_rows(c, sh);
+    A->x = carve_r(&cv, tl * h);
+    A->xn = carve_r(&cv, tl * h);
     A->probs = carve_r(&cv, T * sh->nvocab);
     return cv.off[0];
 }
@@ -217,9 +227,15 @@ int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
                                (int)id, (long long)(t % cfg->s),
                                (long long)(c->sample0 + t / cfg->s), (long long)cfg->vocab);
     }
-    memcpy(A.x, c->x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
-    FN(exec_gemm)(false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs, nv);
+    /* the norm and the LM head block by block of tokens (attention.c), the own block last */
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh), own = sp_own(sh);
+    const real *x = c->x;
+    memcpy(A.x, x + own * tl * h, (size_t)(tl * h) * sizeof(real));
+    for (int64_t j = 1; j <= nb; j++) {
+        const int64_t k = (own + j) % nb, r0 = k * tl;
+        FN(exec_norm_f)(cfg, x + r0 * h, w.ng, w.nb, A.xn, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_gemm)(false, true, tl, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs + r0 * nv, nv);
+    }
     for (int64_t t = 0; t < T; t++) {
         const real *z = A.probs + t * nv;
         real mx = z[0];
@@ -316,9 +332,16 @@ int FN(exec_head_bi)(const exec_call *c, base_error *e)
     head_work W;
     head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, W.dxn, h);
-    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
-    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, c->dx, T, false);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, (real *)c->dx + r0 * h,
+                         tl, false);
+    }
     return 0;
 }
 
@@ -337,8 +360,15 @@ int FN(exec_head_bw)(const exec_call *c, base_error *e)
     head_layout(cfg, sh, c->act, &A);
     head_work W;
     head_work_layout(cfg, c->work, &W, NULL);
-    const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    FN(exec_gemm)(true, false, nv, h, T, 1, A.probs, nv, A.xn, h, 1, g.lm, h);
-    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
+    const int64_t h = cfg->h, nv = sh->nvocab;
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        const real *xnk = sh->sp ? xk + tl * h : A.xn;
+        FN(exec_gemm)(true, false, nv, h, tl, 1, A.probs + r0 * nv, nv, xnk, h, 1, g.lm, h);
+        FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
+    }
     return 0;
 }

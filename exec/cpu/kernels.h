@@ -114,12 +114,20 @@ typedef struct exec_shard {
     int64_t effn0, neffn;    /* expert FFN columns (each expert TP-split like a dense MLP) */
     int64_t vocab0, nvocab;  /* vocabulary rows of the embedding / LM head */
     int64_t expert0, nexperts; /* local experts */
+    bool sp;                 /* sequence parallelism (tp > 1): of the tokens' rows, the act
+                              * buffer keeps the norm input, the norm output and the output
+                              * dropout mask of rows [tp_rank*tl, (tp_rank+1)*tl) only, tl =
+                              * b*s/tp, at its front (ir/cost.c's accounting); BI/BW read all rows
+                              * of the first two from exec_call.xg. exec_shard_set_sp sets it. */
 } exec_shard;
 
 /* Megatron's split: tp divides heads, ffn, expert_ffn and vocab; kv heads are split when
  * tp <= kv_heads and replicated otherwise; ep divides experts. tp = ep = 1 is the whole model. */
 int exec_shard_init(const exec_cfg *c, int tp, int tp_rank, int ep, int ep_rank, exec_shard *s,
                     base_error *e);
+
+/* Turns sequence parallelism on or off for a shard (tp > 1; tp must divide b*s). */
+int exec_shard_set_sp(const exec_cfg *c, exec_shard *s, bool sp, base_error *e);
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -236,6 +244,9 @@ typedef struct exec_call {
     void *work;              /* exec_region_sizes().work_bytes: every pass but UPD needs it; what
                               * BI leaves there BW reads, so it lives from BI to BW */
     const void *x, *x2;
+    const void *xg;          /* sequence parallelism (exec_shard.sp), attn/mlp/head BI and BW: the
+                              * TP group's kept [norm input | norm output] shards, all-gathered
+                              * (rank-major blocks of [tl][h] and [tl][h], tl = b*s/tp) */
     void *y, *y2;
     const void *dy, *dy2;
     void *dx, *dx2;

@@ -66,15 +66,16 @@ static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, int mode, void
 {
     carver cv = carver_act(b0, b1);
     const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
+    const int64_t tl = sp_rows(c, sh); /* the tokens whose norm input, output and mask are kept */
     memset(A, 0, sizeof *A);
     cv.part = act_part(mode, ACT_INPUT);
-    A->x = carve_r(&cv, T * h);
+    A->x = carve_r(&cv, tl * h);
     cv.part = act_part(mode, ACT_OTHER);
-    A->xn = carve_r(&cv, T * h);
+    A->xn = carve_r(&cv, tl * h);
     A->h1 = carve_r(&cv, T * f);
     if (!c->gpt) A->u = carve_r(&cv, T * f);
     A->a = carve_r(&cv, T * f);
-    if (c->dropout > 0) A->mout = carve_b(&cv, T * h);
+    if (c->dropout > 0) A->mout = carve_b(&cv, tl * h);
     if (rebuilt) *rebuilt = cv.off[1];
     return cv.off[0];
 }
@@ -164,22 +165,27 @@ int FN(exec_mlp_f)(const exec_call *c, base_error *e)
     const real *x = c->x;
     real *y = c->y;
 
-    if (A.x != x) /* R under full recompute reads the input F kept */
-        memcpy(A.x, x, (size_t)(T * h) * sizeof(real));
-    FN(exec_norm_f)(cfg, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T);
-    FN(exec_gemm)(false, false, T, f, h, 1, A.xn, h, w.w1, f, 0, A.h1, f);
+    /* the norm and fc1 (gate/up) block by block of tokens, as in attention.c: the device's own
+     * block last, so that A.x and A.xn keep its rows */
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh), own = sp_own(sh);
+    if (A.x != x + own * tl * h) memcpy(A.x, x + own * tl * h, (size_t)(tl * h) * sizeof(real));
+    for (int64_t j = 1; j <= nb; j++) {
+        const int64_t k = (own + j) % nb, r0 = k * tl;
+        FN(exec_norm_f)(cfg, x + r0 * h, w.ng, w.nb, A.xn, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_gemm)(false, false, tl, f, h, 1, A.xn, h, w.w1, f, 0, A.h1 + r0 * f, f);
+        if (!cfg->gpt) FN(exec_gemm)(false, false, tl, f, h, 1, A.xn, h, w.wu, f, 0, A.u + r0 * f, f);
+    }
     if (cfg->gpt) {
         bias_add(A.h1, T, f, w.b1);
         FN(exec_gelu_f)(A.h1, A.a, T * f);
     } else {
-        FN(exec_gemm)(false, false, T, f, h, 1, A.xn, h, w.wu, f, 0, A.u, f);
         FN(exec_swiglu_f)(A.h1, A.u, A.a, T * f);
     }
     FN(exec_gemm)(false, false, T, h, f, 1, A.a, f, w.w2, h, 0, y, h);
     if (sh->first && w.b2) bias_add(y, T, h, w.b2);
     if (cfg->dropout > 0)
-        dropout_apply_mask(y, A.mout, T * h, dropout_key(c, EXEC_DROP_MLP_OUT),
-                           (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
+        sp_dropout_f(sh, y, A.mout, tl * h, dropout_key(c, EXEC_DROP_MLP_OUT),
+                     (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) y[i] += x[i];
     return 0;
@@ -208,8 +214,11 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
     const real *dy = c->dy;
     real *dx = c->dx;
 
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     if (cfg->dropout > 0)
-        dropout_from_mask(dy, W.dyd, A.mout, T * h, cfg->dropout);
+        sp_dropout_b(sh, dy, W.dyd, A.mout, tl * h, dropout_key(c, EXEC_DROP_MLP_OUT),
+                     (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout);
     else
         memcpy(W.dyd, dy, (size_t)(T * h) * sizeof(real));
     /* da (the gradient of fc2's input) goes through dh1 as a workspace */
@@ -222,8 +231,13 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
         FN(exec_gemm)(false, true, T, h, f, 1, W.dh1, f, w.w1, f, 0, W.dxn, h);
         FN(exec_gemm)(false, true, T, h, f, 1, W.du, f, w.wu, f, 1, W.dxn, h);
     }
-    FN(exec_norm_stats)(cfg, A.x, W.mean, W.rstd, T);
-    FN(exec_norm_bi)(cfg, W.dxn, A.x, w.ng, W.mean, W.rstd, dx, T, false);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
+        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, dx + r0 * h, tl,
+                         false);
+    }
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -248,13 +262,23 @@ int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
     mlp_work_layout(cfg, sh, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
 
-    FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, W.dh1, f, 1, g.w1, f);
-    if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, T, 1, A.xn, h, W.du, f, 1, g.wu, f);
+    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xnk = sh->sp ? (const real *)c->xg + (k * 2 + 1) * tl * h : A.xn;
+        FN(exec_gemm)(true, false, h, f, tl, 1, xnk, h, W.dh1 + r0 * f, f, 1, g.w1, f);
+        if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, tl, 1, xnk, h, W.du + r0 * f, f, 1, g.wu, f);
+    }
     FN(exec_gemm)(true, false, f, h, T, 1, A.a, f, W.dyd, h, 1, g.w2, h);
     if (cfg->gpt) {
         colsum_acc(W.dh1, T, f, g.b1);
         if (sh->first) colsum_acc(W.dyd, T, h, g.b2);
     }
-    FN(exec_norm_bw)(cfg, W.dxn, A.x, W.mean, W.rstd, g.ng, g.nb, T);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
+        FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
+    }
     return 0;
 }

@@ -111,6 +111,16 @@ int exec_cfg_from_plan(const plan_model *m, uint64_t seed, exec_cfg *c, base_err
 
 /* ---------------------------------------------------------------- shard */
 
+int exec_shard_set_sp(const exec_cfg *c, exec_shard *s, bool sp, base_error *e)
+{
+    if (sp && (s->tp < 2 || (c->b * c->s) % s->tp))
+        return base_errorf(e, "sequence parallelism needs a tensor-parallel degree > 1 (%d) that "
+                              "divides the %lld tokens of a micro-batch",
+                           s->tp, (long long)(c->b * c->s));
+    s->sp = sp;
+    return 0;
+}
+
 int exec_shard_init(const exec_cfg *c, int tp, int tp_rank, int ep, int ep_rank, exec_shard *s,
                     base_error *e)
 {

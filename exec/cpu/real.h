@@ -39,8 +39,9 @@ typedef float real;
  * own element size only, and layouts carve the real tensors first, then int32, then the 1-byte
  * dropout masks, so that no padding appears between them (calloc's alignment covers the base).
  * The work buffer (exec_call.work: workspaces, norm statistics, and what BI leaves for BW) is
- * carved the same way with 64-byte pieces. Under recompute an act buffer has two parts (act_part):
- * each is packed the same way. */
+ * carved the same way: it is the plan's workspace of the pass, byte for byte the list of
+ * ir/cost.c's ir_region_work_bytes, each piece aligned to its element size. Under recompute an
+ * act buffer has two parts (act_part): each is packed the same way. */
 typedef struct carver {
     char *base[2];
     size_t off[2];
@@ -57,7 +58,7 @@ static inline carver carver_act(void *b0, void *b1)
 }
 static inline carver carver_work(void *b)
 {
-    carver c = {{b, NULL}, {0, 0}, 64, 0};
+    carver c = {{b, NULL}, {0, 0}, 0, 0};
     return c;
 }
 
@@ -126,6 +127,20 @@ static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
     return cv.off[0];
 }
 
+/* ---------------------------------------------------------------- sequence parallelism */
+
+/* Under sequence parallelism (exec_shard.sp) the rows of the tokens, [b*s][width], are cut in
+ * tp blocks of tl = b*s/tp rows; a region keeps the rows of block tp_rank (the block a
+ * reduce-scatter gives that rank) of its norm input, norm output and output dropout mask, and
+ * its backward reads the whole norm input and output from exec_call.xg: rank k's kept
+ * [norm input | norm output] pair of blocks at k * 2*tl*h. Without it there is one block. */
+static inline int64_t sp_rows(const exec_cfg *c, const exec_shard *s)
+{
+    return s->sp ? c->b * c->s / s->tp : c->b * c->s;
+}
+static inline int sp_blocks(const exec_shard *s) { return s->sp ? s->tp : 1; }
+static inline int sp_own(const exec_shard *s) { return s->sp ? s->tp_rank : 0; }
+
 /* ---------------------------------------------------------------- dropout */
 
 /* Dropout forward keeping its 1-byte mask (as Megatron and PyTorch do, and as ir/cost.c counts
@@ -155,6 +170,32 @@ static inline void dropout_apply(real *x, int64_t n, uint64_t key, uint64_t idx0
     real scale = (real)(1.0 / (1.0 - p));
     for (int64_t i = 0; i < n; i++)
         x[i] = exec_dropout_keep(key, idx0 + (uint64_t)i, p) ? x[i] * scale : (real)0;
+}
+
+/* Dropout of the [b*s][w] rows of a region's output under sequence parallelism (any number of
+ * blocks, sp_blocks): the own block keeps its mask in `mask` (w*tl bytes); the other blocks'
+ * masks are the same counter bits, drawn again and not kept. idx0: the first element's index. */
+static inline void sp_dropout_f(const exec_shard *s, real *y, uint8_t *mask, int64_t blk,
+                                uint64_t key, uint64_t idx0, double p)
+{
+    for (int k = 0; k < sp_blocks(s); k++) {
+        uint64_t at = idx0 + (uint64_t)(k * blk);
+        if (k == sp_own(s)) dropout_apply_mask(y + k * blk, mask, blk, key, at, p);
+        else dropout_apply(y + k * blk, blk, key, at, p);
+    }
+}
+/* Its backward: dx = dropout'(dy), the own block from the kept mask. */
+static inline void sp_dropout_b(const exec_shard *s, const real *dy, real *dx, const uint8_t *mask,
+                                int64_t blk, uint64_t key, uint64_t idx0, double p)
+{
+    for (int k = 0; k < sp_blocks(s); k++) {
+        if (k == sp_own(s)) {
+            dropout_from_mask(dy + k * blk, dx + k * blk, mask, blk, p);
+        } else {
+            if (dx != dy) memcpy(dx + k * blk, dy + k * blk, (size_t)blk * sizeof(real));
+            dropout_apply(dx + k * blk, blk, key, idx0 + (uint64_t)(k * blk), p);
+        }
+    }
 }
 
 /* The stream of one dropout site of one layer in one step. Micro-batches and data-parallel

@@ -50,12 +50,32 @@ void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes)
 
 static const char *buf_name(const exec_cpu *c, int b) { return exec_buf_name(c->L, b); }
 
+/* Where a workspace's second part starts: after the kernels' w bytes, at a multiple of 8. */
+static int64_t work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
+
 static int instr_err(const exec_cpu *c, int i, base_error *e)
 {
     return exec_instr_error(c->p, c->dev, i, e);
 }
 
 /* ---------------------------------------------------------------- open: reading the plan */
+
+/* Sequence parallelism: a tensor-parallel region whose boundary tensors the plan all-gathers or
+ * reduce-scatters over its TP group (rather than all-reducing them) holds b*s/tp tokens outside
+ * its TP-split GEMMs; its kernels then keep that share of their rows (kernels.h, exec_shard.sp). */
+static bool sequence_parallel(const exec_cpu *c, int r, int tp_group)
+{
+    const plan_list *L = c->L;
+    for (int i = 0; i < L->n && tp_group >= 0; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL || in->region != r || sched_plan_group(c->p, c->dev, in) != tp_group ||
+            (in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER))
+            continue;
+        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+        if (ib >= 0 && (L->bufs[ib].mem == PLAN_MEM_COMM || L->bufs[ib].mem == PLAN_MEM_ACT)) return true;
+    }
+    return false;
+}
 
 /* Regions: names, kinds, which run here, their TP/EP groups and shards, parameter layouts. */
 static int read_regions(exec_cpu *c, base_error *e)
@@ -91,6 +111,7 @@ static int read_regions(exec_cpu *c, base_error *e)
         const exec_region_place *P = &pl[r];
         if (!R->here) continue;
         if (exec_shard_init(&c->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
+            exec_shard_set_sp(&c->cfg, &R->sh, sequence_parallel(c, r, P->tp_group), e) ||
             exec_region_sizes_get(&c->cfg, &R->sh, R->kind, c->dt, &R->sz, e) ||
             (R->npar = exec_region_params(&c->cfg, &R->sh, R->kind, R->par, e)) < 0) {
             base_error_prefix(e, "region %s on device %d: ", R->name, c->dev);
@@ -147,9 +168,9 @@ static int set_role(exec_cpu *c, int i, int b, exec_buf_role role, int region, i
 
 /* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
  * plan's sizes (its F's activation buffer and its R's), so that what F keeps and what R rebuilds
- * are the plan's tensors. A region without R keeps everything; one whose sizes match no mode (the
- * executor keeps more than the plan sizes, e.g. under sequence parallelism) keeps everything in
- * F's buffer and again in R's. */
+ * are the plan's tensors. A region without R keeps everything; one whose sizes match no mode
+ * keeps everything in F's buffer and again in R's. A sequence-parallel region is not recomputed
+ * here: it keeps its device's tokens only (kernels.h, exec_shard.sp). */
 static int act_modes(exec_cpu *c, base_error *e)
 {
     const plan_list *L = c->L;
@@ -171,6 +192,12 @@ static int act_modes(exec_cpu *c, base_error *e)
                 }
         }
         if (rb < 0) continue; /* no recompute */
+        if (R->sh.sp)
+            return base_errorf(e, "region %s is sequence-parallel and recomputed; the CPU "
+                                  "executor keeps its norm input of the device's tokens only "
+                                  "and a recomputation would need all of them, which the plan "
+                                  "does not gather: drop the recompute or sequence_parallel",
+                               R->name);
         for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
             int64_t kept, rebuilt;
             if (exec_region_act_split(&c->cfg, &R->sh, R->kind, c->dt, (exec_act_mode)m, &kept,
@@ -185,6 +212,22 @@ static int act_modes(exec_cpu *c, base_error *e)
         }
     }
     return 0;
+}
+
+/* The bytes of a pass's workspace (ir/cost.c's ir_region_work_bytes plus what sched/sizes.c adds):
+ * the kernels' work buffer, then, from the next multiple of 8, what the pass computes and does
+ * not keep: a forward under recompute the part only R keeps, a recompute the region's output
+ * (and a gate's route). */
+static int64_t pass_work_bytes(const exec_cpu *c, const cpu_region *R, plan_pass pass,
+                               const cpu_bind *b)
+{
+    bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
+    int64_t w = fwd ? R->sz.work_f_bytes : R->sz.work_bytes, extra = 0;
+    if (pass == PLAN_PASS_F && R->act_mode != EXEC_ACT_ALL) extra = R->act_rebuilt;
+    if (pass == PLAN_PASS_R) /* the outputs no boundary buffer takes */
+        extra = (b->sl.yb < 0 ? R->sz.y * (int64_t)c->es : 0) +
+                (R->kind == EXEC_MOE_GATE && b->sl.y2b < 0 ? R->sz.route_bytes : 0);
+    return extra ? work_extra_at(w) + extra : w;
 }
 
 /* Buffer roles and the bindings of every compute. */
@@ -217,19 +260,23 @@ static int read_computes(exec_cpu *c, base_error *e)
             B->bytes += c->reg[c->embed_region].par[0].count * (int64_t)es;
         }
     }
+    exec_mark_saved_gathers(p, c->dev, c->buf);
     if (act_modes(c, e)) return -1;
     int *act_cur = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_cur);
     int *act_rec = base_xcalloc((size_t)(c->nreg * c->nmb + 1), sizeof *act_rec);
     exec_region_kind *kinds = base_xcalloc((size_t)(c->nreg + 1), sizeof *kinds);
     for (int r = 0; r < c->nreg; r++) kinds[r] = c->reg[r].kind;
+    uint8_t *wk = base_xcalloc((size_t)L->nbufs + 1, 1);
+    exec_work_kinds(L, kinds, c->nreg, wk);
     for (int64_t k = 0; k < c->nreg * c->nmb; k++) act_cur[k] = act_rec[k] = -1;
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         cpu_bind *b = &c->bind[i];
-        b->act = b->act2 = b->pb = b->gb = b->egb = -1;
-        b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+        b->act = b->act2 = b->pb = b->gb = b->egb = b->work = -1;
+        b->sl = exec_bind_slots_none();
+        b->xg = -1;
         b->region = in->region;
         b->mb = in->mb;
         const char *kid = exec_compute_kid(p, in);
@@ -324,11 +371,26 @@ static int read_computes(exec_cpu *c, base_error *e)
                     }
                     b->pb = bb;
                     R->gathered = true;
-                } else { /* comm: a boundary tensor */
-                    int64_t sz = fwd ? (side == 0 ? xbytes : ybytes) : (side == 0 ? ybytes : xbytes);
+                } else if (c->buf[bb].saved_gather) {
+                    /* sequence parallelism: the kept norm shards, gathered for the backward */
+                    if (!bwd || side != 0 || c->buf[bb].region != r) {
+                        base_errorf(e, "%s uses buffer %s, the re-gathered norm shards of region "
+                                       "%s; only that region's backward reads them",
+                                    kid, buf_name(c, bb), c->buf[bb].region >= 0 ? c->reg[c->buf[bb].region].name : "-");
+                        rc = instr_err(c, i, e);
+                    } else {
+                        rc = set_role(c, i, bb, EXEC_BUF_COMM, r, 2 * (int64_t)es * R->sz.x, e);
+                        b->xg = bb;
+                    }
+                } else if (m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) {
+                    /* the pass's workspace (a BW reads its BI's) */
+                    b->work = bb; /* sized below, once the outputs are bound */
+                } else { /* comm or a workspace-category buffer between regions: a boundary tensor */
+                    bool route = m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_ROUTE;
+                    int64_t sz = route ? R->sz.route_bytes
+                                       : fwd ? (side == 0 ? xbytes : ybytes) : (side == 0 ? ybytes : xbytes);
                     rc = set_role(c, i, bb, EXEC_BUF_COMM, r, sz, e);
-                    int *dst = fwd ? (side == 0 ? &b->sl.xb : &b->sl.yb)
-                                   : (side == 0 ? &b->sl.dyb : &b->sl.dxb);
+                    int *dst = exec_bind_boundary(&b->sl, fwd, side, route);
                     if (*dst >= 0) {
                         base_errorf(e, "%s reads or writes more than one communication buffer on "
                                        "one side (%s and %s); the CPU executor knows one input and "
@@ -340,6 +402,8 @@ static int read_computes(exec_cpu *c, base_error *e)
                 }
             }
         }
+        if (!rc && b->work >= 0 && pass != PLAN_PASS_BW)
+            rc = set_role(c, i, b->work, EXEC_BUF_WORK, r, pass_work_bytes(c, R, pass, b), e);
         if (rc) break;
         if (pass == PLAN_PASS_UPD) {
             if (R->param_buf < 0 || R->grad_buf < 0 || R->opt_buf < 0) {
@@ -406,7 +470,7 @@ static int read_computes(exec_cpu *c, base_error *e)
         /* under full recompute R rebuilds from the input F kept (the first piece of its act
          * buffer), not from the boundary slot, which may go after the forward (the plan keeps the
          * input once: ir/cost.c's region_input_bytes) */
-        if (pass == PLAN_PASS_R && R->act_mode == EXEC_ACT_INPUT) {
+        if (pass == PLAN_PASS_R && (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE)) {
             b->sl.xs = -1;
             if (R->kind == EXEC_MOE_COMBINE) b->sl.x2s = -1; /* the route follows in act */
         }
@@ -417,6 +481,7 @@ static int read_computes(exec_cpu *c, base_error *e)
     free(act_cur);
     free(act_rec);
     free(kinds);
+    free(wk);
     if (rc) return -1;
     /* outputs into slots: the size is what the next region reads; a slot written and never read
      * on this device means the tensor had nowhere to go */
@@ -551,11 +616,17 @@ static int read_collectives(exec_cpu *c, base_error *e)
             if (exec_check_bucket_bytes(p, in, total, copies, "executor", e)) return instr_err(c, i, e);
         } else if (in->coll == PLAN_REDUCE_SCATTER && grads) {
             C->kind = EXEC_COLL_GRAD_SCATTER;
+            int64_t pieces = 0; /* elements: every rank's receive buffer has the largest pieces */
             for (int s = 0; s < C->nseg; s++) {
                 cpu_region *R = &c->reg[C->seg[s].region];
                 R->scatter_group = C->group;
                 exec_zero_piece(R->nstore, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
+                pieces += (C->seg[s].n + C->gsize - 1) / C->gsize;
             }
+            /* the plan's receive buffer of the pieces (sched/lower.c), when it names one */
+            if (in->buf >= 0 &&
+                set_role(c, i, in->buf, EXEC_BUF_COMM, C->seg[0].region, pieces * (int64_t)c->es, e))
+                return -1;
         } else if (in->coll == PLAN_ALL_GATHER && !grads) {
             C->kind = EXEC_COLL_PARAM_GATHER;
             if (!(in->nwrites == 1 && c->buf[in->writes[0]].role == EXEC_BUF_GATHERED))
@@ -1116,19 +1187,29 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     /* under recompute: R writes (and a backward reads) the rebuilt part; F computes it too, in a
      * transient buffer, since only what it keeps outlives it */
     call.act_mode = (int)R->act_mode;
+    /* the kernels' work buffer: the plan's workspace of the pass (a BW's is its BI's), whose
+     * second part holds what the pass computes and does not keep (pass_work_bytes) */
+    const bool fwd_pass = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
+    const size_t wbytes = (size_t)(fwd_pass ? R->sz.work_f_bytes : R->sz.work_bytes);
+    char *plan_work = NULL, *extra = NULL;
+    if (b->work >= 0) {
+        if (!(plan_work = exec_cpu_buf(c, b->work, "the workspace", e))) return -1;
+        extra = plan_work + work_extra_at((int64_t)wbytes);
+    }
     char *act2_scratch = NULL;
     const size_t act2_bytes = R->act_mode != EXEC_ACT_ALL ? (size_t)R->act_rebuilt : 0;
     if (act2_bytes && b->act2 >= 0) {
         if (!(call.act2 = exec_cpu_buf(c, b->act2, "the rebuilt activations", e))) return -1;
     } else if (act2_bytes && in->pass == PLAN_PASS_F) {
-        call.act2 = act2_scratch = exec_cpu_scratch(c, act2_bytes);
+        call.act2 = extra ? extra : (act2_scratch = exec_cpu_scratch(c, act2_bytes));
     }
-    /* the kernels' work buffer: for the pass only, except that BI's lives until its BW */
-    const bool fwd_pass = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
-    const size_t wbytes = (size_t)(fwd_pass ? R->sz.work_f_bytes : R->sz.work_bytes);
+    /* without a plan workspace (a plan written without them): the executor's own, for the pass
+     * only, except that BI's lives until its BW */
     char **held = &c->work[b->region * c->nmb + b->mb];
     char *work = NULL;
-    if (wbytes && in->pass == PLAN_PASS_BW) {
+    if (plan_work) {
+        call.work = plan_work;
+    } else if (wbytes && in->pass == PLAN_PASS_BW) {
         if (!*held)
             return base_errorf(e, "the BW pass of %s (micro-batch %d) runs without its BI before "
                                   "it on this device",
@@ -1142,7 +1223,7 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
         work = exec_cpu_scratch(c, wbytes);
         if (in->pass == PLAN_PASS_BI) *held = work;
     }
-    call.work = work;
+    if (!plan_work) call.work = work;
     if (R->kind == EXEC_HEAD && c->cfg.tied) {
         if (R->ncopy) {
             call.lm_w = (char *)call.param + (size_t)R->nkern * es;
@@ -1175,24 +1256,33 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     if (b->sl.xb >= 0 && !(call.x = exec_cpu_buf(c, b->sl.xb, "the input", e))) return -1;
     if (b->sl.xs >= 0 && !(call.x = slot_get(c, b->sl.xs, false, "the input", e))) return -1;
     if (b->sl.x2s >= 0 && !(call.x2 = slot_get(c, b->sl.x2s, false, "the route", e))) return -1;
+    if (b->sl.x2b >= 0 && !(call.x2 = exec_cpu_buf(c, b->sl.x2b, "the route", e))) return -1;
+    if (b->sl.y2b >= 0 && !(call.y2 = exec_cpu_buf(c, b->sl.y2b, "the route", e))) return -1;
+    if (b->sl.dy2b >= 0 && !(call.dy2 = exec_cpu_buf(c, b->sl.dy2b, "the route gradient", e))) return -1;
+    if (b->sl.dx2b >= 0 && !(call.dx2 = exec_cpu_buf(c, b->sl.dx2b, "the route gradient", e))) return -1;
     if (b->sl.yb >= 0 && !(call.y = exec_cpu_buf(c, b->sl.yb, "the output", e))) return -1;
     if (b->sl.ys >= 0 && !(call.y = slot_get(c, b->sl.ys, true, "the output", e))) return -1;
     if (b->sl.y2s >= 0 && !(call.y2 = slot_get(c, b->sl.y2s, true, "the route", e))) return -1;
     if (in->pass == PLAN_PASS_R) {
         /* a recomputation rebuilds the saved tensors; its outputs were consumed already */
-        if (R->kind != EXEC_HEAD && !call.y) call.y = scratch_y = exec_cpu_scratch(c, (size_t)R->sz.y * es);
+        if (R->kind != EXEC_HEAD && !call.y)
+            call.y = extra ? extra : (scratch_y = exec_cpu_scratch(c, (size_t)R->sz.y * es));
         if (R->kind == EXEC_MOE_GATE && !call.y2)
-            call.y2 = scratch_y2 = exec_cpu_scratch(c, (size_t)R->sz.route_bytes);
+            call.y2 = extra ? extra + (b->sl.yb < 0 ? (size_t)R->sz.y * es : 0)
+                            : (scratch_y2 = exec_cpu_scratch(c, (size_t)R->sz.route_bytes));
     }
     if (b->sl.dyb >= 0 && !(call.dy = exec_cpu_buf(c, b->sl.dyb, "the output gradient", e))) return -1;
+    if (b->xg >= 0 && !(call.xg = exec_cpu_buf(c, b->xg, "the gathered norm shards", e))) return -1;
     if (b->sl.dys >= 0 && !(call.dy = slot_get(c, b->sl.dys, false, "the output gradient", e))) return -1;
     if (b->sl.dy2s >= 0 && !(call.dy2 = slot_get(c, b->sl.dy2s, false, "the route gradient", e))) return -1;
     if (b->sl.dxb >= 0 && !(call.dx = exec_cpu_buf(c, b->sl.dxb, "the input gradient", e))) return -1;
     if (b->sl.dxs >= 0 && !(call.dx = slot_get(c, b->sl.dxs, true, "the input gradient", e))) return -1;
     if (b->sl.dx2s >= 0 && !(call.dx2 = slot_get(c, b->sl.dx2s, true, "the route gradient", e))) return -1;
     if (act_in_act2) call.act = call.act2;
-    if (in->pass == PLAN_PASS_R && R->act_mode == EXEC_ACT_INPUT) {
-        /* the input F kept leads its act buffer; the combine's route follows its expert outputs */
+    if (in->pass == PLAN_PASS_R &&
+        (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE)) {
+        /* the input F kept leads its act buffer (selective recompute keeps it with all but the
+         * attention core); the combine's route follows its expert outputs */
         if (!call.x) call.x = call.act;
         if (R->kind == EXEC_MOE_COMBINE && !call.x2) call.x2 = (char *)call.act + (size_t)R->sz.x * es;
     }

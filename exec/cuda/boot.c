@@ -81,6 +81,8 @@ int exec_boot_init(exec_boot *b, int *argc, char ***argv, base_error *e)
     SYM(min_int, "piper_boot_mpi_min_int");
     SYM(gather, "piper_boot_mpi_gather_doubles");
     SYM(barrier, "piper_boot_mpi_barrier");
+    SYM(notify, "piper_boot_mpi_notify");
+    SYM(notified, "piper_boot_mpi_notified");
     SYM(abort_, "piper_boot_mpi_abort");
     SYM(finalize, "piper_boot_mpi_finalize");
     if (init(argc, argv, &b->rank, &b->size)) return base_errorf(e, "MPI_Init failed");
@@ -126,6 +128,13 @@ void exec_boot_barrier(exec_boot *b)
 {
     if (b->mpi) b->barrier();
 }
+
+void exec_boot_notify_failure(exec_boot *b)
+{
+    if (b->mpi) b->notify();
+}
+
+int exec_boot_failed_peer(exec_boot *b) { return b->mpi ? b->notified() : -1; }
 
 void exec_boot_abort(exec_boot *b, int code)
 {

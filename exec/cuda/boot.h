@@ -27,6 +27,8 @@ typedef struct exec_boot {
     int (*min_int)(int v, int *out);
     int (*gather)(const double *v, int n, double *all);
     int (*barrier)(void);
+    int (*notify)(void);
+    int (*notified)(void);
     void (*abort_)(int code);
     void (*finalize)(void);
 } exec_boot;
@@ -43,6 +45,10 @@ int exec_boot_agree(exec_boot *b, const base_error *e, char *msg, size_t n);
 /* n doubles of every rank into all (rank 0; size * n). */
 int exec_boot_gather(exec_boot *b, const double *v, int n, double *all, base_error *e);
 void exec_boot_barrier(exec_boot *b);
+/* A failing rank tells the others (without waiting), so that each prints where it stands before
+ * the job is aborted; exec_boot_failed_peer polls for such a notice: the failed rank, or -1. */
+void exec_boot_notify_failure(exec_boot *b);
+int exec_boot_failed_peer(exec_boot *b);
 void exec_boot_abort(exec_boot *b, int code);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../cli.h"
 #include "../cpu/data.h"
@@ -115,6 +116,48 @@ static int world_comm(exec_boot *b, void **comm, base_error *e)
     return exec_nccl_init_rank(comm, b->size, buf, b->rank, e);
 }
 
+/* A failure during a step, on several ranks: the failing rank tells the others before the job is
+ * aborted, and each of them, polling between rounds in which nothing progressed, prints where its
+ * streams stand, so that a stall shows on every rank and not only on the first whose watchdog
+ * fired. The interpreter's idle callback is the runtime's with this poll after it (one process,
+ * one interpreter: file-scope state). */
+static struct {
+    exec_backend be;
+    const exec_backend *inner;
+    exec_boot *boot;
+    const exec_interp *it;
+    int peer; /* the failed peer this rank heard of, or -1 */
+} g_watch = {.peer = -1};
+
+static int watch_idle(void *ctx, int rounds, base_error *e)
+{
+    if (g_watch.inner->idle && g_watch.inner->idle(ctx, rounds, e)) return -1;
+    if ((rounds & 255) != 0 || !g_watch.it) return 0;
+    int k = exec_boot_failed_peer(g_watch.boot);
+    if (k < 0) return 0;
+    g_watch.peer = k;
+    base_buf msg = {0};
+    exec_interp_describe_heads(g_watch.it, &msg);
+    base_errorf(e, "where this rank's streams stand:%s", msg.n ? msg.s : " (all finished)");
+    base_buf_free(&msg);
+    return -1;
+}
+
+static const exec_backend *watched(const exec_backend *inner, exec_boot *boot)
+{
+    g_watch.inner = inner;
+    g_watch.boot = boot;
+    g_watch.be = *inner;
+    g_watch.be.idle = watch_idle;
+    return &g_watch.be;
+}
+
+static void pause_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 int main(int argc, char **argv)
 {
     base_error e;
@@ -177,8 +220,9 @@ int main(int argc, char **argv)
         bad = e.set ? rank : -1;
         if (e.set) snprintf(msg, sizeof msg, "%s", e.msg);
     } else if (bad < 0) {
-        if (world_comm(&boot, &world, &e) == 0 && exec_cuda_rt_connect(r, world, &e) == 0)
-            exec_interp_new(&it, &plan, rank, exec_cuda_rt_backend(r), &e);
+        if (world_comm(&boot, &world, &e) == 0 && exec_cuda_rt_connect(r, world, &e) == 0 &&
+            exec_interp_new(&it, &plan, rank, watched(exec_cuda_rt_backend(r), &boot), &e) == 0)
+            g_watch.it = it;
         bad = exec_boot_agree(&boot, &e, msg, sizeof msg);
     }
     if (bad >= 0) {
@@ -291,8 +335,20 @@ int main(int argc, char **argv)
     return 0;
 
 fail:
-    fprintf(stderr, "piper-exec-cuda: rank %d (device %d) failed: %s\n", rank, rank, e.msg);
-    fflush(stderr);
+    if (g_watch.peer >= 0) {
+        fprintf(stderr, "piper-exec-cuda: rank %d: stopping because rank %d (device %d) failed; %s\n",
+                rank, g_watch.peer, g_watch.peer, e.msg);
+        fflush(stderr);
+        pause_s(5); /* the failed rank aborts the job; this is only in case it cannot */
+    } else {
+        fprintf(stderr, "piper-exec-cuda: rank %d (device %d) failed: %s\n", rank, rank, e.msg);
+        fflush(stderr);
+        if (size > 1) {
+            /* the others print where they stand before the abort takes them */
+            exec_boot_notify_failure(&boot);
+            pause_s(2);
+        }
+    }
     exec_boot_abort(&boot, 1);
     return 1;
 }

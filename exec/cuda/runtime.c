@@ -272,10 +272,18 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             B->bytes += 2 * r->reg[r->embed_region].par[0].count;
         }
     }
+    /* sequence parallelism's backward re-gathers (sched/dir_shard.c): the CUDA kernels keep
+     * their own copies of the norm input and output for all tokens, so the gathered buffer is
+     * moved as the plan says (from the leading bytes of the act buffer) and not read */
+    exec_mark_saved_gathers(p, r->dev, r->buf);
     int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
     exec_region_kind *kinds = base_xcalloc((size_t)(r->nreg + 1), sizeof *kinds);
     for (int k = 0; k < r->nreg; k++) kinds[k] = r->reg[k].kind;
     for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = -1;
+    /* workspace-category buffers: a pass's workspace (held as the plan sizes it; the kernels here
+     * keep their own scratch), or a tensor handed between regions (plan_layout.h) */
+    uint8_t *wk = base_xcalloc((size_t)L->nbufs + 1, 1);
+    exec_work_kinds(L, kinds, r->nreg, wk);
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++) {
         const plan_instr *in = &L->ins[i];
@@ -345,6 +353,14 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                     }
                     b->pb = bb;
                     R->gathered = true;
+                } else if (r->buf[bb].saved_gather) {
+                    if (!bwd || side != 0 || r->buf[bb].region != g) {
+                        base_errorf(e, "%s uses buffer %s, the re-gathered norm shards of another "
+                                       "region's backward", kid, buf_name(r, bb));
+                        rc = instr_err(r, i, e);
+                    } else {
+                        rc = set_role(r, i, bb, EXEC_BUF_COMM, g, 2 * R->sz.x_bytes, e);
+                    }
                 } else if (m == PLAN_MEM_GRAD) {
                     /* as the CPU executor: the optimizer step reads the kept gradient, a backward
                      * adds into its own, a tied head's second one is the embedding's */
@@ -367,12 +383,15 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                         int cur = act_cur[g * r->nmb + mb];
                         if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
                     }
+                } else if (m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) {
+                    rc = set_role(r, i, bb, EXEC_BUF_WORK, g, L->bufs[bb].bytes, e);
                 } else {
+                    bool route = m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_ROUTE;
                     int64_t xb = R->sz.x_bytes, yb = R->sz.y_bytes;
-                    int64_t sz = fwd ? (side == 0 ? xb : yb) : (side == 0 ? yb : xb);
+                    int64_t sz = route ? R->sz.route_bytes
+                                       : fwd ? (side == 0 ? xb : yb) : (side == 0 ? yb : xb);
                     rc = set_role(r, i, bb, EXEC_BUF_COMM, g, sz, e);
-                    int *dst = fwd ? (side == 0 ? &b->sl.xb : &b->sl.yb)
-                                   : (side == 0 ? &b->sl.dyb : &b->sl.dxb);
+                    int *dst = exec_bind_boundary(&b->sl, fwd, side, route);
                     if (!rc && *dst >= 0) {
                         base_errorf(e, "%s reads or writes more than one communication buffer on "
                                        "one side (%s and %s)",
@@ -433,6 +452,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
     }
     free(act_cur);
     free(kinds);
+    free(wk);
     if (rc) return -1;
     for (int i = 0; i < L->n; i++) {
         const rt_bind *b = &r->bind[i];
@@ -782,7 +802,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
         b->act = b->pb = b->gb = b->egb = -1;
-        b->sl = (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+        b->sl = exec_bind_slots_none();
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
     int64_t nslots = (int64_t)r->nreg * r->nmb * EXEC_NSLOT;
@@ -1228,6 +1248,8 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (b->sl.yb >= 0 && !(c->y = buf_ptr(r, b->sl.yb, "the output", e))) return -1;
     if (b->sl.ys >= 0 && !(c->y = slot_get(r, b->sl.ys, true, "the output", e))) return -1;
     if (b->sl.y2s >= 0 && !(c->y2 = slot_get(r, b->sl.y2s, true, "the route", e))) return -1;
+    if (b->sl.x2b >= 0 && !(c->x2 = buf_ptr(r, b->sl.x2b, "the route", e))) return -1;
+    if (b->sl.y2b >= 0 && !(c->y2 = buf_ptr(r, b->sl.y2b, "the route", e))) return -1;
     int rc = 0;
     if (in->pass == PLAN_PASS_R) {
         if (R->kind != EXEC_HEAD && !c->y) {
@@ -1245,6 +1267,8 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (!rc && b->sl.dxb >= 0 && !(c->dx = buf_ptr(r, b->sl.dxb, "the input gradient", e))) rc = -1;
     if (!rc && b->sl.dxs >= 0 && !(c->dx = slot_get(r, b->sl.dxs, true, "the input gradient", e))) rc = -1;
     if (!rc && b->sl.dx2s >= 0 && !(c->dx2 = slot_get(r, b->sl.dx2s, true, "the route gradient", e))) rc = -1;
+    if (!rc && b->sl.dy2b >= 0 && !(c->dy2 = buf_ptr(r, b->sl.dy2b, "the route gradient", e))) rc = -1;
+    if (!rc && b->sl.dx2b >= 0 && !(c->dx2 = buf_ptr(r, b->sl.dx2b, "the route gradient", e))) rc = -1;
     if (!rc) rc = exec_cuda_kernel_run(b->k, &call, e);
     base_error e2;
     base_error_clear(&e2);
@@ -1362,7 +1386,10 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, v
             return base_errorf(e, "a reduce-scatter into %lld bytes: not bf16 data", (long long)outb);
         return exec_nccl_reduce_scatter(ib, ob, (size_t)count, EXEC_NCCL_BF16, comm, s, e);
     case PLAN_ALL_GATHER: {
-        exec_nccl_dtype dt = bytes_dtype(inb, &count);
+        /* SP's backward re-gather reads the leading share of an act buffer (see read_computes) */
+        int64_t nb = r->buf[C->out].saved_gather && outb % C->gsize == 0 && outb / C->gsize <= inb
+                         ? outb / C->gsize : inb;
+        exec_nccl_dtype dt = bytes_dtype(nb, &count);
         return exec_nccl_all_gather(ib, ob, (size_t)count, dt, comm, s, e);
     }
     case PLAN_ALL_TO_ALL: {

@@ -93,6 +93,7 @@ typedef struct rinst {
     int np;
     void *param, *grad, *act, *work;
     void *x, *y, *dy, *dx;
+    const void *xg;           /* sequence parallelism: the gathered kept norm shards */
     void *route, *droute;     /* gate: its y2 / dy2; combine: the gate's (shared) */
     bool shared_route;
     int32_t *tokens, *targets;
@@ -206,6 +207,7 @@ static inline exec_call rinst_call(rinst *r)
     c.act = r->act;
     c.work = r->work;
     c.x = r->x;
+    c.xg = r->xg;
     c.y = r->y;
     c.dy = r->dy;
     c.dx = r->dx;

@@ -436,7 +436,9 @@ static void test_params_match_cost_model(void)
     base_arena_free(&a);
 }
 
-/* The act buffer of every region kind is, byte for byte, what ir_region_activation_bytes says
+/* The act buffer of every region kind is, byte for byte, what ir_region_activation_bytes says,
+ * its work buffers what ir_region_work_bytes says (F, and the backward's), the MoE route what
+ * ir_region_route_bytes says
  * (no sequence parallelism): every zoo model, GPT with and without dropout, Llama with and
  * without QK-norm, fp32 and fp64, the last shard of each TP x EP split; and under selective,
  * full and chained full recompute, F's part is IR_T_SAVED and R's IR_T_RECOMP. */
@@ -498,6 +500,20 @@ static void test_activations_match_cost_model(void)
                                         (long long)sz.act_bytes, want);
                             CU_ASSERT((double)sz.act_bytes == want);
                             compared++;
+                            /* the workspace of F (and R) and of the backward (B, BI), and the
+                             * route tensor an MoE gate hands its combine, are the plan's too */
+                            double wf = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_F);
+                            double wb = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BI);
+                            if ((double)sz.work_f_bytes != wf || (double)sz.work_bytes != wb)
+                                fprintf(stderr, "\n  %s %s %s tp %d ep %d: work F %lld B %lld, cost model %.0f %.0f\n",
+                                        m.name, rs[i].name, dt ? "fp64" : "fp32", (int)s.tp, (int)s.ep,
+                                        (long long)sz.work_f_bytes, (long long)sz.work_bytes, wf, wb);
+                            CU_ASSERT((double)sz.work_f_bytes == wf && (double)sz.work_bytes == wb);
+                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_R) == wf);
+                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_B) == wb);
+                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BW) == 0.0);
+                            if (rs[i].kind == IR_REGION_MOE_GATE)
+                                CU_ASSERT((double)sz.route_bytes == ir_region_route_bytes(&m, &s));
                             /* recompute: what F keeps and what R rebuilds (IR_T_SAVED, IR_T_RECOMP) */
                             if (rs[i].kind == IR_REGION_EMBED || rs[i].kind == IR_REGION_HEAD) continue;
                             const struct {
@@ -548,7 +564,7 @@ int piper_tests_register(void)
                                       {"fp32 agrees with fp64", test_fp32_vs_fp64},
                                       {"identity table covers the compiler's identities",
                                        test_identity_table},
-                                      {"saved activations match the cost model",
+                                      {"saved activations, workspaces and the MoE route match the cost model",
                                        test_activations_match_cost_model},
                                       {"parameter layout matches the cost model",
                                        test_params_match_cost_model},

@@ -12,10 +12,11 @@
 #   gpt_zero3, moe_zero3  ZeRO-3: parameters held as the device's piece, gathered per pass into
 #                         the plan's comm buffers (GPT: the head's gather carries the tied token
 #                         table), the update on the piece
-#   (gpt_tp2_dp2_zero3 and gpt_tp2_dp2_zero3_clip, ZeRO-3 over TP2 x DP2 on 4 ranks, agreed
-#   within 2.6e-5 (losses) and 3.8e-3 (norms) on the plans the compiler wrote before it gave
-#   ZeRO-3 gathers a stream of their own; on the current plans the emulated run stalls in two
-#   TP all-reduces posted on two streams (cause not found yet), so they are left out for now.)
+#   gpt_tp2_dp2_zero3     ZeRO-3 over TP2 x DP2 on 4 ranks (_clip: with clipping): the gathers
+#     (and _clip)         on a stream of their own beside the TP all-reduces (compute stream)
+#                         and the gradient syncs and reduce-scatters (dp stream), so three
+#                         streams carry collectives at once; these caught the emulator blocking
+#                         the host on one stream's transfer (emu.h: streams are queues)
 #   gpt_tp2_clip          tensor parallelism with clipping: TP gradient sums, the norm over
 #                         shards (replicated tensors counted once)
 #   gpt_tp2_sp            tensor + sequence parallelism: reduce-scatter / all-gather of
@@ -37,8 +38,8 @@ rm -rf "$work"
 mkdir -p "$work"
 export PIPER_BOOT_MPI="$build/libpiper_boot_mpi.so"
 rc=0
-for prog in gpt_dp2_clip gpt_zero1_clip gpt_zero2_clip gpt_zero3 moe_zero3 \
-            gpt_tp2_clip gpt_tp2_sp moe_ep2 gpt_pp2_clip gpt4_pp2x2_dualpipev; do
+for prog in gpt_dp2_clip gpt_zero1_clip gpt_zero2_clip gpt_zero3 moe_zero3 gpt_tp2_dp2_zero3 \
+            gpt_tp2_dp2_zero3_clip gpt_tp2_clip gpt_tp2_sp moe_ep2 gpt_pp2_clip gpt4_pp2x2_dualpipev; do
   "$build/piper-compile" -q "$src/tests/exec_mpi/programs/$prog.yaml" -o "$work/$prog.plan"
   # one rank per device that has work: the devices the program's directives name
   np="$(awk '$1 == "list" && /instrs=/ { n = $0; sub(/.*instrs=/, "", n); work[$2] = n + 0 }

@@ -325,14 +325,14 @@ static void test_oom_rejected_with_breakdown(void)
     snprintf(body, sizeof body, ZERO_BODY, 0);
     expect_error("oom", "tests/fixtures/sched/gpt_7p5e9.yaml", "tests/fixtures/sched/a100_64.yaml",
                  body, NULL,
-                 "@: device 0 needs 132.93 GiB at its peak but has 76.00 GiB usable (capacity "
+                 "@: device 0 needs 132.96 GiB at its peak but has 76.00 GiB usable (capacity "
                  "of the A100-80GB minus reserve): parameters 13.97 GiB, gradients 13.97 GiB, "
                  "optimizer 83.82 GiB, activations ");
     sched_options o = {.allow_oom = true};
     compiled *r = compile_text("tests/fixtures/sched/gpt_7p5e9.yaml",
                                "tests/fixtures/sched/a100_64.yaml", body, &o);
     ASSERT_COMPILED(r);
-    TEST_ASSERT_CONTAINS(r->e.warnings, "device 0 needs 132.93 GiB at its peak");
+    TEST_ASSERT_CONTAINS(r->e.warnings, "device 0 needs 132.96 GiB at its peak");
     TEST_ASSERT_CONTAINS(r->e.warnings, "kept because of --allow-oom");
     compiled_free(r);
     /* ZeRO-3 fits: 1.875 GB of states plus the activations */
@@ -499,19 +499,24 @@ static void check_tp(compiled *r, bool sp)
      * (tp_sync.c): embed (learned positions), each layer's attn and mlp (LayerNorm, output
      * bias), head (final LayerNorm): 2 * layers + 2 of them, of those parameters' gradients. */
     const int syncs = 2 * layers + 2;
+    /* with SP, each backward of an attention, MLP and head also re-gathers the norm input and
+     * output its forward kept for the device's tokens only (dir_shard.c): 2 * layers + 1 */
+    const int regather = 2 * layers + 1;
     for (int d = 0; d < 2; d++) {
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, -1),
-                        m * (sp ? 8 * layers + 4 : 4 * layers + 2) + syncs);
+                        m * (sp ? 8 * layers + 4 + regather : 4 * layers + 2) + syncs);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_REDUCE),
                         (sp ? 0 : m * (4 * layers + 2)) + syncs);
-        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_GATHER), sp ? m * (4 * layers + 2) : 0);
+        CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_GATHER),
+                        sp ? m * (4 * layers + 2 + regather) : 0);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_REDUCE_SCATTER), sp ? m * (4 * layers + 2) : 0);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_SEND, -1), 0);
         for (int k = 0; k < m; k++) {
             for (int reg = 0; reg < g->nregions; reg++) {
                 bool layer = reg != embed && reg != head;
                 if (sp) {
-                    CU_ASSERT_EQUAL(count_coll_at(p, d, PLAN_ALL_GATHER, reg, k), layer ? 2 : 1);
+                    CU_ASSERT_EQUAL(count_coll_at(p, d, PLAN_ALL_GATHER, reg, k),
+                                    layer ? 3 : reg == head ? 2 : 1);
                     CU_ASSERT_EQUAL(count_coll_at(p, d, PLAN_REDUCE_SCATTER, reg, k), layer ? 2 : 1);
                 } else {
                     CU_ASSERT_EQUAL(count_coll_at(p, d, PLAN_ALL_REDUCE, reg, k), layer ? 2 : 1);
@@ -545,7 +550,8 @@ static void check_tp(compiled *r, bool sp)
             } else {
                 CU_ASSERT_EQUAL(count_nodes(g, IR_OP_ALL_GATHER, PLAN_PASS_F, reg, k), layer || reg == head);
                 CU_ASSERT_EQUAL(count_nodes(g, IR_OP_REDUCE_SCATTER, PLAN_PASS_F, reg, k), layer || reg == embed);
-                CU_ASSERT_EQUAL(count_nodes(g, IR_OP_ALL_GATHER, PLAN_PASS_B, reg, k), layer || reg == embed);
+                CU_ASSERT_EQUAL(count_nodes(g, IR_OP_ALL_GATHER, PLAN_PASS_B, reg, k),
+                                (layer || reg == embed) + (reg != embed));
                 CU_ASSERT_EQUAL(count_nodes(g, IR_OP_REDUCE_SCATTER, PLAN_PASS_B, reg, k), layer || reg == head);
             }
         }
@@ -566,11 +572,134 @@ static void test_tp2_collectives(void)
     compiled_free(r);
 }
 
+#define GPT_TINY_REL "configs/models/gpt_tiny.yaml"
+#define A100_2_REL "configs/clusters/a100_2.yaml"
+
 static void test_tp2_sp_collectives(void)
 {
     compiled *r = compile_fixture("tp2_sp.yaml", NULL);
     ASSERT_COMPILED(r);
     check_tp(r, true);
+    compiled_free(r);
+}
+
+/* Sequence parallelism keeps the norm input and output of the device's b*s/t tokens (ir/cost.c)
+ * and re-gathers them for the backward, as Megatron does (Korthikanti et al. 2022): on tp2_sp
+ * (gpt_tiny: b = 1, s = 32, h = 64, bf16; 2 micro-batches) each attention, MLP and head backward
+ * of each micro-batch is preceded by one TP all-gather that reads its forward's act buffer and
+ * moves 2 * b*s * h * e = 8192 bytes into a comm buffer the backward reads, issued right before
+ * it on its stream; the embedding gets none. The activation peak stays one micro-batch's kept
+ * activations (the gathered copy is communication memory). After an order that splits the
+ * backwards, BI and BW both read it. */
+static void check_sp_regathers(compiled *r, bool split)
+{
+    const sched_plan *p = &r->c.plan;
+    const ir_dag *g = &r->c.dag;
+    const ir_model *mdl = g->model;
+    const int m = 2;
+    const int64_t want = 2 * (int64_t)r->c.prog.micro_batch * mdl->seq * mdl->hidden *
+                         sched_plan_dtype_bytes((plan_dtype)r->c.prog.act_dtype);
+    CU_ASSERT_EQUAL(want, 8192);
+    for (int d = 0; d < p->ndevices; d++) {
+        const plan_list *L = sched_plan_list(p, d);
+        int found = 0;
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads != 1 ||
+                L->bufs[in->reads[0]].mem != PLAN_MEM_ACT)
+                continue;
+            found++;
+            CU_ASSERT_EQUAL(in->bytes, want);
+            CU_ASSERT_EQUAL(p->groups[sched_plan_group(p, d, in)].n, 2);
+            CU_ASSERT(g->regions[in->region].kind != IR_REGION_EMBED);
+            CU_ASSERT_EQUAL_FATAL(in->nwrites, 1);
+            CU_ASSERT_EQUAL(L->bufs[in->writes[0]].mem, PLAN_MEM_COMM);
+            CU_ASSERT_EQUAL(L->bufs[in->writes[0]].bytes, want);
+            /* the act buffer is the one the region's forward of that micro-batch wrote */
+            bool fwrote = false;
+            for (int j = 0; j < i && !fwrote; j++) {
+                const plan_instr *f = &L->ins[j];
+                if (f->op != PLAN_COMPUTE || f->pass != PLAN_PASS_F || f->region != in->region || f->mb != in->mb)
+                    continue;
+                for (int q = 0; q < f->nwrites; q++) fwrote |= f->writes[q] == in->reads[0];
+            }
+            CU_ASSERT(fwrote);
+            /* the next compute is that region's backward (BI when split), on the same stream,
+             * and the backwards of (region, mb) that read the gathered buffer are B, or BI and BW */
+            int next = -1, readers = 0;
+            for (int j = i + 1; j < L->n; j++) {
+                const plan_instr *b = &L->ins[j];
+                if (b->op != PLAN_COMPUTE) continue;
+                if (next < 0) next = j;
+                bool reads = false;
+                for (int q = 0; q < b->nreads; q++) reads |= b->reads[q] == in->writes[0];
+                if (!reads) continue;
+                readers++;
+                CU_ASSERT(b->region == in->region && b->mb == in->mb);
+                CU_ASSERT(split ? b->pass == PLAN_PASS_BI || b->pass == PLAN_PASS_BW : b->pass == PLAN_PASS_B);
+            }
+            CU_ASSERT_EQUAL(readers, split ? 2 : 1);
+            CU_ASSERT_FATAL(next >= 0);
+            CU_ASSERT_EQUAL(L->ins[next].region, in->region);
+            CU_ASSERT_EQUAL(L->ins[next].mb, in->mb);
+            CU_ASSERT_EQUAL(L->ins[next].pass, split ? PLAN_PASS_BI : PLAN_PASS_B);
+            CU_ASSERT_EQUAL(L->ins[next].stream, in->stream);
+        }
+        CU_ASSERT_EQUAL(found, m * (2 * (int)mdl->layers + 1));
+        /* one micro-batch's kept activations at a time, each region at its SP size */
+        ir_shape s = ir_shape_default();
+        s.micro_batch = r->c.prog.micro_batch;
+        s.act_dtype = r->c.prog.act_dtype;
+        s.param_dtype = r->c.prog.param_dtype;
+        s.tp = 2;
+        s.sequence_parallel = true;
+        double act = 0;
+        for (int k = 0; k < g->nregions; k++) act += ir_region_activation_bytes(mdl, &g->regions[k], &s);
+        CU_ASSERT_DOUBLE_EQUAL(r->c.stats.dev[d].peak_by_mem[PLAN_MEM_ACT], act, 0.5);
+    }
+}
+
+static void test_tp2_sp_backward_regather(void)
+{
+    compiled *r = compile_fixture("tp2_sp.yaml", NULL);
+    ASSERT_COMPILED(r);
+    check_sp_regathers(r, false);
+    compiled_free(r);
+    /* the same with split backwards: BW reads the gathered copy too, which lives until BW */
+    r = compile_text(GPT_TINY_REL, A100_2_REL,
+                     "batch: {global: 2, micro: 1}\n"
+                     "annotations: {tp: true}\n"
+                     "directives:\n"
+                     "  - {op: split, num_microbatches: 2}\n"
+                     "  - {op: shard_tensor, filter: {TP: \"*\"}, devices: [0, 1], sequence_parallel: true}\n"
+                     "  - op: order\n"
+                     "    filters: [{PASS: F, MB: 0}, {PASS: BI, MB: 0}, {PASS: BW, MB: 0}, {PASS: F, MB: 1},\n"
+                     "              {PASS: BI, MB: 1}, {PASS: BW, MB: 1}]\n",
+                     NULL);
+    ASSERT_COMPILED(r);
+    check_sp_regathers(r, true);
+    compiled_free(r);
+    /* on a TP stream of its own, every re-gather goes there (the head's too, whose backward
+     * gathers nothing else) */
+    r = compile_text(GPT_TINY_REL, A100_2_REL,
+                     "batch: {global: 2, micro: 1}\n"
+                     "annotations: {tp: true}\n"
+                     "directives:\n"
+                     "  - {op: split, num_microbatches: 2}\n"
+                     "  - {op: shard_tensor, filter: {TP: \"*\"}, devices: [0, 1], sequence_parallel: true, stream: tp}\n",
+                     NULL);
+    ASSERT_COMPILED(r);
+    for (int d = 0; d < r->c.plan.ndevices; d++) {
+        const plan_list *L = sched_plan_list(&r->c.plan, d);
+        int found = 0;
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COLL || in->nreads != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_ACT) continue;
+            found++;
+            CU_ASSERT_STRING_EQUAL(L->streams[in->stream], "tp");
+        }
+        CU_ASSERT_EQUAL(found, 2 * 5);
+    }
     compiled_free(r);
 }
 
@@ -1118,6 +1247,7 @@ int piper_tests_register(void)
         {"PP4 m=8: 8 sends each way per pair", test_pp4_sends},
         {"TP2: all-reduces per layer and micro-batch", test_tp2_collectives},
         {"TP2+SP: all-gathers and reduce-scatters", test_tp2_sp_collectives},
+        {"TP2+SP: the backward re-gathers the kept norm shards", test_tp2_sp_backward_regather},
         {NULL, NULL},
     };
     static const test_case golden[] = {

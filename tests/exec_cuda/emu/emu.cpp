@@ -1,31 +1,23 @@
 /* emu.cpp — the CPU emulation of CUDA (see emu.h): the fiber scheduler behind kernel launches,
- * barriers and warp exchanges; the runtime API over host memory; cuBLAS's GEMMs as reference
- * loops with cuBLAS's argument checks. Fresh "device" memory is filled with 0xff bytes (NaN in
+ * barriers and warp exchanges; streams as queues run on the host thread, events as points of
+ * them; the runtime API over host memory; cuBLAS's GEMMs as reference loops with cuBLAS's
+ * argument checks. Fresh "device" memory is filled with 0xff bytes (NaN in
  * fp32 and bf16), so a kernel that reads what nothing wrote shows up in the comparisons. */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <ucontext.h>
 
+#include <deque>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "emu.h"
 
-extern "C" {
-emu_async_hooks emu_async;
-}
-
 namespace emu {
-
-void sync_stream(cudaStream_t s)
-{
-    if (!emu_async.capture) return;
-    void *t = emu_async.capture((void *)s);
-    if (!t) return;
-    emu_async.wait(t);
-    emu_async.release(t);
-}
 
 dim3 g_block_idx, g_block_dim, g_grid_dim;
 cudaError_t g_last_error = cudaSuccess;
@@ -110,14 +102,20 @@ static void resume(fiber *f)
     }
 }
 
+bool launch_ok(dim3 grid, dim3 block)
+{
+    if (block.x == 0 || block.x > 1024 || block.y != 1 || block.z != 1 || grid.x == 0 ||
+        grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+        g_last_error = cudaErrorInvalidValue;
+        return false;
+    }
+    return true;
+}
+
 void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg)
 {
     const unsigned nt = block.x;
-    if (nt == 0 || nt > 1024 || block.y != 1 || block.z != 1 || grid.x == 0 || grid.y == 0 ||
-        grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
-        g_last_error = cudaErrorInvalidValue;
-        return;
-    }
+    if (!launch_ok(grid, block)) return;
     if (g_fibers.size() < nt) {
         size_t old = g_fibers.size();
         g_fibers.resize(nt);
@@ -189,11 +187,153 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg)
 
 } // namespace emu
 
-/* ---------------------------------------------------------------- runtime API */
+/* ---------------------------------------------------------------- streams */
+
+/* A stream's queue holds three kinds of work: host work (a kernel, a copy, a GEMM, an event's
+ * timestamp), another library's asynchronous work (started when it reaches the head, polled
+ * until done) and a wait for a point of another stream's queue. Every piece has the stream's
+ * next sequence number; `done` is the last one finished, so a record is (stream, sequence). */
+enum { W_HOST, W_ASYNC, W_WAIT };
+
+struct work {
+    int kind;
+    uint64_t seq;
+    std::function<void()> fn;
+    void (*start)(void *);
+    int (*poll)(void *);
+    void *arg;
+    bool started;
+    int wait_stream;
+    uint64_t wait_seq;
+};
 
 struct emu_stream {
-    int unused;
+    int id;
+    std::deque<work> q;
+    uint64_t enq, done;
 };
+
+namespace emu {
+
+/* every stream by id (destroyed ones NULL, their work done); id 0 is the legacy stream */
+static std::vector<emu_stream *> g_streams;
+static bool g_pumping;
+
+static emu_stream *stream_of(cudaStream_t s)
+{
+    if (s) return s;
+    if (g_streams.empty()) g_streams.push_back(new emu_stream{0, {}, 0, 0});
+    return g_streams[0];
+}
+
+static emu_stream *new_stream(void)
+{
+    stream_of(nullptr);
+    emu_stream *s = new emu_stream{(int)g_streams.size(), {}, 0, 0};
+    g_streams.push_back(s);
+    return s;
+}
+
+static bool passed(int stream, uint64_t seq)
+{
+    return stream < 0 || stream >= (int)g_streams.size() || !g_streams[stream] ||
+           g_streams[stream]->done >= seq;
+}
+
+static bool drained(const emu_stream *s) { return s->done == s->enq; }
+
+bool pump(void)
+{
+    if (g_pumping) return false; /* work does not enter the emulator, but be sure */
+    g_pumping = true;
+    bool any = false, again = true;
+    while (again) {
+        again = false;
+        for (size_t k = 0; k < g_streams.size(); k++) {
+            emu_stream *s = g_streams[k];
+            while (s && !s->q.empty()) {
+                work &w = s->q.front();
+                if (w.kind == W_HOST) {
+                    std::function<void()> fn = std::move(w.fn);
+                    const uint64_t seq = w.seq;
+                    s->q.pop_front();
+                    fn();
+                    s->done = seq;
+                } else if (w.kind == W_ASYNC) {
+                    if (!w.started) {
+                        w.started = true;
+                        w.start(w.arg);
+                    }
+                    if (!w.poll(w.arg)) break;
+                    s->done = w.seq;
+                    s->q.pop_front();
+                } else {
+                    if (!passed(w.wait_stream, w.wait_seq)) break;
+                    s->done = w.seq;
+                    s->q.pop_front();
+                }
+                any = again = true;
+            }
+        }
+    }
+    g_pumping = false;
+    return any;
+}
+
+static uint64_t append(emu_stream *s, work w)
+{
+    const uint64_t seq = w.seq = ++s->enq;
+    s->q.push_back(std::move(w));
+    return seq;
+}
+
+void enqueue(cudaStream_t s, std::function<void()> fn)
+{
+    work w{};
+    w.kind = W_HOST;
+    w.fn = std::move(fn);
+    append(stream_of(s), std::move(w));
+    pump();
+}
+
+/* The host waits (as CUDA's blocking calls do) while every stream keeps running. */
+template <typename P> static void block_until(P done)
+{
+    while (!done())
+        if (!pump()) sched_yield();
+}
+
+static void sync_all(void)
+{
+    block_until([] {
+        for (emu_stream *s : g_streams)
+            if (s && !drained(s)) return false;
+        return true;
+    });
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+} // namespace emu
+
+extern "C" void emu_stream_async(void *stream, void (*start)(void *), int (*poll)(void *),
+                                 void *arg)
+{
+    work w{};
+    w.kind = W_ASYNC;
+    w.start = start;
+    w.poll = poll;
+    w.arg = arg;
+    emu::append(emu::stream_of((cudaStream_t)stream), std::move(w));
+    emu::pump();
+}
+
+/* ---------------------------------------------------------------- runtime API */
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
@@ -214,101 +354,119 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
 
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 
+/* (every stream the runtime creates is non-blocking: the legacy stream does not wait for it) */
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     (void)flags;
-    *s = (cudaStream_t)calloc(1, sizeof(emu_stream));
+    *s = emu::new_stream();
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-    free(s);
+    if (!s) return cudaErrorInvalidValue;
+    /* CUDA lets the queued work finish first */
+    emu::block_until([s] { return emu::drained(s); });
+    emu::g_streams[(size_t)s->id] = nullptr;
+    delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    emu::sync_stream(s);
+    emu_stream *st = emu::stream_of(s);
+    emu::block_until([st] { return emu::drained(st); });
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    if (!emu_async.capture) return cudaSuccess;
-    void *t = emu_async.capture((void *)s);
-    if (!t) return cudaSuccess;
-    int done = emu_async.done(t);
-    emu_async.release(t);
-    return done ? cudaSuccess : cudaErrorNotReady;
+    emu::pump();
+    return emu::drained(emu::stream_of(s)) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    emu::sync_stream(nullptr);
+    emu::sync_all();
     return cudaSuccess;
 }
 
 struct emu_event {
     bool timing, recorded;
-    double t;
-    void *token; /* the stream's asynchronous work when recorded */
+    int stream;                    /* the last record: a point of this stream's queue */
+    uint64_t seq;
+    std::shared_ptr<double> t;     /* the host time at which the queue passed it */
 };
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
 {
-    *ev = (cudaEvent_t)calloc(1, sizeof(emu_event));
-    (*ev)->timing = !(flags & cudaEventDisableTiming);
+    *ev = new emu_event{!(flags & cudaEventDisableTiming), false, -1, 0, nullptr};
     return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t ev)
 {
-    if (ev && ev->token) emu_async.release(ev->token);
-    free(ev);
+    delete ev; /* a queued timestamp keeps its own cell */
     return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 {
-    if (ev->token) emu_async.release(ev->token);
-    ev->token = emu_async.capture ? emu_async.capture((void *)s) : nullptr;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ev->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (!ev) return cudaErrorInvalidValue;
+    emu_stream *st = emu::stream_of(s);
+    std::shared_ptr<double> t = std::make_shared<double>(0.0);
+    work w{};
+    w.kind = W_HOST;
+    w.fn = [t] { *t = emu::now(); };
+    ev->seq = emu::append(st, std::move(w));
+    ev->stream = st->id;
+    ev->t = t;
     ev->recorded = true;
+    emu::pump();
     return cudaSuccess;
 }
 
-/* Streams are immediate: the work after the wait runs now, so the event's work must be done. */
+/* The stream's later work waits until the event's stream has passed the record as it stands
+ * now (a later record of the same event does not move the wait); an event never recorded is
+ * no wait. */
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
 {
-    (void)s;
     (void)flags;
     if (!ev) return cudaErrorInvalidValue;
-    if (ev->token) emu_async.wait(ev->token);
+    if (!ev->recorded) return cudaSuccess;
+    work w{};
+    w.kind = W_WAIT;
+    w.wait_stream = ev->stream;
+    w.wait_seq = ev->seq;
+    emu::append(emu::stream_of(s), std::move(w));
+    emu::pump();
     return cudaSuccess;
 }
+
+static bool event_done(const emu_event *ev) { return !ev->recorded || emu::passed(ev->stream, ev->seq); }
 
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
     if (!ev) return cudaErrorInvalidValue;
-    return !ev->token || emu_async.done(ev->token) ? cudaSuccess : cudaErrorNotReady;
+    emu::pump();
+    return event_done(ev) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 {
     if (!ev) return cudaErrorInvalidValue;
-    if (ev->token) emu_async.wait(ev->token);
+    emu::block_until([ev] { return event_done(ev); });
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    /* as CUDA: both recorded, both with timing */
+    /* as CUDA: both recorded, both with timing, both passed */
     if (!a || !b || !a->timing || !b->timing || !a->recorded || !b->recorded)
         return cudaErrorInvalidValue;
-    *ms = (float)((b->t - a->t) * 1e3);
+    emu::pump();
+    if (!event_done(a) || !event_done(b)) return cudaErrorNotReady;
+    *ms = (float)((*b->t - *a->t) * 1e3);
     return cudaSuccess;
 }
 
@@ -320,49 +478,65 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     return cudaSuccess;
 }
 
+/* cudaFree waits for the device, as CUDA's does */
 cudaError_t cudaFree(void *p)
 {
+    if (p) emu::sync_all();
     free(p);
     return cudaSuccess;
 }
 
+/* The legacy stream's synchronous calls: after the legacy stream's own work (the streams the
+ * runtime creates are non-blocking, so not theirs), then at once. */
 cudaError_t cudaMemset(void *p, int v, size_t bytes)
 {
-    emu::sync_stream(nullptr);
+    cudaStreamSynchronize(nullptr);
     memset(p, v, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
 {
-    emu::sync_stream(s);
-    memset(p, v, bytes);
+    emu::enqueue(s, [p, v, bytes] { memset(p, v, bytes); });
     return cudaSuccess;
 }
 
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
                               cudaStream_t s)
 {
-    emu::sync_stream(s);
     if (width > pitch) return cudaErrorInvalidValue;
-    for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+    emu::enqueue(s, [=] {
+        for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+    });
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
     (void)k;
-    emu::sync_stream(nullptr);
+    cudaStreamSynchronize(nullptr);
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
 
+/* From pageable host memory CUDA stages the source at the call; to it, the call returns when
+ * the copy is done. */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s)
 {
-    (void)k;
-    emu::sync_stream(s);
-    memmove(dst, src, bytes);
+    if (k == cudaMemcpyHostToDevice) {
+        std::shared_ptr<std::vector<char>> stage =
+            std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
+        emu::enqueue(s, [dst, stage] { memmove(dst, stage->data(), stage->size()); });
+        return cudaSuccess;
+    }
+    emu::enqueue(s, [dst, src, bytes] { memmove(dst, src, bytes); });
+    if (k == cudaMemcpyDeviceToHost || k == cudaMemcpyHostToHost) {
+        emu_stream *st = emu::stream_of(s);
+        const uint64_t seq = st->enq;
+        const int id = st->id;
+        emu::block_until([id, seq] { return emu::passed(id, seq); });
+    }
     return cudaSuccess;
 }
 
@@ -487,11 +661,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             cublasGemmAlgo_t algo)
 {
     (void)algo;
-    emu::sync_stream(h->stream);
     cublasStatus_t s = check(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return gemm1(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb,
-                 *(const float *)beta, C, ct, ldc);
+    /* host pointer mode: alpha and beta are read at the call */
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    emu::enqueue(h->stream, [=] { gemm1(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc); });
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
@@ -503,15 +678,15 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
     (void)algo;
-    emu::sync_stream(h->stream);
     cublasStatus_t s = check(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     const size_t ea = 2, eb = 2, ec = ct == CUDA_R_32F ? 4 : 2;
-    for (int i = 0; i < batch; i++) {
-        s = gemm1(ta, tb, m, n, k, *(const float *)alpha, (const char *)A + (size_t)(i * sa) * ea,
-                  at, lda, (const char *)B + (size_t)(i * sb) * eb, bt, ldb,
-                  *(const float *)beta, (char *)C + (size_t)(i * sc) * ec, ct, ldc);
-        if (s != CUBLAS_STATUS_SUCCESS) return s;
-    }
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    emu::enqueue(h->stream, [=] {
+        for (int i = 0; i < batch; i++)
+            gemm1(ta, tb, m, n, k, al, (const char *)A + (size_t)(i * sa) * ea, at, lda,
+                  (const char *)B + (size_t)(i * sb) * eb, bt, ldb, be,
+                  (char *)C + (size_t)(i * sc) * ec, ct, ldc);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -3,10 +3,20 @@
  * mapping) is checked against the CPU kernels on a machine without a GPU. It is not CUDA: blocks
  * run one after another; the threads of a block are cooperative fibers (ucontext) on one OS
  * thread, switching only at __syncthreads and warp-synchronous calls (shuffles, ballots), which
- * is what CUDA guarantees to those kernels and no more; device memory is host memory, streams
- * are immediate; cuBLAS is a plain column-major reference loop that follows cuBLAS's documented
- * semantics, written independently of exec/cuda's row-major mapping so that a wrong mapping
- * shows. Not emulated: timing, the memory model beyond what barriers give, launch limits.
+ * is what CUDA guarantees to those kernels and no more; device memory is host memory; cuBLAS is
+ * a plain column-major reference loop that follows cuBLAS's documented semantics, written
+ * independently of exec/cuda's row-major mapping so that a wrong mapping shows. Not emulated:
+ * timing, the memory model beyond what barriers give, launch limits beyond the configuration's.
+ *
+ * Streams are queues, as on a GPU: a launch, an asynchronous copy or memset, a GEMM, an event's
+ * record, a cudaStreamWaitEvent and another library's asynchronous work (emu_stream_async: the
+ * emulated NCCL) are appended to their stream and the call returns; the queues run in order, on
+ * the host thread, whenever the emulator is entered (emu::pump), and a wait holds its stream
+ * until the event's stream has passed the record. The host blocks only where CUDA blocks it
+ * (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a copy to pageable host
+ * memory, cudaFree), and while it does, the other streams keep running. So a program that would
+ * not hang on a GPU does not hang here because one stream's wait for a peer kept the host from
+ * posting another stream's work, and one whose streams would wait on each other on a GPU hangs.
  *
  * The sources are compiled by the host C++ compiler with -I tests/exec_cuda/emu (this folder's
  * cuda_runtime.h, cuda_bf16.h, cublas_v2.h and nvtx3/ shadow the toolkit's) after
@@ -20,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -53,8 +64,8 @@ typedef enum cudaError {
     cudaErrorNotReady = 600,
 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
-/* Events: streams are immediate, so every recorded event has happened; a record keeps the host
- * time, which is what elapsed times measure here. */
+/* Events: a record is a point in its stream's queue; it keeps the host time at which the queue
+ * passed it, which is what elapsed times measure here. */
 typedef struct emu_event *cudaEvent_t;
 #define cudaEventDefault 0u
 #define cudaEventDisableTiming 2u
@@ -108,24 +119,21 @@ inline float2 __bfloat1622float2(__nv_bfloat162 v)
 /* ---------------------------------------------------------------- asynchronous work */
 
 /* Work another library runs asynchronously on a stream (the emulated NCCL of emu/nccl_mpi.c:
- * MPI's non-blocking operations). Everything the emulator runs on a stream first waits for that
- * stream's pending work, an event records a token of it (queried by cudaEventQuery, waited for by
- * cudaEventSynchronize and cudaStreamWaitEvent), and the legacy stream (NULL) waits for every
- * stream. All NULL: nothing is asynchronous. */
+ * MPI's non-blocking operations): appended to the stream like a kernel; when the stream reaches
+ * it, start(arg) is called, then poll(arg) whenever the emulator runs the queues, until it
+ * returns 1 (arg is then the library's to free); the stream's later work waits for that. */
 extern "C" {
-typedef struct emu_async_hooks {
-    void *(*capture)(void *stream); /* a token of the stream's pending work, NULL if none */
-    int (*done)(void *token);       /* 1 when the token's work has finished */
-    void (*wait)(void *token);
-    void (*release)(void *token);
-} emu_async_hooks;
-extern emu_async_hooks emu_async;
+void emu_stream_async(void *stream, void (*start)(void *arg), int (*poll)(void *arg), void *arg);
 }
 
 namespace emu {
 
-/* Waits for the pending asynchronous work of stream s (NULL: of every stream). */
-void sync_stream(cudaStream_t s);
+/* Appends fn to stream s (NULL: the legacy stream) and runs what the queues can run. */
+void enqueue(cudaStream_t s, std::function<void()> fn);
+/* Runs the queued work of every stream as far as it can go; true when anything ran. */
+bool pump(void);
+/* A launch configuration CUDA accepts (else the launch fails with cudaErrorInvalidValue). */
+bool launch_ok(dim3 grid, dim3 block);
 
 /* The running fiber's indices (one OS thread runs one block's fibers at a time). */
 extern dim3 g_block_idx, g_block_dim, g_grid_dim;
@@ -165,10 +173,13 @@ template <typename F> struct launcher {
     cudaStream_t stream;
     template <typename... A> void operator()(A &&...a)
     {
-        sync_stream(stream);
         typedef std::tuple<typename std::decay<A>::type...> Tup;
-        launch_ctx<F, Tup> c{f, Tup(std::forward<A>(a)...)};
-        run_grid(grid, block, &body_of<F, Tup>, &c);
+        if (!launch_ok(grid, block)) return;
+        /* the arguments are copied at the launch, as CUDA copies them */
+        enqueue(stream, [f = f, grid = grid, block = block, args = Tup(std::forward<A>(a)...)]() {
+            launch_ctx<F, Tup> c{f, args};
+            run_grid(grid, block, &body_of<F, Tup>, &c);
+        });
     }
 };
 

@@ -5,14 +5,16 @@
  * norm's sum, activation collectives, the head's vocabulary-parallel reductions, the MPI boot
  * shim) is checked against the CPU executor without a GPU.
  *
- * As on a GPU, an operation is only enqueued: it is started with MPI's non-blocking calls and
- * kept as pending work of its stream, which the emulator (emu.h, emu_async) waits for before
- * anything else runs on that stream and which events recorded there capture, so cudaEventQuery
- * reports the operation's end (MPI_Test) and the host never blocks on a peer that would wait
- * for it in turn. Between group start and end the operations are queued and started at the end,
- * as NCCL fuses a group. bf16 sums round once per addition, as NCCL's reductions do. A
- * communicator is an MPI communicator (MPI_Comm_split for ncclCommSplit). */
+ * As on a GPU, an operation is only enqueued: it goes on its stream's queue in the emulator
+ * (emu.h, emu_stream_async), is started with MPI's non-blocking calls when the stream reaches it
+ * (after the stream's earlier kernels and waits, so it sends what they wrote) and holds the
+ * stream until MPI_Test says it is done; events recorded after it pass then, so cudaEventQuery
+ * reports the operation's end, and the host never blocks on a peer. Between group start and end
+ * the operations are queued and go on their streams at the end, as NCCL fuses a group. bf16 sums
+ * round once per addition, as NCCL's reductions do. A communicator is an MPI communicator
+ * (MPI_Comm_split for ncclCommSplit). */
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,95 +49,50 @@ static qop *g_q;
 static int g_nq, g_capq;
 static MPI_Op g_bf16_sum, g_bf16_max;
 
-/* ---------------------------------------------------------------- pending work per stream */
+/* ---------------------------------------------------------------- work on a stream */
 
-typedef struct pending {
-    void *stream;
-    long seq;
-    MPI_Request r;
-    bool done;
-} pending;
+/* The operations one call (or one group, per stream) puts on a stream: started when the stream
+ * reaches them, done when MPI says so. */
+typedef struct batch {
+    int n;
+    qop *q;
+    MPI_Request *r;
+} batch;
 
-static pending *g_p;
-static int g_np, g_capp;
-static long g_seq;
+/* the emulator's asynchronous work (emu.h), with C linkage */
+void emu_stream_async(void *stream, void (*start)(void *arg), int (*poll)(void *arg), void *arg);
 
-typedef struct token {
-    void *stream;   /* NULL: every stream */
-    long upto;      /* the work started up to this sequence number */
-} token;
+static void start_op(const qop *q, MPI_Request *r);
 
-/* the emulator's hooks (emu.h), with C linkage */
-typedef struct emu_async_hooks {
-    void *(*capture)(void *stream);
-    int (*done)(void *token);
-    void (*wait)(void *token);
-    void (*release)(void *token);
-} emu_async_hooks;
-extern emu_async_hooks emu_async;
-
-static void add_pending(void *stream, MPI_Request r)
+static void batch_start(void *arg)
 {
-    if (g_np == g_capp) {
-        g_capp = g_capp ? 2 * g_capp : 64;
-        g_p = base_xrealloc(g_p, (size_t)g_capp * sizeof *g_p);
-    }
-    g_p[g_np++] = (pending){stream, ++g_seq, r, false};
+    batch *b = arg;
+    for (int i = 0; i < b->n; i++) start_op(&b->q[i], &b->r[i]);
 }
 
-static void prune(void)
+static int batch_poll(void *arg)
 {
-    int k = 0;
-    for (int i = 0; i < g_np; i++)
-        if (!g_p[i].done) g_p[k++] = g_p[i];
-    g_np = k;
+    batch *b = arg;
+    int flag = 0;
+    MPI_Testall(b->n, b->r, &flag, MPI_STATUSES_IGNORE);
+    if (!flag) return 0;
+    free(b->q);
+    free(b->r);
+    free(b);
+    return 1;
 }
 
-static bool covers(const token *t, const pending *p)
+/* Puts ops q[0..n) (of one stream) on their stream. */
+static void submit(const qop *q, int n)
 {
-    return (!t->stream || p->stream == t->stream) && p->seq <= t->upto;
+    batch *b = base_xcalloc(1, sizeof *b);
+    b->n = n;
+    b->q = base_xcalloc((size_t)n, sizeof *b->q);
+    b->r = base_xcalloc((size_t)n, sizeof *b->r);
+    memcpy(b->q, q, (size_t)n * sizeof *q);
+    for (int i = 0; i < n; i++) b->r[i] = MPI_REQUEST_NULL;
+    emu_stream_async(q[0].stream, batch_start, batch_poll, b);
 }
-
-static void *hook_capture(void *stream)
-{
-    bool any = false;
-    for (int i = 0; i < g_np && !any; i++) any = !g_p[i].done && (!stream || g_p[i].stream == stream);
-    if (!any) return NULL;
-    token *t = base_xcalloc(1, sizeof *t);
-    t->stream = stream;
-    t->upto = g_seq;
-    return t;
-}
-
-static int hook_done(void *tk)
-{
-    const token *t = tk;
-    int all = 1;
-    for (int i = 0; i < g_np; i++) {
-        if (g_p[i].done || !covers(t, &g_p[i])) continue;
-        int flag = 0;
-        MPI_Test(&g_p[i].r, &flag, MPI_STATUS_IGNORE);
-        if (flag)
-            g_p[i].done = true;
-        else
-            all = 0;
-    }
-    prune();
-    return all;
-}
-
-static void hook_wait(void *tk)
-{
-    const token *t = tk;
-    for (int i = 0; i < g_np; i++) {
-        if (g_p[i].done || !covers(t, &g_p[i])) continue;
-        MPI_Wait(&g_p[i].r, MPI_STATUS_IGNORE);
-        g_p[i].done = true;
-    }
-    prune();
-}
-
-static void hook_release(void *tk) { free(tk); }
 
 static void bf16_reduce(void *in, void *inout, int *len, MPI_Datatype *dt, bool max)
 {
@@ -180,7 +137,6 @@ int exec_nccl_load(base_error *e)
     if (!g_bf16_sum) {
         MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
         MPI_Op_create(bf16_max, 1, &g_bf16_max);
-        emu_async = (emu_async_hooks){hook_capture, hook_done, hook_wait, hook_release};
     }
     return 0;
 }
@@ -243,47 +199,60 @@ int exec_nccl_group_start(base_error *e)
     return 0;
 }
 
-/* Starts an operation (non-blocking) as pending work of its stream. */
-static int start(const qop *q, base_error *e)
+/* Starts an operation (non-blocking) when its stream reaches it. A failure to start is the
+ * emulator's own: the program stops. */
+static void start_op(const qop *q, MPI_Request *r)
 {
-    MPI_Request r = MPI_REQUEST_NULL;
     const int n = (int)q->count;
     int rc = MPI_SUCCESS;
     switch (q->k) {
-    case Q_SEND: rc = MPI_Isend(q->in, n, mdt(q->dt), q->peer, 0, q->c->c, &r); break;
-    case Q_RECV: rc = MPI_Irecv(q->out, n, mdt(q->dt), q->peer, 0, q->c->c, &r); break;
+    case Q_SEND: rc = MPI_Isend(q->in, n, mdt(q->dt), q->peer, 0, q->c->c, r); break;
+    case Q_RECV: rc = MPI_Irecv(q->out, n, mdt(q->dt), q->peer, 0, q->c->c, r); break;
     case Q_ALLREDUCE:
         rc = MPI_Iallreduce(q->in == q->out ? MPI_IN_PLACE : q->in, q->out, n, mdt(q->dt),
-                            mop(q->dt, q->op), q->c->c, &r);
+                            mop(q->dt, q->op), q->c->c, r);
         break;
     case Q_REDUCE_SCATTER:
         rc = MPI_Ireduce_scatter_block(q->in, q->out, n, mdt(q->dt), mop(q->dt, EXEC_NCCL_SUM),
-                                       q->c->c, &r);
+                                       q->c->c, r);
         break;
     case Q_ALL_GATHER:
-        rc = MPI_Iallgather(q->in, n, mdt(q->dt), q->out, n, mdt(q->dt), q->c->c, &r);
+        rc = MPI_Iallgather(q->in, n, mdt(q->dt), q->out, n, mdt(q->dt), q->c->c, r);
         break;
     }
-    if (rc != MPI_SUCCESS) return base_errorf(e, "starting an emulated NCCL operation failed");
-    add_pending(q->stream, r);
-    return 0;
+    if (rc != MPI_SUCCESS) {
+        fprintf(stderr, "emulated NCCL: starting an MPI operation failed\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
 }
 
+/* A group's operations go on their streams at its end, each stream's together (NCCL fuses a
+ * group; the runtime's groups are one stream's sends and receives). */
 int exec_nccl_group_end(base_error *e)
 {
     if (g_depth <= 0) return base_errorf(e, "emulated NCCL: group end without a start");
     if (--g_depth > 0) return 0;
-    int rc = 0;
-    for (int i = 0; i < g_nq && !rc; i++) rc = start(&g_q[i], e);
+    bool *taken = base_xcalloc((size_t)(g_nq > 0 ? g_nq : 1), sizeof *taken);
+    qop *same = base_xcalloc((size_t)(g_nq > 0 ? g_nq : 1), sizeof *same);
+    for (int i = 0; i < g_nq; i++) {
+        if (taken[i]) continue;
+        int n = 0;
+        for (int j = i; j < g_nq; j++)
+            if (!taken[j] && g_q[j].stream == g_q[i].stream) {
+                taken[j] = true;
+                same[n++] = g_q[j];
+            }
+        submit(same, n);
+    }
+    free(taken);
+    free(same);
     g_nq = 0;
-    return rc;
+    return 0;
 }
 
 static int enqueue(qop q, base_error *e)
 {
     if (!q.c) return base_errorf(e, "emulated NCCL: an operation on no communicator");
-    /* (operations of one stream may overlap here, where a GPU would run them in order: the
-     * runtime's plans put a stream's transfers on different buffers) */
     if (g_depth > 0) {
         if (g_nq == g_capq) {
             g_capq = g_capq ? 2 * g_capq : 16;
@@ -292,7 +261,8 @@ static int enqueue(qop q, base_error *e)
         g_q[g_nq++] = q;
         return 0;
     }
-    return start(&q, e);
+    submit(&q, 1);
+    return 0;
 }
 
 int exec_nccl_send(const void *buf, size_t count, exec_nccl_dtype dt, int peer, void *c,
