@@ -156,6 +156,7 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
             if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
                 sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
+            sched_link_recomputes(x);
             sched_sp_backward_gathers(x);
             sched_update_sizes(x);
             if (ir_dag_verify(g, "after the placement directives", e)) return -1;
@@ -170,6 +171,7 @@ static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
         if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
                 sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
                 return -1;
+        sched_link_recomputes(x);
         sched_sp_backward_gathers(x);
         sched_update_sizes(x);
         if (ir_dag_verify(g, "after the placement directives", e)) return -1;

@@ -155,9 +155,11 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
  * first in that layout: [norm input | norm output], 2*(b*s/t)*h*e bytes; sizes.c counts them)
  * and writing a comm tensor of all b*s tokens that the backward reads (BW too, after an order
  * splits it: dir_order.c copies data inputs). It is just in time (ordered right before the
- * backward) on the stream of the region's other TP collectives. A fully recomputed region keeps
- * only its input; it gets none (its R and B work from the recomputation). Runs once, when the
- * placements are final, after every shard_tensor and recompute directive. */
+ * backward) on the stream of the region's other TP collectives. A fully recomputed region's F
+ * keeps only its input (gathered again for R, dir_recompute.c); its backward gathers the shards
+ * R rebuilt (IR_T_RECOMP), as Megatron's backward does after a recomputation. Runs once, when
+ * the placements are final, after every shard_tensor and recompute directive (and after
+ * sched_link_recomputes). */
 void sched_sp_backward_gathers(sched_ctx *x)
 {
     ir_dag *g = x->g;
@@ -176,6 +178,11 @@ void sched_sp_backward_gathers(sched_ctx *x)
             const ir_node *src = &g->nodes[ed->src];
             if (g->tensors[ed->tensor].kind == IR_T_SAVED && src->op == IR_OP_F &&
                 src->region == n->region && src->recompute != IR_RECOMPUTE_FULL)
+                t = ed->tensor;
+            /* under full recompute the shards are what R rebuilt (R ran on the whole input and
+             * keeps the device's rows, as F would have) */
+            if (g->tensors[ed->tensor].kind == IR_T_RECOMP && src->op == IR_OP_R &&
+                src->region == n->region && src->recompute == IR_RECOMPUTE_FULL && t < 0)
                 t = ed->tensor;
             if (IR_OP_INFO[src->op].kind == IR_KIND_COLL && src->coll_group == IR_CG_TP &&
                 !(src->flags & IR_NODE_DP_SYNC))

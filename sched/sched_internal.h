@@ -71,6 +71,8 @@ int sched_expert_grad_groups(sched_ctx *x);
 /* Sequence parallelism: the backward of each SP attention, MLP and head re-gathers the norm
  * input and output shards its forward kept (dir_shard.c). Once, when placements are final. */
 void sched_sp_backward_gathers(sched_ctx *x);
+/* Recomputes read what their forwards read (dir_recompute.c): once placements are final. */
+void sched_link_recomputes(sched_ctx *x);
 int64_t sched_tp_replicated_params(const ir_model *m, const ir_region *r, const ir_shape *s);
 /* The tensor-parallel degree of a placement: the largest of its nodes'. Groups that cut across
  * TP (data and expert parallelism) are formed with it, also for nodes that are not themselves

@@ -190,7 +190,8 @@ void sched_update_sizes(sched_ctx *x)
                     n->bytes = param_sum; /* whole parameters out (NCCL counts the output) */
                 else
                     n->bytes = grad_sum;
-            } else if (n->op == IR_OP_ALL_GATHER && in_kind == IR_T_SAVED && reg) {
+            } else if (n->op == IR_OP_ALL_GATHER && (in_kind == IR_T_SAVED || in_kind == IR_T_RECOMP) &&
+                       reg && n->pass != PLAN_PASS_R) {
                 /* sequence parallelism's backward re-gather (dir_shard.c): the prefix of the
                  * saved tensor that holds the device's shards of the norm input and output,
                  * 2 * (b*s/t) * h * e bytes, gathered from the t ranks: 2 * b*s * h * e */

@@ -32,7 +32,7 @@ fails=0
 for case in gpt_dp2:2 gpt_zero1:2 gpt_zero2:2 gpt_zero3:2 gpt_tp2:2 gpt_tp2_sp:2 gpt_pp2:2 \
             moe_ep2:2 moe_zero3:2 gpt_pp2_dp2:4 moe_pp2_dp2_ep2:4 gpt_dp2_recompute:2 \
             gpt_dp2_selective:2 moe_dp2_recompute:2 gpt4_pp4_zbh1:4 gpt4_pp2x2_dualpipev:2 \
-            gpt_tp2_dp2_zero3:4 moe_pp2_dp2_ep2_dualpipe:4; do
+            gpt_tp2_dp2_zero3:4 moe_pp2_dp2_ep2_dualpipe:4 gpt_tp2_recompute:2; do
   IFS=: read -r p n <<< "$case"
   plan="$work/$p.plan"
   "$build/piper-compile" -q "$src/tests/exec_mpi/programs/$p.yaml" -o "$plan" || exit 1

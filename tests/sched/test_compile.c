@@ -703,6 +703,91 @@ static void test_tp2_sp_backward_regather(void)
     compiled_free(r);
 }
 
+/* Full recompute of every layer under TP: the MLP keeps nothing, so its recompute reads the
+ * attention's recompute through a copy of the all-reduce between them (Megatron re-runs the
+ * layer's forward with its communication): per layer and micro-batch one more all-reduce of
+ * b*s*h*e bytes than without recompute, each issued after R(attn) and before R(mlp), which both
+ * come after the MLP's forward. Under SP the copy is a reduce-scatter and an all-gather, and the
+ * attention's recompute first gathers its kept input shard (b*s/t tokens) again, just in time:
+ * those gathers never pile up (the comm peak stays one micro-batch's). */
+static void test_recompute_chains_communicate(void)
+{
+    const char *dirs[2] = {"", ", sequence_parallel: true"};
+    for (int sp = 0; sp < 2; sp++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "batch: {global: 4, micro: 1}\n"
+                 "annotations: {tp: true}\n"
+                 "directives:\n"
+                 "  - {op: split, num_microbatches: 4}\n"
+                 "  - {op: recompute, filter: {REGION: attn}, mode: full}\n"
+                 "  - {op: recompute, filter: {REGION: mlp}, mode: full}\n"
+                 "  - {op: shard_tensor, filter: {TP: \"*\"}, devices: [0, 1]%s}\n",
+                 dirs[sp]);
+        compiled *r = compile_text(GPT_TINY_REL, A100_2_REL, body, NULL);
+        ASSERT_COMPILED(r);
+        const ir_dag *g = &r->c.dag;
+        const double bsh = 1.0 * 32 * 64 * 2; /* b*s*h*e, bf16 */
+        int layers = 2, m = 4;
+        int ar = 0, rs = 0, ag = 0;
+        for (size_t v = 0; v < g->nnodes; v++) {
+            const ir_node *n = &g->nodes[v];
+            if (n->dead || n->pass != PLAN_PASS_R || IR_OP_INFO[n->op].kind != IR_KIND_COLL) continue;
+            ar += n->op == IR_OP_ALL_REDUCE;
+            rs += n->op == IR_OP_REDUCE_SCATTER;
+            ag += n->op == IR_OP_ALL_GATHER;
+            /* every copy moves one activation: the all-reduce and the gathers b*s*h*e, the
+             * reduce-scatter the same (its input) */
+            CU_ASSERT_DOUBLE_EQUAL(n->bytes, bsh, 0.5);
+        }
+        CU_ASSERT_EQUAL(ar, sp ? 0 : layers * m);
+        CU_ASSERT_EQUAL(rs, sp ? layers * m : 0);
+        CU_ASSERT_EQUAL(ag, sp ? 2 * layers * m : 0);
+        /* in launch order: F(mlp) < R(attn) < the copies < R(mlp) < B(mlp), per micro-batch */
+        const sched_plan *p = &r->c.plan;
+        int attn = -1, mlp = -1;
+        for (int q = 0; q < p->nregions; q++) {
+            if (strcmp(p->regions[q], "L1.attn") == 0) attn = q;
+            if (strcmp(p->regions[q], "L1.mlp") == 0) mlp = q;
+        }
+        CU_ASSERT_FATAL(attn >= 0 && mlp >= 0);
+        const plan_list *L = sched_plan_list(p, 0);
+        for (int mb = 0; mb < m; mb++) {
+            int f_mlp = -1, r_attn = -1, r_mlp = -1, b_mlp = -1, copies_between = 0;
+            for (int i = 0; i < L->n; i++) {
+                const plan_instr *in = &L->ins[i];
+                if (in->mb != mb) continue;
+                if (in->op == PLAN_COMPUTE && in->region == mlp && in->pass == PLAN_PASS_F) f_mlp = i;
+                if (in->op == PLAN_COMPUTE && in->region == attn && in->pass == PLAN_PASS_R) r_attn = i;
+                if (in->op == PLAN_COMPUTE && in->region == mlp && in->pass == PLAN_PASS_R) r_mlp = i;
+                if (in->op == PLAN_COMPUTE && in->region == mlp && in->pass == PLAN_PASS_B) b_mlp = i;
+                if (in->op == PLAN_COLL && r_attn >= 0 && r_mlp < 0 && (in->region == attn || in->region == mlp))
+                    copies_between++;
+            }
+            CU_ASSERT(f_mlp < r_attn && r_attn < r_mlp && r_mlp < b_mlp);
+            CU_ASSERT(copies_between >= (sp ? 2 : 1));
+        }
+        /* the copies do not pile up: the comm peak is that of the run without recompute plus at
+         * most the one activation the recompute chain has in flight */
+        snprintf(body, sizeof body,
+                 "batch: {global: 4, micro: 1}\n"
+                 "annotations: {tp: true}\n"
+                 "directives:\n"
+                 "  - {op: split, num_microbatches: 4}\n"
+                 "  - {op: shard_tensor, filter: {TP: \"*\"}, devices: [0, 1]%s}\n",
+                 dirs[sp]);
+        compiled *plain = compile_text(GPT_TINY_REL, A100_2_REL, body, NULL);
+        ASSERT_COMPILED(plain);
+        if (r->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM] > plain->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM] + bsh + 0.5)
+            fprintf(stderr, "\n  sp %d: comm peak %.0f with recompute, %.0f without\n", sp,
+                    r->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM], plain->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM]);
+        CU_ASSERT(r->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM] <=
+                  plain->c.stats.dev[0].peak_by_mem[PLAN_MEM_COMM] + bsh + 0.5);
+        compiled_free(plain);
+        compiled_free(r);
+    }
+}
+
 /* ---------------------------------------------------------------- 3. golden plans */
 
 static char *read_all(const char *path, size_t *len)
@@ -1248,6 +1333,8 @@ int piper_tests_register(void)
         {"TP2: all-reduces per layer and micro-batch", test_tp2_collectives},
         {"TP2+SP: all-gathers and reduce-scatters", test_tp2_sp_collectives},
         {"TP2+SP: the backward re-gathers the kept norm shards", test_tp2_sp_backward_regather},
+        {"TP2 (+SP) full recompute: the recompute chain communicates as the forward",
+         test_recompute_chains_communicate},
         {NULL, NULL},
     };
     static const test_case golden[] = {
