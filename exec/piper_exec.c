@@ -417,7 +417,12 @@ fail:
      * every other rank before the job is aborted */
     const char *peer = strstr(e.msg, "stopping because rank ");
     if (peer) {
-        fprintf(stderr, "piper-exec: rank %d: %s\n", rank, peer);
+        /* and where this rank's streams stand, so that a stall shows on every rank */
+        base_buf heads = {0};
+        if (it) exec_interp_describe_heads(it, &heads);
+        fprintf(stderr, "piper-exec: rank %d: %s%s%s\n", rank, peer,
+                heads.n ? "; this rank's streams stand at" : "", heads.n ? heads.s : "");
+        free(heads.s);
     } else {
         char note[BASE_ERROR_MAX + 64];
         snprintf(note, sizeof note, "rank %d (device %d) failed: %s", rank, rank, e.msg);

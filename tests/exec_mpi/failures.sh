@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # failures.sh — piper-exec's failure handling on 2 ranks: every case must end (nothing hangs),
-# with a nonzero status and messages that name the failing rank and the cause on every rank.
+# with a nonzero status and messages that name the failing rank and the cause on every rank; a
+# rank stopped by another's failure also says where its own streams stand.
 # The plans are gpt_pp2's, edited so that device 1 (only) goes wrong:
 #   start-up: a missing plan file; a compute whose kernel does not fit its region (device 1);
 #   during a step: an activation buffer never allocated (device 1's kernel call fails);
@@ -54,7 +55,7 @@ run badkernel "$work/badkernel.plan" 60 \
   "rank 0: stopping because rank 1 \(device 1\) failed: .*does not fit region L1.attn"
 run noalloc "$work/noalloc.plan" 60 \
   "rank 1 \(device 1\) failed: step 1: .*gpt.attn.F .*is not live" \
-  "rank 0: stopping because rank 1 \(device 1\) failed: step 1: .*is not live"
+  "rank 0: stopping because rank 1 \(device 1\) failed: step 1: .*is not live.*; this rank's streams stand at .*\[stream p2p: .*posted"
 # both ranks are stuck; whichever watchdog fires first tells the other
 run watchdog "$work/badtag.plan" 3 \
   "rank ([01]) \(device \1\) failed: step 1: device \1: nothing progressed for 3 s .*(recv s=p2p peer=0 tag=999999|send s=p2p peer=1 tag=[0-9]+)" \
