@@ -158,6 +158,17 @@ static plan_instr blank(int stream)
     return in;
 }
 
+/* A buffer name from node v's label: PREFIX + the label with its spaces as dots + SUFFIX
+ * ("work." + "B.L3.attn.mb2", "F.L0.mlp.mb0" + ".t17"). */
+static void node_buffer_name(const ir_dag *g, int32_t v, const char *prefix, const char *suffix,
+                             char *name, size_t size)
+{
+    char lbl[96];
+    snprintf(name, size, "%s%s%s", prefix, ir_node_label(g, v, lbl, sizeof lbl), suffix);
+    for (char *c = name; *c; c++)
+        if (*c == ' ') *c = '.';
+}
+
 static int new_buffer(lowerer *L, list_builder *B, double bytes, int mem, const char *name)
 {
     plan_buffer b = {(int64_t)(bytes + 0.5), (uint8_t)mem, base_arena_strdup(&L->plan->arena, name)};
@@ -379,10 +390,9 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
             if (g->tensors[ed->tensor].producer != v) continue;
             int mem = tensor_mem(g, ed->tensor);
             if (mem < 0) continue;
-            char name[160], lbl[96];
-            snprintf(name, sizeof name, "%s.t%d", ir_node_label(g, v, lbl, sizeof lbl), ed->tensor);
-            for (char *c = name; *c; c++)
-                if (*c == ' ') *c = '.';
+            char name[160], suffix[24];
+            snprintf(suffix, sizeof suffix, ".t%d", ed->tensor);
+            node_buffer_name(g, v, "", suffix, name, sizeof name);
             int b = new_buffer(L, &B, g->tensors[ed->tensor].bytes, mem, name);
             L->buf_of[ed->tensor] = b;
             if (L->last_use[ed->tensor] < 0) BASE_VEC_PUSH(touched, ed->tensor);
@@ -399,10 +409,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                 if (key >= 0 && bi_work[key] >= 0) ws = bi_work[key], ws_inherited = true;
                 if (key >= 0) bi_work[key] = -1;
             } else if (n->bytes > 0) {
-                char name[160], lbl[96];
-                snprintf(name, sizeof name, "work.%s", ir_node_label(g, v, lbl, sizeof lbl));
-                for (char *c = name; *c; c++)
-                    if (*c == ' ') *c = '.';
+                char name[160];
+                node_buffer_name(g, v, "work.", "", name, sizeof name);
                 ws = new_buffer(L, &B, n->bytes, PLAN_MEM_WORK, name);
                 emit_mem(&B, PLAN_ALLOC, s, ws, &B.bufs.v[ws]);
                 if (n->op == IR_OP_BI && key >= 0) bi_work[key] = ws;
@@ -557,10 +565,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
                     double el = (double)B.bufs.v[rd.v[q]].bytes / gb;
                     piece += ceil(el / size) * gb;
                 }
-                char name[160], lbl[96];
-                snprintf(name, sizeof name, "rs.%s", ir_node_label(g, v, lbl, sizeof lbl));
-                for (char *c = name; *c; c++)
-                    if (*c == ' ') *c = '.';
+                char name[160];
+                node_buffer_name(g, v, "rs.", "", name, sizeof name);
                 rs_buf = new_buffer(L, &B, piece, PLAN_MEM_COMM, name);
                 emit_mem(&B, PLAN_ALLOC, s, rs_buf, &B.bufs.v[rs_buf]);
                 in.buf = rs_buf;
