@@ -3,7 +3,8 @@
  * attention core, Korthikanti et al.), and a recompute node R rebuilds the rest right before the
  * backward: F -(checkpoint)-> R -(the rest)-> B, and the backward reads the checkpoint too
  * (F -(checkpoint)-> B), so that it lives until the backward, not just until R. Ordering issues R
- * just in time. */
+ * just in time. Once placements are final, sched_link_recomputes gives each R the input its F
+ * read, made the same way. */
 #include "sched_internal.h"
 
 #include <stdlib.h>
@@ -76,14 +77,7 @@ void sched_link_recomputes(sched_ctx *x)
             const ir_node *un = &g->nodes[u];
             if (keeps_nothing) {
                 if (un->op != IR_OP_F || rec[u] < 0 || un->layer != fn->layer) continue;
-                int32_t ra = rec[u];
-                bool have = false; /* linked already (a second run, or the route and the input) */
-                for (int32_t q = g->in_off[rr]; q < g->in_off[rr + 1] && !have; q++) {
-                    int32_t s2 = g->edges[g->in_edge[q]].src;
-                    have = s2 == ra && nc == 0;
-                }
-                if (have) continue;
-                int32_t prev = ra;
+                int32_t prev = rec[u];
                 uint8_t tk = IR_T_ACT;
                 for (int i = nc - 1; i >= 0; i--) {
                     int32_t c = clone_coll(g, chain[i]);

@@ -202,20 +202,9 @@ void sched_sp_backward_gathers(sched_ctx *x)
     }
     for (size_t i = 0; i < bs.n; i++) {
         int32_t b = bs.v[i], t = saved.v[i];
-        int32_t c = ir_dag_add_node(g, IR_OP_ALL_GATHER);
+        int32_t c = sched_add_node_like(g, IR_OP_ALL_GATHER, b);
         ir_node *cn = &g->nodes[c];
         const ir_node *bn = &g->nodes[b];
-        cn->region = bn->region;
-        cn->layer = bn->layer;
-        cn->mb = bn->mb;
-        cn->stage = bn->stage;
-        cn->chunk = bn->chunk;
-        cn->place = bn->place;
-        cn->pass = bn->pass;
-        cn->tp = bn->tp;
-        cn->ep = bn->ep;
-        cn->sp = bn->sp;
-        cn->dp = bn->dp;
         cn->directive = bn->directive;
         cn->flags = (uint16_t)((bn->flags & (IR_NODE_PER_MB | IR_NODE_TP)) | IR_NODE_JIT);
         cn->link = b;

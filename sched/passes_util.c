@@ -59,8 +59,7 @@ bool sched_filter_match(const ir_dag *g, int32_t v, const ir_filter *f)
     return true;
 }
 
-/* A new node that inherits the tags, placement and micro-batch of `like`. */
-static int32_t add_like(ir_dag *g, ir_op op, int32_t like)
+int32_t sched_add_node_like(ir_dag *g, ir_op op, int32_t like)
 {
     int32_t v = ir_dag_add_node(g, op);
     ir_node *n = &g->nodes[v], *l = &g->nodes[like];
@@ -88,7 +87,7 @@ void sched_insert_colls_after(ir_dag *g, const sched_coll_req *req, size_t n)
     for (size_t i = 0; i < n; i++) {
         const sched_coll_req *r = &req[i];
         if (coll[r->tensor] >= 0) continue;
-        int32_t c = add_like(g, r->op, r->like);
+        int32_t c = sched_add_node_like(g, r->op, r->like);
         g->nodes[c].coll_group = (uint8_t)r->cg;
         g->nodes[c].stream = (int16_t)r->stream;
         int32_t o = ir_dag_add_tensor(g, c, (ir_tensor_kind)g->tensors[r->tensor].kind, 0);
@@ -117,7 +116,7 @@ int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, i
 {
     ir_edge *x = &g->edges[edge];
     int32_t tensor = x->tensor, src = x->src;
-    int32_t c = add_like(g, op, v);
+    int32_t c = sched_add_node_like(g, op, v);
     g->nodes[c].coll_group = (uint8_t)cg;
     g->nodes[c].stream = (int16_t)stream;
     int32_t out = ir_dag_add_tensor(g, c, (ir_tensor_kind)g->tensors[tensor].kind, 0);

@@ -38,6 +38,9 @@ typedef struct sched_coll_req {
     int32_t like;
     int stream;
 } sched_coll_req;
+/* A new node that inherits the tags, placement, micro-batch, pass and parallel degrees of `like`
+ * (its PER_MB, EP and TP flags). */
+int32_t sched_add_node_like(ir_dag *g, ir_op op, int32_t like);
 void sched_insert_colls_after(ir_dag *g, const sched_coll_req *req, size_t n);
 int32_t sched_insert_coll_before(ir_dag *g, int32_t v, int32_t edge, ir_op op, ir_coll_group cg,
                                  int stream);

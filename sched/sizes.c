@@ -17,6 +17,14 @@ static bool after_attention(ir_region_kind k)
            k == IR_REGION_MOE_COMBINE;
 }
 
+/* Whether the forward tensor region `from` hands the node `to` is an MoE gate's route to its
+ * combine (past the experts), sized ir_region_route_bytes rather than as the region's output. */
+static bool route_edge(const ir_dag *g, const ir_region *from, const ir_node *to)
+{
+    return from->kind == IR_REGION_MOE_GATE && to->region >= 0 &&
+           g->regions[to->region].kind == IR_REGION_MOE_COMBINE;
+}
+
 ir_shape sched_node_shape(const sched_ctx *x, int32_t v)
 {
     const ir_node *n = &x->g->nodes[v];
@@ -156,10 +164,7 @@ void sched_update_sizes(sched_ctx *x)
                 for (int32_t k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
                     const ir_edge *ed = &g->edges[g->out_edge[k]];
                     if (ed->kind != IR_EDGE_DATA || g->tensors[ed->tensor].kind != IR_T_ACT) continue;
-                    const ir_node *dn = &g->nodes[ed->dst];
-                    bool r2 = reg->kind == IR_REGION_MOE_GATE && dn->region >= 0 &&
-                              g->regions[dn->region].kind == IR_REGION_MOE_COMBINE;
-                    if (r2) route = true;
+                    if (route_edge(g, reg, &g->nodes[ed->dst])) route = true;
                     else out = true;
                 }
                 if (!out) extra += ir_region_output_bytes(m, reg, &s);
@@ -216,11 +221,8 @@ void sched_update_sizes(sched_ctx *x)
             if (kind == IR_KIND_COMPUTE && reg) {
                 switch ((ir_tensor_kind)t->kind) {
                 case IR_T_ACT: {
-                    /* an MoE gate hands its combine the route, past the experts */
-                    const ir_node *dst = &g->nodes[ed->dst];
-                    bool route = reg->kind == IR_REGION_MOE_GATE && dst->region >= 0 &&
-                                 g->regions[dst->region].kind == IR_REGION_MOE_COMBINE;
-                    b = route ? ir_region_route_bytes(m, &s) : ir_region_output_bytes(m, reg, &s);
+                    b = route_edge(g, reg, &g->nodes[ed->dst]) ? ir_region_route_bytes(m, &s)
+                                                               : ir_region_output_bytes(m, reg, &s);
                     break;
                 }
                 case IR_T_GRAD_ACT: {

@@ -307,7 +307,7 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     const real *dy = c->dy;
     real *dx = c->dx;
 
-    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    const int64_t tl = sp_rows(cfg, sh);
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     if (p > 0)
         sp_dropout_b(sh, dy, W.dyd, A.mout, tl * h, dropout_key(c, EXEC_DROP_ATTN_OUT),
@@ -359,13 +359,7 @@ int FN(exec_attn_bi)(const exec_call *c, base_error *e)
     FN(exec_gemm)(false, true, T, h, qw, 1, W.dq, qw, w.wq, qw, 0, W.dxn, h);
     FN(exec_gemm)(false, true, T, h, kw, 1, W.dk, kw, w.wk, kw, 1, W.dxn, h);
     FN(exec_gemm)(false, true, T, h, kw, 1, W.dv, kw, w.wv, kw, 1, W.dxn, h);
-    for (int64_t k = 0; k < nb; k++) {
-        const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
-        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, dx + r0 * h, tl,
-                         false);
-    }
+    FN(exec_norm_bi_rows)(cfg, sh, c->xg, A.x, W.dxn, w.ng, W.mean, W.rstd, dx);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -397,7 +391,7 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     for (int64_t k = 0; k < nb; k++) {
         const int64_t r0 = k * tl;
-        const real *xnk = sh->sp ? (const real *)c->xg + (k * 2 + 1) * tl * h : A.xn;
+        const real *xnk = sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h);
         FN(exec_gemm)(true, false, h, qw, tl, 1, xnk, h, W.dq + r0 * qw, qw, 1, g.wq, qw);
         FN(exec_gemm)(true, false, h, kw, tl, 1, xnk, h, W.dk + r0 * kw, kw, 1, g.wk, kw);
         FN(exec_gemm)(true, false, h, kw, tl, 1, xnk, h, W.dv + r0 * kw, kw, 1, g.wv, kw);
@@ -413,10 +407,6 @@ int FN(exec_attn_bw)(const exec_call *c, base_error *e)
         FN(exec_rmsnorm_bw)(W.dqn, A.q_raw, W.q_rstd, g.qg, T * nh, d);
         FN(exec_rmsnorm_bw)(W.dkn, A.k_raw, W.k_rstd, g.kg, T * nkv, d);
     }
-    for (int64_t k = 0; k < nb; k++) {
-        const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
-    }
+    FN(exec_norm_bw_rows)(cfg, sh, c->xg, A.x, W.dxn, W.mean, W.rstd, g.ng, g.nb);
     return 0;
 }

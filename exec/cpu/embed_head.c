@@ -332,16 +332,9 @@ int FN(exec_head_bi)(const exec_call *c, base_error *e)
     head_work W;
     head_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, W.dxn, h);
-    for (int64_t k = 0; k < nb; k++) {
-        const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
-        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, (real *)c->dx + r0 * h,
-                         tl, false);
-    }
+    FN(exec_norm_bi_rows)(cfg, sh, c->xg, A.x, W.dxn, w.ng, W.mean, W.rstd, (real *)c->dx);
     return 0;
 }
 
@@ -365,8 +358,8 @@ int FN(exec_head_bw)(const exec_call *c, base_error *e)
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     for (int64_t k = 0; k < nb; k++) {
         const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        const real *xnk = sh->sp ? xk + tl * h : A.xn;
+        const real *xk = sp_norm_rows(sh, c->xg, A.x, k, 0, tl, h);
+        const real *xnk = sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h);
         FN(exec_gemm)(true, false, nv, h, tl, 1, A.probs + r0 * nv, nv, xnk, h, 1, g.lm, h);
         FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
     }

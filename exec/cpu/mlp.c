@@ -214,7 +214,7 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
     const real *dy = c->dy;
     real *dx = c->dx;
 
-    const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
+    const int64_t tl = sp_rows(cfg, sh);
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     if (cfg->dropout > 0)
         sp_dropout_b(sh, dy, W.dyd, A.mout, tl * h, dropout_key(c, EXEC_DROP_MLP_OUT),
@@ -231,13 +231,7 @@ int FN(exec_mlp_bi)(const exec_call *c, base_error *e)
         FN(exec_gemm)(false, true, T, h, f, 1, W.dh1, f, w.w1, f, 0, W.dxn, h);
         FN(exec_gemm)(false, true, T, h, f, 1, W.du, f, w.wu, f, 1, W.dxn, h);
     }
-    for (int64_t k = 0; k < nb; k++) {
-        const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        FN(exec_norm_stats)(cfg, xk, W.mean + r0, W.rstd + r0, tl);
-        FN(exec_norm_bi)(cfg, W.dxn + r0 * h, xk, w.ng, W.mean + r0, W.rstd + r0, dx + r0 * h, tl,
-                         false);
-    }
+    FN(exec_norm_bi_rows)(cfg, sh, c->xg, A.x, W.dxn, w.ng, W.mean, W.rstd, dx);
     if (sh->first)
         for (int64_t i = 0; i < T * h; i++) dx[i] += dy[i];
     return 0;
@@ -266,7 +260,7 @@ int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     for (int64_t k = 0; k < nb; k++) {
         const int64_t r0 = k * tl;
-        const real *xnk = sh->sp ? (const real *)c->xg + (k * 2 + 1) * tl * h : A.xn;
+        const real *xnk = sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h);
         FN(exec_gemm)(true, false, h, f, tl, 1, xnk, h, W.dh1 + r0 * f, f, 1, g.w1, f);
         if (!cfg->gpt) FN(exec_gemm)(true, false, h, f, tl, 1, xnk, h, W.du + r0 * f, f, 1, g.wu, f);
     }
@@ -275,10 +269,6 @@ int FN(exec_mlp_bw)(const exec_call *c, base_error *e)
         colsum_acc(W.dh1, T, f, g.b1);
         if (sh->first) colsum_acc(W.dyd, T, h, g.b2);
     }
-    for (int64_t k = 0; k < nb; k++) {
-        const int64_t r0 = k * tl;
-        const real *xk = sh->sp ? (const real *)c->xg + k * 2 * tl * h : A.x;
-        FN(exec_norm_bw)(cfg, W.dxn + r0 * h, xk, W.mean + r0, W.rstd + r0, g.ng, g.nb, tl);
-    }
+    FN(exec_norm_bw_rows)(cfg, sh, c->xg, A.x, W.dxn, W.mean, W.rstd, g.ng, g.nb);
     return 0;
 }

@@ -172,3 +172,26 @@ int FN(exec_noop)(const exec_call *c, base_error *e)
     (void)e;
     return 0;
 }
+
+void FN(exec_norm_bi_rows)(const exec_cfg *c, const exec_shard *s, const void *xg, const real *x,
+                           const real *dy, const real *g, real *mean, real *rstd, real *dx)
+{
+    const int64_t tl = sp_rows(c, s), h = c->h;
+    for (int64_t k = 0; k < sp_blocks(s); k++) {
+        const int64_t r0 = k * tl;
+        const real *xk = sp_norm_rows(s, xg, x, k, 0, tl, h);
+        FN(exec_norm_stats)(c, xk, mean + r0, rstd + r0, tl);
+        FN(exec_norm_bi)(c, dy + r0 * h, xk, g, mean + r0, rstd + r0, dx + r0 * h, tl, false);
+    }
+}
+
+void FN(exec_norm_bw_rows)(const exec_cfg *c, const exec_shard *s, const void *xg, const real *x,
+                           const real *dy, const real *mean, const real *rstd, real *dg, real *db)
+{
+    const int64_t tl = sp_rows(c, s), h = c->h;
+    for (int64_t k = 0; k < sp_blocks(s); k++) {
+        const int64_t r0 = k * tl;
+        FN(exec_norm_bw)(c, dy + r0 * h, sp_norm_rows(s, xg, x, k, 0, tl, h), mean + r0, rstd + r0,
+                         dg, db, tl);
+    }
+}

@@ -140,6 +140,13 @@ static inline int64_t sp_rows(const exec_cfg *c, const exec_shard *s)
 }
 static inline int sp_blocks(const exec_shard *s) { return s->sp ? s->tp : 1; }
 static inline int sp_own(const exec_shard *s) { return s->sp ? s->tp_rank : 0; }
+/* The norm input (which 0) or output (which 1) rows of block k: under sequence parallelism from
+ * the gathered pairs xg, else the kept tensor (one block of every row). */
+static inline const real *sp_norm_rows(const exec_shard *s, const void *xg, const real *kept,
+                                       int64_t k, int which, int64_t tl, int64_t h)
+{
+    return s->sp ? (const real *)xg + (k * 2 + which) * tl * h : kept;
+}
 
 /* ---------------------------------------------------------------- dropout */
 
@@ -268,6 +275,14 @@ void FN(exec_norm_bw)(const exec_cfg *c, const real *dy, const real *x, const re
  * rather than keeping them (ir/cost.c does not count norm statistics, nor does the published
  * accounting). */
 void FN(exec_norm_stats)(const exec_cfg *c, const real *x, real *mean, real *rstd, int64_t rows);
+/* The pre-norm's backward over all b*s rows of a region on shard s, block by block (sp_blocks),
+ * each block's input from sp_norm_rows(s, xg, x, ...): the input gradient dx from the norm
+ * output's gradient dy, its statistics recomputed into mean/rstd (bi); the scale and bias
+ * gradients accumulated from those statistics (bw). */
+void FN(exec_norm_bi_rows)(const exec_cfg *c, const exec_shard *s, const void *xg, const real *x,
+                           const real *dy, const real *g, real *mean, real *rstd, real *dx);
+void FN(exec_norm_bw_rows)(const exec_cfg *c, const exec_shard *s, const void *xg, const real *x,
+                           const real *dy, const real *mean, const real *rstd, real *dg, real *db);
 void FN(exec_rmsnorm_stats)(const real *x, real *rstd, int64_t rows, int64_t n, double eps);
 
 #endif

@@ -194,9 +194,8 @@ static int act_modes(exec_cpu *c, base_error *e)
         if (rb < 0) continue; /* no recompute */
         if (R->sh.sp)
             return base_errorf(e, "region %s is sequence-parallel and recomputed; the CPU "
-                                  "executor keeps its norm input of the device's tokens only "
-                                  "and a recomputation would need all of them, which the plan "
-                                  "does not gather: drop the recompute or sequence_parallel",
+                                  "kernels do not recompute under sequence parallelism yet: "
+                                  "drop the recompute or sequence_parallel",
                                R->name);
         for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
             int64_t kept, rebuilt;
