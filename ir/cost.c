@@ -468,9 +468,11 @@ int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, con
         break;
     case PLAN_PASS_UPD: {
         double p = (double)ir_region_params_per_device(m, r, s);
-        /* 16-bit gradient read, 16-bit parameter written, fp32 master, m and v read and written */
+        /* gradient read (fp32 where grad_dtype says so), parameter written, fp32 master, m and v
+         * read and written */
         kb.dt = PLAN_FP32;
-        mem(&kb, "optimizer_adamw", p * (2.0 * d.pe + 24.0), 12.0 * p);
+        double ge = sched_plan_dtype_bytes(s->grad_dtype);
+        mem(&kb, "optimizer_adamw", p * (ge + d.pe + 24.0), 12.0 * p);
         break;
     }
     case PLAN_PASS_AUX:
@@ -645,18 +647,26 @@ static void ws_piece(double *off, double n, double elem)
  *   attn   F, R: per-token norm statistics (mean, rstd) 2T*w, [qk_norm] per-head rstd
  *                T*(a+kv)*w, [llama] the RoPE table s*d*w;
  *          B adds: [qk_norm] gradients of Q and K before their norms T*(qd+kvd)*e, one softmax
- *                row block s*s*e, the gradient of the attention output T*qd*e, the dropped
- *                output gradient T*h*e, dQ T*qd*e, dK and dV 2*T*kvd*e, the norm-output gradient
- *                T*h*e.
+ *                row block s*s*e (with flash attention instead each row's D = dO . O, T*a*w, as
+ *                FlashAttention-2's backward keeps), the gradient of the attention output
+ *                T*qd*e, the dropped output gradient T*h*e, dQ T*qd*e, dK and dV 2*T*kvd*e, the
+ *                norm-output gradient T*h*w.
  *   mlp    F, R: norm statistics 2T*w; B adds: the dropped output gradient T*h*e, the first
  *                layer's output gradient T*f*e ([llama] and the up projection's T*f*e), the
- *                norm-output gradient T*h*e.
+ *                norm-output gradient T*h*w.
+ * The norm-output gradient is w wide: the GEMMs of several projections sum into it (Q, K, V;
+ * gate and up), so a bf16 backward accumulates it in fp32 (exec/cuda does), and the norm's
+ * backward subtracts means from it; at fp32 and wider w = e.
  *   moe_gate     F, R: RMS statistics T*w, each expert's token fraction E*w, each choice's slot
- *                T*k*4; B adds the router logits' gradient T*E*w and the norm-output gradient.
+ *                T*k*4; B adds the router logits' gradient T*E*e (at the activation dtype, not
+ *                w: it is the operand of the router's dx and dW GEMMs, like the logits, which
+ *                the router's GEMM produces; only the softmax between them runs in w) and the
+ *                norm-output gradient T*h*w (the router's GEMM and the kept slots' gradients
+ *                sum into it).
  *   moe_experts  B: over the dispatched rows R = E*C: the output gradient R*h*e, the gate and up
  *                projections' gradients 2*R*ef*e. F none.
  *   head   F: norm statistics 2T*w and the cross-entropy's per-token max, sum and target logit
- *          3T*w; B adds the norm-output gradient T*h*e.
+ *          3T*w; B adds the norm-output gradient T*h*w.
  *   embed, moe_combine: none.
  * The backward's intermediate gradients are what a weight-gradient GEMM reads (dQ, dK, dV, the
  * attention output's, the first layer's), so they are exactly what BI leaves for BW. */
@@ -675,27 +685,30 @@ double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shap
         if (!d.gpt) ws_piece(&off, (double)(d.s * d.d), w);
         if (fwd) return off;
         if (m->qk_norm) ws_piece(&off, T * (double)(d.qd + d.kvd), e);
-        ws_piece(&off, (double)(d.s * d.s), e);
+        if (m->flash_attention)
+            ws_piece(&off, T * (double)d.a_dev, w);
+        else
+            ws_piece(&off, (double)(d.s * d.s), e);
         ws_piece(&off, T * (double)d.qd, e);
         ws_piece(&off, T * h, e);
         ws_piece(&off, T * (double)d.qd, e);
         ws_piece(&off, 2.0 * T * (double)d.kvd, e);
-        ws_piece(&off, T * h, e);
+        ws_piece(&off, T * h, w);
         return off;
     case IR_REGION_MLP:
         ws_piece(&off, 2.0 * T, w);
         if (fwd) return off;
         ws_piece(&off, T * h, e);
         ws_piece(&off, (d.gpt ? 1.0 : 2.0) * T * (double)d.f_dev, e);
-        ws_piece(&off, T * h, e);
+        ws_piece(&off, T * h, w);
         return off;
     case IR_REGION_MOE_GATE:
         ws_piece(&off, T, w);
         ws_piece(&off, (double)m->experts, w);
         ws_piece(&off, T * (double)m->top_k, 4.0);
         if (fwd) return off;
-        ws_piece(&off, T * (double)m->experts, w);
-        ws_piece(&off, T * h, e);
+        ws_piece(&off, T * (double)m->experts, e);
+        ws_piece(&off, T * h, w);
         return off;
     case IR_REGION_MOE_EXPERTS:
         if (fwd) return 0.0;
@@ -705,7 +718,7 @@ double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shap
     case IR_REGION_HEAD:
         ws_piece(&off, 5.0 * T, w);
         if (fwd) return off;
-        ws_piece(&off, T * h, e);
+        ws_piece(&off, T * h, w);
         return off;
     case IR_REGION_EMBED:
     case IR_REGION_MOE_COMBINE:

@@ -34,6 +34,7 @@ ir_shape ir_shape_default(void)
     s.recompute = IR_RECOMPUTE_NONE;
     s.act_dtype = PLAN_BF16;
     s.param_dtype = PLAN_BF16;
+    s.grad_dtype = PLAN_BF16;
     return s;
 }
 
@@ -87,7 +88,8 @@ int ir_shape_validate(const ir_model *m, const ir_shape *s, base_error *e)
         return base_errorf(e, "tensor-parallel degree %lld must be at least 1", (long long)s->tp);
     if (s->ep < 1)
         return base_errorf(e, "expert-parallel degree %lld must be at least 1", (long long)s->ep);
-    if (s->act_dtype >= PLAN_NDTYPE || s->param_dtype >= PLAN_NDTYPE)
+    if (s->act_dtype >= PLAN_NDTYPE || s->param_dtype >= PLAN_NDTYPE ||
+        s->grad_dtype >= PLAN_NDTYPE)
         return base_errorf(e,
                            "unknown dtype in the region shape; use bf16, fp16, fp32, fp64 or fp8");
     int64_t t = s->tp;

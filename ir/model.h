@@ -75,9 +75,10 @@ typedef struct ir_shape {
     bool recompute_from_prev;
     plan_dtype act_dtype;    /* activations and GEMMs (bf16 default) */
     plan_dtype param_dtype;
+    plan_dtype grad_dtype;   /* the optimizer step's gradient read (a program's grad_dtype) */
 } ir_shape;
 
-/* b = 1, no parallelism, no recompute, bf16 activations and parameters. */
+/* b = 1, no parallelism, no recompute, bf16 activations, parameters and gradients. */
 ir_shape ir_shape_default(void);
 /* Checks that a shape fits the model: tp divides heads, ffn, expert_ffn and vocab, kv_heads and
  * tp divide one another (kv heads are replicated when tp > kv_heads), seq divisible by tp under
@@ -124,8 +125,9 @@ int64_t ir_model_tied_copy_params_per_device(const ir_model *m, const ir_shape *
  * only (embed and head are never recomputed, as in Megatron-LM and the published formulas);
  * SELECTIVE: the attention core (scores, softmax, dropout, attn.V) of attn regions, nothing
  * elsewhere. UPD is the optimizer step over the region's per-device parameters, mixed-precision
- * AdamW: it reads the 16-bit gradient, reads and writes the fp32 master weight, first and second
- * moments (12 bytes of state per parameter, 24 bytes of traffic) and writes the 16-bit parameter.
+ * AdamW: it reads the gradient (s->grad_dtype), reads and writes the fp32 master weight, first and
+ * second moments (12 bytes of state per parameter, 24 bytes of traffic) and writes the parameter
+ * (s->param_dtype).
  * AUX is empty (cross-group numerics are the DAG's). GEMMs are listed with m, n, k and count,
  * memory-bound kernels with the HBM bytes they move. The list is arena-owned. */
 int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, const ir_shape *s,

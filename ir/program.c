@@ -937,29 +937,65 @@ static int parse_batch(ctx *c, const ir_doc *d)
     return 0;
 }
 
+/* A floating-point type by the names `dtype` and `grad_dtype` take; -1 for none of them. */
+static int dtype_of_name(const char *s)
+{
+    if (ci_eq(s, "bf16") || ci_eq(s, "bfloat16")) return PLAN_BF16;
+    if (ci_eq(s, "fp16") || ci_eq(s, "float16")) return PLAN_FP16;
+    if (ci_eq(s, "fp32") || ci_eq(s, "float32")) return PLAN_FP32;
+    if (ci_eq(s, "fp64") || ci_eq(s, "float64")) return PLAN_FP64;
+    return -1;
+}
+
 static int parse_dtype(ctx *c, const ir_doc *d)
 {
     const char *s;
     snprintf(c->what, sizeof c->what, "program");
     if (get_string(c, d, "dtype", &s)) return -1;
-    plan_dtype t;
-    if (ci_eq(s, "bf16") || ci_eq(s, "bfloat16"))
-        t = PLAN_BF16;
-    else if (ci_eq(s, "fp16") || ci_eq(s, "float16"))
-        t = PLAN_FP16;
-    else if (ci_eq(s, "fp32") || ci_eq(s, "float32"))
-        t = PLAN_FP32;
-    else if (ci_eq(s, "fp64") || ci_eq(s, "float64"))
-        t = PLAN_FP64;
-    else
+    int t = dtype_of_name(s);
+    if (t < 0)
         return ir_doc_error(d, c->e,
                             "unknown dtype '%s'; use bf16 (mixed precision, the default), fp16, "
                             "fp32 (the CPU executor) or fp64",
                             s);
     ir_program *p = c->p;
-    p->param_dtype = p->act_dtype = p->grad_dtype = t;
+    p->param_dtype = p->act_dtype = p->grad_dtype = (plan_dtype)t;
     /* Mixed precision keeps fp32 master weights and moments in the optimizer state. */
     p->opt_dtype = t == PLAN_FP64 ? PLAN_FP64 : PLAN_FP32;
+    return 0;
+}
+
+/* grad_dtype: the gradients' type where it is not the dtype's. Megatron-LM's bf16 training
+ * accumulates and all-reduces its gradients in fp32 (main_grad), which is 18 bytes of model state
+ * a parameter rather than the ZeRO paper's 16; the buffers, the gradient collectives and the
+ * optimizer step follow it. Read after dtype whatever their order in the file (it is checked
+ * against it): never narrower than the dtype, nor the other 16-bit format, since a gradient is
+ * summed from values of the dtype. */
+static int parse_grad_dtype(ctx *c, const ir_doc *d)
+{
+    const char *s;
+    snprintf(c->what, sizeof c->what, "program");
+    if (get_string(c, d, "grad_dtype", &s)) return -1;
+    plan_dtype t = c->p->param_dtype;
+    int tb = sched_plan_dtype_bytes(t);
+    char ok[64];
+    snprintf(ok, sizeof ok, "%s%s%s", sched_plan_dtype_name(t),
+             tb < 4 ? ", fp32" : "", tb < 8 ? " or fp64" : "");
+    int g = dtype_of_name(s);
+    if (g < 0)
+        return ir_doc_error(d, c->e,
+                            "unknown grad_dtype '%s'; use %s (not narrower than dtype %s), or "
+                            "remove grad_dtype to keep the gradients in the dtype",
+                            s, ok, sched_plan_dtype_name(t));
+    int gb = sched_plan_dtype_bytes((plan_dtype)g);
+    if (g != (int)t && gb <= tb)
+        return ir_doc_error(d, c->e,
+                            "grad_dtype %s is %s dtype %s; use grad_dtype %s, or remove it to "
+                            "keep the gradients in the dtype",
+                            sched_plan_dtype_name((plan_dtype)g),
+                            gb < tb ? "narrower than" : "a different 16-bit format from",
+                            sched_plan_dtype_name(t), ok);
+    c->p->grad_dtype = (plan_dtype)g;
     return 0;
 }
 
@@ -1171,8 +1207,8 @@ int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
                             "a program must be a map (model, cluster, batch, directives, ...) or a "
                             "bare list of directives");
     static const char *const keys[] = {"name",      "description", "model", "cluster",
-                                       "batch",     "dtype",       "optimizer", "annotations",
-                                       "directives", NULL};
+                                       "batch",     "dtype",       "grad_dtype", "optimizer",
+                                       "annotations", "directives", NULL};
     if (check_keys(&c, d, "a program", keys, NULL, false)) return -1;
     const ir_doc *v;
     if ((v = ir_doc_get(d, "name")) && get_string(&c, v, "name", &p->name)) return -1;
@@ -1183,6 +1219,7 @@ int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
                             "(sequences per step and per micro-batch)");
     if (parse_batch(&c, v) ||
         ((v = ir_doc_get(d, "dtype")) && parse_dtype(&c, v)) ||
+        ((v = ir_doc_get(d, "grad_dtype")) && parse_grad_dtype(&c, v)) ||
         ((v = ir_doc_get(d, "optimizer")) && parse_optimizer(&c, v)) ||
         ((v = ir_doc_get(d, "annotations")) && parse_annotations(&c, v))) {
         add_context(&c, d->file);

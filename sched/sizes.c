@@ -36,6 +36,7 @@ ir_shape sched_node_shape(const sched_ctx *x, int32_t v)
     s.recompute = (ir_recompute)n->recompute;
     s.act_dtype = (plan_dtype)x->prog->act_dtype;
     s.param_dtype = (plan_dtype)x->prog->param_dtype;
+    s.grad_dtype = (plan_dtype)x->prog->grad_dtype;
     return s;
 }
 

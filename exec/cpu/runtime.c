@@ -741,6 +741,12 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     }
     c->es = c->dt == PLAN_FP32 ? 4 : 8;
     c->mdt = c->dt == PLAN_FP32 ? MPI_FLOAT : MPI_DOUBLE;
+    /* the kernels keep gradients in their own dtype (a program's grad_dtype wider than its dtype
+     * changes the plan's bytes, not what runs here): say so once, as the bytes will differ */
+    if (device == 0 && p->grad_dtype != c->dt)
+        fprintf(stderr, "piper-exec: note: the plan keeps gradients in %s; the CPU executor keeps them "
+                        "in %s, its dtype, so its gradient bytes differ from the plan's\n",
+                sched_plan_dtype_name((plan_dtype)p->grad_dtype), sched_plan_dtype_name(c->dt));
     if ((rc = exec_cfg_from_plan(&p->model, o->seed, &c->cfg, e))) goto done;
     c->nmb = p->model.num_microbatches > 0 ? p->model.num_microbatches : 1;
     c->T = c->cfg.b * c->cfg.s;

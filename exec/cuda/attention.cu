@@ -436,36 +436,28 @@ static int attn_core_b(exec_cuda_ctx *x, const attn_dims &a, const bf16 *q, cons
                        (long long)a.d);
 }
 
-/* ---------------------------------------------------------------- the act buffer */
+/* ---------------------------------------------------------------- the act and work buffers */
 
+/* act: what F keeps, exactly ir/cost.c's attention list with flash attention: the norm input x
+ * and output xn (the QKV input), the Q, K, V the core used (after QK-norm and RoPE), the QK-norm
+ * inputs, the core's output (the output projection's input) and the log-sum-exp of each row.
+ * The dropout masks are regenerated from their counters, not kept. */
 typedef struct attn_act {
     bf16 *x;            /* region input */
-    float *mean, *rstd; /* norm statistics */
     bf16 *xn;           /* norm output = QKV input */
     bf16 *q, *k, *v;    /* what the core used: after QK-norm and RoPE */
     bf16 *q_raw, *k_raw;
-    float *q_rstd, *k_rstd;
-    float *rope;        /* cos/sin [s][d/2][2] */
-    float *lse;         /* [b][nheads][s] */
     bf16 *o;            /* core output [T][nheads*d] */
-    /* left by BI for BW */
-    bf16 *dyd;          /* dy through the output dropout */
-    bf16 *dO;
-    float *dsum;        /* [T][nheads] */
-    bf16 *dq, *dk, *dv; /* gradients of the projections' outputs */
-    bf16 *dqn, *dkn;    /* gradients of the QK-norm outputs */
-    float *dxn;         /* gradient of the norm output */
+    float *lse;         /* [b][nheads][s] */
 } attn_act;
 
 static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_act *A)
 {
     carver cv = {(char *)base, 0};
-    const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
+    const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
     const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
     memset(A, 0, sizeof *A);
     A->x = carve_b(&cv, T * h);
-    A->mean = carve_f(&cv, T);
-    A->rstd = carve_f(&cv, T);
     A->xn = carve_b(&cv, T * h);
     A->q = carve_b(&cv, T * qw);
     A->k = carve_b(&cv, T * kw);
@@ -473,21 +465,54 @@ static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, a
     if (c->qk_norm) {
         A->q_raw = carve_b(&cv, T * qw);
         A->k_raw = carve_b(&cv, T * kw);
-        A->q_rstd = carve_f(&cv, T * sh->nheads);
-        A->k_rstd = carve_f(&cv, T * sh->nkv);
-        A->dqn = carve_b(&cv, T * qw);
-        A->dkn = carve_b(&cv, T * kw);
     }
-    if (!c->gpt) A->rope = carve_f(&cv, s * d);
-    A->lse = carve_f(&cv, c->b * sh->nheads * s);
     A->o = carve_b(&cv, T * qw);
-    A->dyd = carve_b(&cv, T * h);
-    A->dO = carve_b(&cv, T * qw);
-    A->dsum = carve_f(&cv, T * sh->nheads);
-    A->dq = carve_b(&cv, T * qw);
-    A->dk = carve_b(&cv, T * kw);
-    A->dv = carve_b(&cv, T * kw);
-    A->dxn = carve_f(&cv, T * h);
+    A->lse = carve_f(&cv, c->b * sh->nheads * c->s);
+    return cv.off;
+}
+
+/* work, in ir_region_work_bytes's order: F's part, the statistics (recomputed by the backward
+ * from the kept inputs) and the RoPE table; the backward's part, what BI leaves for BW (the
+ * gradients of the projections' outputs, of the output through dropout, of the norm output) and
+ * the core's row sums D = dO . O. */
+typedef struct attn_work {
+    float *mean, *rstd;      /* norm statistics */
+    float *q_rstd, *k_rstd;  /* QK-norm statistics */
+    float *rope;             /* cos/sin [s][d/2][2] */
+    bf16 *dqn, *dkn;         /* gradients of the QK-norm outputs */
+    float *dsum;             /* [T][nheads] */
+    bf16 *dO;                /* gradient of the core output */
+    bf16 *dyd;               /* dy through the output dropout */
+    bf16 *dq, *dk, *dv;      /* gradients of the projections' outputs */
+    float *dxn;              /* gradient of the norm output: three GEMMs sum into it */
+} attn_work;
+
+static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_work *W,
+                               bool pass_f)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
+    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
+    memset(W, 0, sizeof *W);
+    W->mean = carve_f(&cv, T);
+    W->rstd = carve_f(&cv, T);
+    if (c->qk_norm) {
+        W->q_rstd = carve_f(&cv, T * sh->nheads);
+        W->k_rstd = carve_f(&cv, T * sh->nkv);
+    }
+    if (!c->gpt) W->rope = carve_f(&cv, c->s * d);
+    if (pass_f) return cv.off;
+    if (c->qk_norm) {
+        W->dqn = carve_b(&cv, T * qw);
+        W->dkn = carve_b(&cv, T * kw);
+    }
+    W->dsum = carve_f(&cv, T * sh->nheads);
+    W->dO = carve_b(&cv, T * qw);
+    W->dyd = carve_b(&cv, T * h);
+    W->dq = carve_b(&cv, T * qw);
+    W->dk = carve_b(&cv, T * kw);
+    W->dv = carve_b(&cv, T * kw);
+    W->dxn = carve_f(&cv, T * h);
     return cv.off;
 }
 
@@ -495,6 +520,12 @@ int64_t attn_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
     attn_act A;
     return (int64_t)attn_layout(c, s, NULL, &A);
+}
+
+int64_t attn_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    attn_work W;
+    return (int64_t)attn_work_layout(c, s, NULL, &W, pass_f);
 }
 
 typedef struct attn_w {
@@ -570,6 +601,7 @@ extern "C" int exec_cuda_attn_f(const exec_cuda_call *cc, base_error *e)
     NEED(c->y, "the output y");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -578,12 +610,14 @@ extern "C" int exec_cuda_attn_f(const exec_cuda_call *cc, base_error *e)
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
     attn_layout(cfg, sh, c->act, &A);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     bf16 *y = (bf16 *)c->y;
 
     TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T, h, cfg->norm_eps, e));
+    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
     bf16 *qdst = cfg->qk_norm ? A.q_raw : A.q, *kdst = cfg->qk_norm ? A.k_raw : A.k;
     TRY(gemm(x, false, false, T, qw, h, 1, A.xn, h, w.wq, qw, 0, NULL, qdst, qw, e));
     TRY(gemm(x, false, false, T, kw, h, 1, A.xn, h, w.wk, kw, 0, NULL, kdst, kw, e));
@@ -594,14 +628,14 @@ extern "C" int exec_cuda_attn_f(const exec_cuda_call *cc, base_error *e)
         TRY(bias_add(x, A.v, T, kw, w.bv, e));
     }
     if (cfg->qk_norm) {
-        TRY(norm_f(x, false, A.q_raw, w.qg, NULL, A.q, NULL, A.q_rstd, T * nh, d, cfg->norm_eps, e));
-        TRY(norm_f(x, false, A.k_raw, w.kg, NULL, A.k, NULL, A.k_rstd, T * nkv, d, cfg->norm_eps,
+        TRY(norm_f(x, false, A.q_raw, w.qg, NULL, A.q, NULL, W.q_rstd, T * nh, d, cfg->norm_eps, e));
+        TRY(norm_f(x, false, A.k_raw, w.kg, NULL, A.k, NULL, W.k_rstd, T * nkv, d, cfg->norm_eps,
                    e));
     }
     if (!cfg->gpt) {
-        TRY(rope_table(x, A.rope, s, d, cfg->rope_theta, e));
-        TRY(rope_apply(x, A.q, T, nh, d, s, A.rope, false, e));
-        TRY(rope_apply(x, A.k, T, nkv, d, s, A.rope, false, e));
+        TRY(rope_table(x, W.rope, s, d, cfg->rope_theta, e));
+        TRY(rope_apply(x, A.q, T, nh, d, s, W.rope, false, e));
+        TRY(rope_apply(x, A.k, T, nkv, d, s, W.rope, false, e));
     }
     const attn_dims a = attn_dims_of(c);
     TRY(attn_core_f(x, a, A.q, A.k, A.v, A.o, A.lse, e));
@@ -620,6 +654,7 @@ extern "C" int exec_cuda_attn_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -628,42 +663,54 @@ extern "C" int exec_cuda_attn_bi(const exec_cuda_call *cc, base_error *e)
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
     attn_layout(cfg, sh, c->act, &A);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     const bf16 *dy = (const bf16 *)c->dy;
 
-    TRY(bias_drop_resid(x, dy, A.dyd, T, h, NULL, dropout_key(c, EXEC_DROP_ATTN_OUT),
+    /* the statistics F computed, again from the kept inputs (the same bits) */
+    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+    if (cfg->qk_norm) {
+        TRY(norm_f(x, false, A.q_raw, NULL, NULL, NULL, NULL, W.q_rstd, T * nh, d, cfg->norm_eps, e));
+        TRY(norm_f(x, false, A.k_raw, NULL, NULL, NULL, NULL, W.k_rstd, T * nkv, d, cfg->norm_eps, e));
+    }
+    if (!cfg->gpt) TRY(rope_table(x, W.rope, s, d, cfg->rope_theta, e));
+
+    TRY(bias_drop_resid(x, dy, W.dyd, T, h, NULL, dropout_key(c, EXEC_DROP_ATTN_OUT),
                         (uint64_t)c->sample0 * (uint64_t)(s * h), cfg->dropout, NULL, e));
-    TRY(gemm(x, false, true, T, qw, h, 1, A.dyd, h, w.wo, h, 0, NULL, A.dO, qw, e));
+    TRY(gemm(x, false, true, T, qw, h, 1, W.dyd, h, w.wo, h, 0, NULL, W.dO, qw, e));
     const int64_t drows = T * nh;
-    k_attn_dsum<<<(unsigned)((drows + 7) / 8), 256, 0, x->stream>>>(A.dO, A.o, A.dsum, drows, nh,
+    k_attn_dsum<<<(unsigned)((drows + 7) / 8), 256, 0, x->stream>>>(W.dO, A.o, W.dsum, drows, nh,
                                                                     d, qw);
     LAUNCH_OK("k_attn_dsum");
-    bf16 *dqc = cfg->qk_norm ? A.dqn : A.dq, *dkc = cfg->qk_norm ? A.dkn : A.dk;
+    bf16 *dqc = cfg->qk_norm ? W.dqn : W.dq, *dkc = cfg->qk_norm ? W.dkn : W.dk;
     const attn_dims a = attn_dims_of(c);
-    TRY(attn_core_b(x, a, A.q, A.k, A.v, A.dO, A.lse, A.dsum, dqc, dkc, A.dv, e));
+    TRY(attn_core_b(x, a, A.q, A.k, A.v, W.dO, A.lse, W.dsum, dqc, dkc, W.dv, e));
     if (!cfg->gpt) {
-        TRY(rope_apply(x, dqc, T, nh, d, s, A.rope, true, e));
-        TRY(rope_apply(x, dkc, T, nkv, d, s, A.rope, true, e));
+        TRY(rope_apply(x, dqc, T, nh, d, s, W.rope, true, e));
+        TRY(rope_apply(x, dkc, T, nkv, d, s, W.rope, true, e));
     }
     if (cfg->qk_norm) {
-        TRY(norm_bi(x, false, NULL, A.dqn, A.q_raw, w.qg, NULL, A.q_rstd, A.dq, NULL, T * nh, d, e));
-        TRY(norm_bi(x, false, NULL, A.dkn, A.k_raw, w.kg, NULL, A.k_rstd, A.dk, NULL, T * nkv, d,
+        TRY(norm_bi(x, false, NULL, W.dqn, A.q_raw, w.qg, NULL, W.q_rstd, W.dq, NULL, T * nh, d, e));
+        TRY(norm_bi(x, false, NULL, W.dkn, A.k_raw, w.kg, NULL, W.k_rstd, W.dk, NULL, T * nkv, d,
                     e));
     }
-    TRY(gemm(x, false, true, T, h, qw, 1, A.dq, qw, w.wq, qw, 0, A.dxn, NULL, h, e));
-    TRY(gemm(x, false, true, T, h, kw, 1, A.dk, kw, w.wk, kw, 1, A.dxn, NULL, h, e));
-    TRY(gemm(x, false, true, T, h, kw, 1, A.dv, kw, w.wv, kw, 1, A.dxn, NULL, h, e));
-    return norm_bi(x, cfg->gpt, A.dxn, NULL, A.x, w.ng, A.mean, A.rstd, (bf16 *)c->dx,
+    TRY(gemm(x, false, true, T, h, qw, 1, W.dq, qw, w.wq, qw, 0, W.dxn, NULL, h, e));
+    TRY(gemm(x, false, true, T, h, kw, 1, W.dk, kw, w.wk, kw, 1, W.dxn, NULL, h, e));
+    TRY(gemm(x, false, true, T, h, kw, 1, W.dv, kw, w.wv, kw, 1, W.dxn, NULL, h, e));
+    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, w.ng, W.mean, W.rstd, (bf16 *)c->dx,
                    sh->first ? dy : NULL, T, h, e);
 }
 
+/* reads BI's work buffer: the statistics and the gradients it left */
 extern "C" int exec_cuda_attn_bw(const exec_cuda_call *cc, base_error *e)
 {
     const exec_call *c = &cc->c;
     exec_cuda_ctx *x = cc->ctx;
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -672,22 +719,24 @@ extern "C" int exec_cuda_attn_bw(const exec_cuda_call *cc, base_error *e)
     attn_grads(cfg, &rp, c->grad, &g);
     attn_act A;
     attn_layout(cfg, sh, c->act, &A);
+    attn_work W;
+    attn_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
 
-    TRY(gemm(x, true, false, h, qw, T, 1, A.xn, h, A.dq, qw, 1, g.wq, NULL, qw, e));
-    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, A.dk, kw, 1, g.wk, NULL, kw, e));
-    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, A.dv, kw, 1, g.wv, NULL, kw, e));
-    TRY(gemm(x, true, false, qw, h, T, 1, A.o, qw, A.dyd, h, 1, g.wo, NULL, h, e));
+    TRY(gemm(x, true, false, h, qw, T, 1, A.xn, h, W.dq, qw, 1, g.wq, NULL, qw, e));
+    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, W.dk, kw, 1, g.wk, NULL, kw, e));
+    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, W.dv, kw, 1, g.wv, NULL, kw, e));
+    TRY(gemm(x, true, false, qw, h, T, 1, A.o, qw, W.dyd, h, 1, g.wo, NULL, h, e));
     if (cfg->gpt) {
-        TRY(colsum_acc(x, A.dq, T, qw, g.bq, e));
-        TRY(colsum_acc(x, A.dk, T, kw, g.bk, e));
-        TRY(colsum_acc(x, A.dv, T, kw, g.bv, e));
-        if (sh->first) TRY(colsum_acc(x, A.dyd, T, h, g.bo, e));
+        TRY(colsum_acc(x, W.dq, T, qw, g.bq, e));
+        TRY(colsum_acc(x, W.dk, T, kw, g.bk, e));
+        TRY(colsum_acc(x, W.dv, T, kw, g.bv, e));
+        if (sh->first) TRY(colsum_acc(x, W.dyd, T, h, g.bo, e));
     }
     if (cfg->qk_norm) {
-        TRY(norm_bw(x, false, NULL, A.dqn, A.q_raw, NULL, A.q_rstd, g.qg, NULL, T * nh, d, e));
-        TRY(norm_bw(x, false, NULL, A.dkn, A.k_raw, NULL, A.k_rstd, g.kg, NULL, T * nkv, d, e));
+        TRY(norm_bw(x, false, NULL, W.dqn, A.q_raw, NULL, W.q_rstd, g.qg, NULL, T * nh, d, e));
+        TRY(norm_bw(x, false, NULL, W.dkn, A.k_raw, NULL, W.k_rstd, g.kg, NULL, T * nkv, d, e));
     }
-    return norm_bw(x, cfg->gpt, A.dxn, NULL, A.x, A.mean, A.rstd, g.ng, g.nb, T, h, e);
+    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, g.ng, g.nb, T, h, e);
 }

@@ -118,8 +118,11 @@ static inline unsigned grid_for(int64_t n, int threads)
 /* ---------------------------------------------------------------- act buffers */
 
 /* As the CPU kernels: one layout function per region, run with base NULL to measure and with
- * the buffer to get the pointers, so the size and the use cannot disagree. Pieces are 256-byte
- * aligned (cuBLAS and vector loads like it). */
+ * the buffer to get the pointers, so the size and the use cannot disagree. Pieces are 16-byte
+ * aligned: cuBLAS's tensor-core paths want 16-byte aligned operands, and the cost model
+ * (ir/cost.c) aligns each piece to its element size only, so the two layouts have the same bytes
+ * whenever every piece is a multiple of 16 bytes (every model of the zoo: widths are multiples
+ * of 8), and the CUDA one is at most 15 bytes a piece larger otherwise. */
 typedef struct carver {
     char *base;
     size_t off;
@@ -127,7 +130,7 @@ typedef struct carver {
 
 static inline void *carve(carver *cv, size_t bytes)
 {
-    cv->off = (cv->off + 255) & ~(size_t)255;
+    cv->off = (cv->off + 15) & ~(size_t)15;
     void *p = cv->base ? cv->base + cv->off : NULL;
     cv->off += bytes;
     return p;
@@ -209,7 +212,9 @@ int gemm_batched(exec_cuda_ctx *x, bool ta, bool tb, int64_t m, int64_t n, int64
                  int64_t batch, base_error *e);
 
 /* Norms (elementwise.cu). gpt: LayerNorm with scale g and bias b (may be NULL) saving mean and
- * rstd; else RMSNorm saving rstd (mean unused). Rows of n. */
+ * rstd; else RMSNorm saving rstd (mean unused). Rows of n. y NULL: the statistics only, the same
+ * bits as the forward's (a backward recomputes them from the kept input, as the cost model
+ * keeps no statistics). */
 int norm_f(exec_cuda_ctx *x, bool layer, const bf16 *in, const bf16 *g, const bf16 *b, bf16 *y,
            float *mean, float *rstd, int64_t rows, int64_t n, double eps, base_error *e);
 /* dx = norm backward of dy (fp32 or bf16 upstream) [+ add (bf16), the residual gradient]. */
@@ -248,7 +253,20 @@ int rope_apply(exec_cuda_ctx *x, bf16 *v, int64_t tokens, int64_t heads, int64_t
 int sumsq(exec_cuda_ctx *x, const float *in, int64_t n, double *out, bool accumulate,
           base_error *e);
 
-/* Bytes of each region's act buffer (the region files' layouts). */
+/* Bytes of each region's work buffer, the pass's workspace (the region files' layouts; pass_f:
+ * the prefix F and R use, else B's and BI's, which BI leaves to BW): exactly ir/cost.c's
+ * ir_region_work_bytes at bf16 (up to the 16-byte alignment above). */
+int64_t embed_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t attn_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t mlp_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t moe_gate_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t moe_experts_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t moe_combine_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+
+/* Bytes of each region's act buffer, what F keeps for the backward (the region files' layouts):
+ * exactly ir/cost.c's ir_region_activation_bytes at bf16 with flash attention, less the
+ * dropout masks, which these kernels regenerate from their counters. */
 int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s);
 int64_t attn_act_bytes(const exec_cfg *c, const exec_shard *s);
 int64_t mlp_act_bytes(const exec_cfg *c, const exec_shard *s);

@@ -76,6 +76,8 @@ typedef struct exec_cuda_step_stats {
     double grad_norm;       /* the squared global norm when the plan computes it; else -1 */
     double seconds;
     double peak;            /* bytes the allocator handed out at most (size classes) */
+    double requested;       /* bytes asked of the allocator at most (exact sizes): the plan's
+                               peak when every byte is a plan buffer in its planned size */
     double reserved;        /* bytes it held from cudaMalloc at most */
     double plan_peak;       /* the plan's own peak of its buffers */
 } exec_cuda_step_stats;

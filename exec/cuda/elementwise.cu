@@ -42,6 +42,7 @@ __global__ void k_norm_f(const bf16 *x, const bf16 *g, const bf16 *b, bf16 *y, f
         if (LAYER) mean[r] = mu;
         rstd[r] = rs;
     }
+    if (!y) return; /* the statistics only: a backward recomputing them from the kept input */
     bf16 *yr = y + r * n;
     for (int64_t j = lane; j < n; j += 32) {
         float v = (ldf(xr + j) - mu) * rs * ldf(g + j);

@@ -6,12 +6,15 @@
  * context's error flag (reported at the next sync) instead of failing at once: the tokens are
  * device memory.
  *
- * head: final norm, bf16 logits of the shard's vocabulary slice (one cuBLAS GEMM, as Megatron
- * keeps them), then the vocabulary-parallel cross-entropy in fp32: per token the slice's max
- * (reduced MAX over the TP group), sum of exp(z - max) and target logit (reduced SUM), then
- * lse = max + log(sum) and loss = lse - target logit. BI turns the logits into
- * dz = loss_scale (softmax - onehot) in place (recomputing exp(z - lse) rather than storing
- * probabilities), BW accumulates dz^T xn. */
+ * head: final norm, fp32 logits of the shard's vocabulary slice (one cuBLAS GEMM of bf16
+ * operands with an fp32 output), then the vocabulary-parallel cross-entropy in fp32: per token the
+ * slice's max (reduced MAX over the TP group), sum of exp(z - max) and target logit (reduced
+ * SUM), then lse = max + log(sum) and loss = lse - target logit. F then turns the logits into the
+ * probabilities exp(z - lse) in place and keeps them, in fp32 as Megatron's cross-entropy and the
+ * cost model do (a bf16 probability near 1 would leave the target's gradient p - 1 with 2^-9 of
+ * absolute error). BI turns them into dz = loss_scale (p - onehot), rounded to bf16 into the first
+ * half of each fp32 row (so the GEMMs read dz with a leading dimension of 2 nvocab), and BW
+ * accumulates dz^T xn. */
 #include "common.cuh"
 
 /* ---------------------------------------------------------------- embed */
@@ -32,6 +35,13 @@ int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s)
     (void)s;
     embed_act A;
     return (int64_t)embed_layout(c, NULL, &A);
+}
+
+/* The embedding needs no workspace: its backward scatters dy straight into the table. */
+int64_t embed_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)c, (void)s, (void)pass_f;
+    return 0;
 }
 
 __global__ void k_embed_f(const int32_t *tokens, int32_t *saved, const bf16 *tok, const bf16 *pos,
@@ -124,15 +134,11 @@ extern "C" int exec_cuda_embed_bw(const exec_cuda_call *cc, base_error *e)
 
 /* ---------------------------------------------------------------- head */
 
+/* act: what F keeps, exactly ir/cost.c's head list: the norm input x and output xn (the LM
+ * head's input) and the probabilities of the shard's vocabulary slice in fp32. */
 typedef struct head_act {
-    bf16 *x;
-    float *mean, *rstd;
-    bf16 *xn;
-    bf16 *logits;            /* [T][nvocab]; BI turns it into dz in place for BW */
-    int32_t *targets;
-    float *stats;            /* [3T]: max, sum of exp, target logit */
-    float *lse, *loss;       /* [T] */
-    float *dxn;              /* left by BI for BW */
+    bf16 *x, *xn;
+    float *probs;   /* [T][nvocab]: the logits, then (F's end) the probabilities, then (BI) dz */
 } head_act;
 
 static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
@@ -140,15 +146,28 @@ static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, h
     carver cv = {(char *)base, 0};
     const int64_t T = c->b * c->s, h = c->h;
     A->x = carve_b(&cv, T * h);
-    A->mean = carve_f(&cv, T);
-    A->rstd = carve_f(&cv, T);
     A->xn = carve_b(&cv, T * h);
-    A->logits = carve_b(&cv, T * sh->nvocab);
-    A->targets = carve_i(&cv, T);
-    A->stats = carve_f(&cv, 3 * T);
-    A->lse = carve_f(&cv, T);
-    A->loss = carve_f(&cv, T);
-    A->dxn = carve_f(&cv, T * h);
+    A->probs = carve_f(&cv, T * sh->nvocab);
+    return cv.off;
+}
+
+/* work, in ir_region_work_bytes's order: the norm statistics and the softmax statistics of F
+ * ([3T]: max, sum of exp, target logit), then the norm output's gradient BI leaves for BW (fp32,
+ * as the other regions'). */
+typedef struct head_work {
+    float *mean, *rstd, *stats, *dxn;
+} head_work;
+
+static size_t head_work_layout(const exec_cfg *c, void *base, head_work *W, bool pass_f)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, h = c->h;
+    memset(W, 0, sizeof *W);
+    W->mean = carve_f(&cv, T);
+    W->rstd = carve_f(&cv, T);
+    W->stats = carve_f(&cv, 3 * T);
+    if (pass_f) return cv.off;
+    W->dxn = carve_f(&cv, T * h);
     return cv.off;
 }
 
@@ -156,6 +175,13 @@ int64_t head_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
     head_act A;
     return (int64_t)head_layout(c, s, NULL, &A);
+}
+
+int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)s;
+    head_work W;
+    return (int64_t)head_work_layout(c, NULL, &W, pass_f);
 }
 
 typedef struct head_w {
@@ -171,17 +197,6 @@ static int head_weights(const exec_call *c, const region_params *rp, head_w *w, 
         return base_errorf(e, "head: the LM-head weight is missing (tied embeddings: pass the "
                               "token table's slice as lm_w)");
     return 0;
-}
-
-__global__ void k_copy_targets(const int32_t *in, int32_t *out, int64_t T, int64_t vocab,
-                               int *flag)
-{
-    GRID_STRIDE(t, T)
-    {
-        int32_t id = in[t];
-        if (id < 0 || id >= vocab) atomicOr(flag, EXEC_CUDA_BAD_TARGET);
-        out[t] = id;
-    }
 }
 
 /* Block reductions over one row of the logits per block (256 threads). */
@@ -217,50 +232,56 @@ __device__ float block_sum(float v, float *sh)
     return r;
 }
 
-__global__ void k_head_max(const bf16 *z, int64_t nv, float *stats)
+__global__ void k_head_max(const float *z, int64_t nv, float *stats)
 {
     __shared__ float sh[32];
     const int64_t t = blockIdx.x;
-    const bf16 *zr = z + t * nv;
+    const float *zr = z + t * nv;
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, ldf(zr + j));
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, zr[j]);
     m = block_max(m, sh);
     if (threadIdx.x == 0) stats[t] = m;
 }
 
-__global__ void k_head_sums(const bf16 *z, int64_t nv, int64_t T, const int32_t *targets,
-                            int64_t vocab0, float *stats)
+/* A target outside the vocabulary raises the flag (reported at the next sync). */
+__global__ void k_head_sums(const float *z, int64_t nv, int64_t T, const int32_t *targets,
+                            int64_t vocab, int64_t vocab0, float *stats, int *flag)
 {
     __shared__ float sh[32];
     const int64_t t = blockIdx.x;
-    const bf16 *zr = z + t * nv;
+    const float *zr = z + t * nv;
     const float m = stats[t];
     float s = 0.f;
-    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) s += expf(ldf(zr + j) - m);
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) s += expf(zr[j] - m);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) {
         stats[T + t] = s;
-        int64_t j = (int64_t)targets[t] - vocab0;
-        stats[2 * T + t] = j >= 0 && j < nv ? ldf(zr + j) : 0.f;
+        const int32_t id = targets[t];
+        if (id < 0 || id >= vocab) atomicOr(flag, EXEC_CUDA_BAD_TARGET);
+        int64_t j = (int64_t)id - vocab0;
+        stats[2 * T + t] = j >= 0 && j < nv ? zr[j] : 0.f;
     }
 }
 
-__global__ void k_head_lse(const float *stats, int64_t T, float *lse, float *loss)
+/* The logits of a row become its probabilities exp(z - lse), in place. */
+__global__ void k_head_probs(float *z, int64_t nv, int64_t T, const float *stats)
 {
-    GRID_STRIDE(t, T)
-    {
-        float l = stats[t] + logf(stats[T + t]);
-        lse[t] = l;
-        loss[t] = l - stats[2 * T + t];
-    }
+    const int64_t t = blockIdx.x;
+    float *zr = z + t * nv;
+    const float l = stats[t] + logf(stats[T + t]);
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) zr[j] = expf(zr[j] - l);
 }
 
-/* out = scale * sum of v (one block, fixed order: the same logits give the same loss bits). */
-__global__ void k_sum_to_double(const float *v, int64_t n, double scale, double *out)
+/* out = scale * sum over tokens of (lse - target logit), each token's loss in fp32 and the sum in
+ * double, in a fixed order (one block: the same logits give the same loss bits). */
+__global__ void k_head_loss(const float *stats, int64_t T, int64_t n, double scale, double *out)
 {
     __shared__ double sh[32];
     double a = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) a += (double)v[i];
+    for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
+        const float loss = stats[t] + logf(stats[T + t]) - stats[2 * T + t];
+        a += (double)loss;
+    }
     a = warp_sum_d(a);
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x / 32] = a;
     __syncthreads();
@@ -279,6 +300,7 @@ extern "C" int exec_cuda_head_f_begin(const exec_cuda_call *cc, float *stats, ba
     NEED(c->targets, "the targets");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     NEED(stats, "the statistics buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
@@ -288,15 +310,14 @@ extern "C" int exec_cuda_head_f_begin(const exec_cuda_call *cc, float *stats, ba
     TRY(head_weights(c, &rp, &w, e));
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     if (T > 2147483647) return base_errorf(e, "head: %lld tokens exceed the grid", (long long)T);
-    k_copy_targets<<<grid_for(T, 256), 256, 0, x->stream>>>(c->targets, A.targets, T, cfg->vocab,
-                                                            x->flag);
-    LAUNCH_OK("k_copy_targets");
     TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, A.mean, A.rstd, T, h, cfg->norm_eps, e));
-    TRY(gemm(x, false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, NULL, A.logits, nv, e));
-    k_head_max<<<(unsigned)T, 256, 0, x->stream>>>(A.logits, nv, stats);
+    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+    TRY(gemm(x, false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs, NULL, nv, e));
+    k_head_max<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, nv, stats);
     LAUNCH_OK("k_head_max");
     return 0;
 }
@@ -305,14 +326,16 @@ extern "C" int exec_cuda_head_f_sums(const exec_cuda_call *cc, float *stats, bas
 {
     const exec_call *c = &cc->c;
     NEED(c->act, "the act buffer");
+    NEED(c->targets, "the targets");
     NEED(stats, "the statistics buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     const int64_t T = cfg->b * cfg->s;
-    k_head_sums<<<(unsigned)T, 256, 0, cc->ctx->stream>>>(A.logits, sh->nvocab, T, A.targets,
-                                                          sh->vocab0, stats);
+    k_head_sums<<<(unsigned)T, 256, 0, cc->ctx->stream>>>(A.probs, sh->nvocab, T, c->targets,
+                                                          cfg->vocab, sh->vocab0, stats,
+                                                          cc->ctx->flag);
     LAUNCH_OK("k_head_sums");
     return 0;
 }
@@ -328,14 +351,13 @@ extern "C" int exec_cuda_head_f_end(const exec_cuda_call *cc, const float *stats
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     const int64_t T = cfg->b * cfg->s;
-    k_head_lse<<<grid_for(T, 256), 256, 0, x->stream>>>(stats, T, A.lse, A.loss);
-    LAUNCH_OK("k_head_lse");
     if (c->out) {
         /* the loss is replicated over the TP group: the first shard reports it */
-        k_sum_to_double<<<1, 256, 0, x->stream>>>(A.loss, sh->first ? T : 0, cfg->loss_scale,
-                                                  c->out);
-        LAUNCH_OK("k_sum_to_double");
+        k_head_loss<<<1, 256, 0, x->stream>>>(stats, T, sh->first ? T : 0, cfg->loss_scale, c->out);
+        LAUNCH_OK("k_head_loss");
     }
+    k_head_probs<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, sh->nvocab, T, stats);
+    LAUNCH_OK("k_head_probs");
     return 0;
 }
 
@@ -344,37 +366,41 @@ extern "C" int exec_cuda_head_f(const exec_cuda_call *cc, base_error *e)
     const exec_call *c = &cc->c;
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
-    NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     if (sh->tp > 1 && !c->reduce)
         return base_errorf(e, "head F on a vocabulary shard (tp %d) needs the call's reduce "
                               "callback for the global softmax statistics, or the phased "
                               "exec_cuda_head_f_begin/sums/end",
                            sh->tp);
-    head_act A;
-    head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s;
     /* the reduce callback gets device memory (fp32) and orders itself after the stream's work */
-    TRY(exec_cuda_head_f_begin(cc, A.stats, e));
-    if (c->reduce && c->reduce(c->reduce_ctx, A.stats, T, PLAN_FP32, EXEC_REDUCE_MAX, e)) return -1;
-    TRY(exec_cuda_head_f_sums(cc, A.stats, e));
-    if (c->reduce && c->reduce(c->reduce_ctx, A.stats + T, 2 * T, PLAN_FP32, EXEC_REDUCE_SUM, e))
+    TRY(exec_cuda_head_f_begin(cc, W.stats, e));
+    if (c->reduce && c->reduce(c->reduce_ctx, W.stats, T, PLAN_FP32, EXEC_REDUCE_MAX, e)) return -1;
+    TRY(exec_cuda_head_f_sums(cc, W.stats, e));
+    if (c->reduce && c->reduce(c->reduce_ctx, W.stats + T, 2 * T, PLAN_FP32, EXEC_REDUCE_SUM, e))
         return -1;
-    return exec_cuda_head_f_end(cc, A.stats, e);
+    return exec_cuda_head_f_end(cc, W.stats, e);
 }
 
-/* dz = loss_scale (exp(z - lse) - onehot(target)), in place over the bf16 logits; one block per
- * token (no 64-bit division per element over T x vocabulary elements). */
-__global__ void k_head_dz(bf16 *z, int64_t nv, const float *lse, const int32_t *targets,
-                          int64_t vocab0, float ls)
+/* dz = loss_scale (p - onehot(target)), rounded to bf16 into the first half of each fp32 row of
+ * probabilities; one block per row. The bf16 element j overwrites bytes of the fp32 elements
+ * j/2 .. , which this block has read already: each chunk of the row is read whole into
+ * registers before any of it is written (one chunk = one element per thread). */
+__global__ void k_head_dz(float *p, int64_t nv, const int32_t *targets, int64_t vocab0, float ls)
 {
     const int64_t t = blockIdx.x;
-    bf16 *zr = z + t * nv;
-    const float l = lse[t];
+    float *pr = p + t * nv;
+    bf16 *dz = reinterpret_cast<bf16 *>(pr);
     const int64_t tj = (int64_t)targets[t] - vocab0;
-    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
-        float p = expf(ldf(zr + j) - l);
-        if (j == tj) p -= 1.f;
-        stf(zr + j, ls * p);
+    for (int64_t j0 = 0; j0 < nv; j0 += blockDim.x) {
+        const int64_t j = j0 + threadIdx.x;
+        float v = 0.f;
+        if (j < nv) v = ls * (pr[j] - (j == tj ? 1.f : 0.f));
+        __syncthreads();
+        if (j < nv) stf(dz + j, v);
+        __syncthreads();
     }
 }
 
@@ -385,6 +411,8 @@ extern "C" int exec_cuda_head_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
+    NEED(c->targets, "the targets");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -393,21 +421,28 @@ extern "C" int exec_cuda_head_bi(const exec_cuda_call *cc, base_error *e)
     TRY(head_weights(c, &rp, &w, e));
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    k_head_dz<<<(unsigned)T, 256, 0, x->stream>>>(A.logits, nv, A.lse, A.targets, sh->vocab0,
+    /* the norm statistics F computed, again from the kept input (the same bits) */
+    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+    k_head_dz<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, nv, c->targets, sh->vocab0,
                                                   (float)cfg->loss_scale);
     LAUNCH_OK("k_head_dz");
-    TRY(gemm(x, false, false, T, h, nv, 1, A.logits, nv, w.lm, h, 0, A.dxn, NULL, h, e));
-    return norm_bi(x, cfg->gpt, A.dxn, NULL, A.x, w.ng, A.mean, A.rstd, (bf16 *)c->dx, NULL, T, h,
+    const bf16 *dz = (const bf16 *)A.probs;
+    TRY(gemm(x, false, false, T, h, nv, 1, dz, 2 * nv, w.lm, h, 0, W.dxn, NULL, h, e));
+    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, w.ng, W.mean, W.rstd, (bf16 *)c->dx, NULL, T, h,
                    e);
 }
 
+/* reads BI's dz and work buffer */
 extern "C" int exec_cuda_head_bw(const exec_cuda_call *cc, base_error *e)
 {
     const exec_call *c = &cc->c;
     exec_cuda_ctx *x = cc->ctx;
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -419,7 +454,10 @@ extern "C" int exec_cuda_head_bw(const exec_cuda_call *cc, base_error *e)
                               "pass the token table's gradient slice as lm_grad)");
     head_act A;
     head_layout(cfg, sh, c->act, &A);
+    head_work W;
+    head_work_layout(cfg, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    TRY(gemm(x, true, false, nv, h, T, 1, A.logits, nv, A.xn, h, 1, glm, NULL, h, e));
-    return norm_bw(x, cfg->gpt, A.dxn, NULL, A.x, A.mean, A.rstd, gng, gnb, T, h, e);
+    const bf16 *dz = (const bf16 *)A.probs;
+    TRY(gemm(x, true, false, nv, h, T, 1, dz, 2 * nv, A.xn, h, 1, glm, NULL, h, e));
+    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, gng, gnb, T, h, e);
 }

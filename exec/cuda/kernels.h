@@ -25,8 +25,13 @@
  * counter. Every pointer in an exec_call is device memory unless said; every kernel runs on the
  * context's stream and returns without synchronising.
  *
- * The act buffer of a region has the CUDA layout (exec_cuda_region_sizes), not the CPU one; a
- * region's act buffer is only read by the same backend's passes of that region.
+ * Every pass but UPD gets, besides the act buffer of what F keeps (exec_call.act), a work buffer
+ * (exec_call.work) for its workspaces: the norm statistics, the attention's row sums, the
+ * intermediate gradients. BI leaves in its work buffer what BW reads, so BW may run much later
+ * (zero-bubble schedules) as long as both buffers live; the plan sizes them as workspaces. Both
+ * have the CUDA layouts (exec_cuda_region_sizes), which are ir/cost.c's closed forms at bf16, so
+ * that the device holds what piper-sim predicts; a region's buffers are only read by the same
+ * backend's passes of that region.
  *
  * All functions return 0, or -1 with a message in the base_error; none exits. */
 #ifndef PIPER_EXEC_CUDA_KERNELS_H
@@ -114,7 +119,9 @@ int exec_cuda_param_init(exec_cuda_ctx *c, uint64_t seed, const char *full_name,
 typedef struct exec_cuda_sizes {
     int64_t x_bytes, y_bytes;  /* primary input / output (embed x: int32 tokens; head y: none) */
     int64_t route_bytes;       /* moe_gate y2 / moe_combine x2 and their gradients */
-    int64_t act_bytes;         /* the act buffer */
+    int64_t act_bytes;         /* the act buffer: what F keeps for the backward */
+    int64_t work_bytes;        /* the work buffer of B and BI (BI leaves in it what BW reads) */
+    int64_t work_f_bytes;      /* the part of it F and R use */
     int64_t params;            /* parameter elements: params bf16, grads/master/m/v fp32 */
 } exec_cuda_sizes;
 
@@ -122,7 +129,7 @@ int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, exec_region_k
                            exec_cuda_sizes *out, base_error *e);
 
 /* The MoE route tensor (gate y2, combine x2 and their gradients): residual [T][h] bf16, routing
- * weights [T][k] fp32, slots [T][k] int32 (-1 = dropped), each piece 256-byte aligned. */
+ * weights [T][k] fp32, slots [T][k] int32 (-1 = dropped), each piece 16-byte aligned. */
 int64_t exec_cuda_route_bytes(const exec_cfg *c);
 void exec_cuda_route_view(const exec_cfg *c, void *route, uint16_t **resid, float **w,
                           int32_t **slot);

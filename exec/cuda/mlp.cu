@@ -5,17 +5,15 @@
  * products, then a norm backward that subtracts means), which is fp32. */
 #include "common.cuh"
 
+/* act: what F keeps, exactly ir/cost.c's MLP list: the norm input x and output xn (the
+ * fc1 / gate-up input), then GPT: the fc1 output (GELU input) and the GELU output (fc2 input);
+ * Llama: the gate and up projections and the SwiGLU output (down input). The output dropout's
+ * mask is regenerated from its counter. */
 typedef struct mlp_act {
-    bf16 *x;
-    float *mean, *rstd;
-    bf16 *xn;
-    bf16 *h1;     /* GPT: fc1 output (GELU input); Llama: gate projection */
-    bf16 *u;      /* Llama: up projection */
-    bf16 *a;      /* activation output = fc2/down input */
-    /* left by BI for BW */
-    bf16 *dyd;    /* dy through the output dropout */
-    bf16 *dh1, *du;
-    float *dxn;
+    bf16 *x, *xn;
+    bf16 *h1;   /* GPT: fc1 output (GELU input); Llama: gate projection */
+    bf16 *u;    /* Llama: up projection */
+    bf16 *a;    /* activation output = fc2/down input */
 } mlp_act;
 
 static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_act *A)
@@ -24,16 +22,36 @@ static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, void *base, ml
     const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
     memset(A, 0, sizeof *A);
     A->x = carve_b(&cv, T * h);
-    A->mean = carve_f(&cv, T);
-    A->rstd = carve_f(&cv, T);
     A->xn = carve_b(&cv, T * h);
     A->h1 = carve_b(&cv, T * f);
     if (!c->gpt) A->u = carve_b(&cv, T * f);
     A->a = carve_b(&cv, T * f);
-    A->dyd = carve_b(&cv, T * h);
-    A->dh1 = carve_b(&cv, T * f);
-    if (!c->gpt) A->du = carve_b(&cv, T * f);
-    A->dxn = carve_f(&cv, T * h);
+    return cv.off;
+}
+
+/* work, in ir_region_work_bytes's order: the norm statistics (F's part; the backward recomputes
+ * them from the kept input), then what BI leaves for BW: the output gradient through dropout,
+ * the gradients of the fc1 / gate and up outputs, and of the norm output (fp32: two GEMMs sum
+ * into it in Llama's MLP). */
+typedef struct mlp_work {
+    float *mean, *rstd;
+    bf16 *dyd, *dh1, *du;
+    float *dxn;
+} mlp_work;
+
+static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_work *W,
+                              bool pass_f)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
+    memset(W, 0, sizeof *W);
+    W->mean = carve_f(&cv, T);
+    W->rstd = carve_f(&cv, T);
+    if (pass_f) return cv.off;
+    W->dyd = carve_b(&cv, T * h);
+    W->dh1 = carve_b(&cv, T * f);
+    if (!c->gpt) W->du = carve_b(&cv, T * f);
+    W->dxn = carve_f(&cv, T * h);
     return cv.off;
 }
 
@@ -41,6 +59,12 @@ int64_t mlp_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
     mlp_act A;
     return (int64_t)mlp_layout(c, s, NULL, &A);
+}
+
+int64_t mlp_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    mlp_work W;
+    return (int64_t)mlp_work_layout(c, s, NULL, &W, pass_f);
 }
 
 /* Llama: w1 = gate (wg), w2 = down (wd), wu = up. */
@@ -63,6 +87,7 @@ extern "C" int exec_cuda_mlp_f(const exec_cuda_call *cc, base_error *e)
     NEED(c->y, "the output y");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -75,11 +100,13 @@ extern "C" int exec_cuda_mlp_f(const exec_cuda_call *cc, base_error *e)
     bf16 *b2 = pb(&rp, c->param, n[6]);
     mlp_act A;
     mlp_layout(cfg, sh, c->act, &A);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     bf16 *y = (bf16 *)c->y;
 
     TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, ng, nb, A.xn, A.mean, A.rstd, T, h, cfg->norm_eps, e));
+    TRY(norm_f(x, cfg->gpt, A.x, ng, nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
     TRY(gemm(x, false, false, T, f, h, 1, A.xn, h, w1, f, 0, NULL, A.h1, f, e));
     if (cfg->gpt) {
         TRY(bias_add(x, A.h1, T, f, b1, e));
@@ -102,6 +129,7 @@ extern "C" int exec_cuda_mlp_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -112,31 +140,38 @@ extern "C" int exec_cuda_mlp_bi(const exec_cuda_call *cc, base_error *e)
     bf16 *wu = pb(&rp, c->param, n[4]), *w2 = pb(&rp, c->param, n[5]);
     mlp_act A;
     mlp_layout(cfg, sh, c->act, &A);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     const bf16 *dy = (const bf16 *)c->dy;
 
-    TRY(bias_drop_resid(x, dy, A.dyd, T, h, NULL, dropout_key(c, EXEC_DROP_MLP_OUT),
+    /* the norm statistics F computed, again from the kept input (the same bits) */
+    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+
+    TRY(bias_drop_resid(x, dy, W.dyd, T, h, NULL, dropout_key(c, EXEC_DROP_MLP_OUT),
                         (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout, NULL, e));
     /* da (the gradient of fc2's input) goes through dh1, then the activation's backward in place */
-    TRY(gemm(x, false, true, T, f, h, 1, A.dyd, h, w2, h, 0, NULL, A.dh1, f, e));
+    TRY(gemm(x, false, true, T, f, h, 1, W.dyd, h, w2, h, 0, NULL, W.dh1, f, e));
     if (cfg->gpt) {
-        TRY(gelu_bi(x, A.dh1, A.h1, A.dh1, T * f, e));
-        TRY(gemm(x, false, true, T, h, f, 1, A.dh1, f, w1, f, 0, A.dxn, NULL, h, e));
+        TRY(gelu_bi(x, W.dh1, A.h1, W.dh1, T * f, e));
+        TRY(gemm(x, false, true, T, h, f, 1, W.dh1, f, w1, f, 0, W.dxn, NULL, h, e));
     } else {
-        TRY(swiglu_bi(x, A.dh1, A.h1, A.u, A.dh1, A.du, T * f, e));
-        TRY(gemm(x, false, true, T, h, f, 1, A.dh1, f, w1, f, 0, A.dxn, NULL, h, e));
-        TRY(gemm(x, false, true, T, h, f, 1, A.du, f, wu, f, 1, A.dxn, NULL, h, e));
+        TRY(swiglu_bi(x, W.dh1, A.h1, A.u, W.dh1, W.du, T * f, e));
+        TRY(gemm(x, false, true, T, h, f, 1, W.dh1, f, w1, f, 0, W.dxn, NULL, h, e));
+        TRY(gemm(x, false, true, T, h, f, 1, W.du, f, wu, f, 1, W.dxn, NULL, h, e));
     }
-    return norm_bi(x, cfg->gpt, A.dxn, NULL, A.x, ng, A.mean, A.rstd, (bf16 *)c->dx,
+    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, ng, W.mean, W.rstd, (bf16 *)c->dx,
                    sh->first ? dy : NULL, T, h, e);
 }
 
+/* reads BI's work buffer: the statistics and the gradients it left */
 extern "C" int exec_cuda_mlp_bw(const exec_cuda_call *cc, base_error *e)
 {
     const exec_call *c = &cc->c;
     exec_cuda_ctx *x = cc->ctx;
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -149,14 +184,16 @@ extern "C" int exec_cuda_mlp_bw(const exec_cuda_call *cc, base_error *e)
     float *gb2 = gf(&rp, c->grad, n[6]);
     mlp_act A;
     mlp_layout(cfg, sh, c->act, &A);
+    mlp_work W;
+    mlp_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
 
-    TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, A.dh1, f, 1, gw1, NULL, f, e));
-    if (!cfg->gpt) TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, A.du, f, 1, gwu, NULL, f, e));
-    TRY(gemm(x, true, false, f, h, T, 1, A.a, f, A.dyd, h, 1, gw2, NULL, h, e));
+    TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, W.dh1, f, 1, gw1, NULL, f, e));
+    if (!cfg->gpt) TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, W.du, f, 1, gwu, NULL, f, e));
+    TRY(gemm(x, true, false, f, h, T, 1, A.a, f, W.dyd, h, 1, gw2, NULL, h, e));
     if (cfg->gpt) {
-        TRY(colsum_acc(x, A.dh1, T, f, gb1, e));
-        if (sh->first) TRY(colsum_acc(x, A.dyd, T, h, gb2, e));
+        TRY(colsum_acc(x, W.dh1, T, f, gb1, e));
+        if (sh->first) TRY(colsum_acc(x, W.dyd, T, h, gb2, e));
     }
-    return norm_bw(x, cfg->gpt, A.dxn, NULL, A.x, A.mean, A.rstd, gng, gnb, T, h, e);
+    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, gng, gnb, T, h, e);
 }

@@ -15,7 +15,12 @@
  * moe_experts: per local expert a SwiGLU FFN over its C rows of the received buffer
  * [sources][local experts][C][h]: strided-batched cuBLAS GEMMs, one batch per source.
  *
- * moe_combine: y[t] = residual[t] + sum over kept choices w[t][k] expert_out[slot]. */
+ * moe_combine: y[t] = residual[t] + sum over kept choices w[t][k] expert_out[slot].
+ *
+ * Buffers are ir/cost.c's at bf16, piece by piece (as exec/cpu/moe.c for fp32): the act buffer
+ * holds what ir_region_activation_bytes lists, the work buffer what ir_region_work_bytes lists,
+ * in its order. What neither keeps the backward recomputes from the act: the gate's RMS
+ * statistics from the kept norm input, its slots and fractions from the kept choices. */
 #include "common.cuh"
 
 /* ---------------------------------------------------------------- the route tensor */
@@ -37,15 +42,14 @@ extern "C" void exec_cuda_route_view(const exec_cfg *c, void *route, uint16_t **
 
 /* ---------------------------------------------------------------- gate */
 
+/* act: exactly ir/cost.c's gate list at bf16: the norm input x and output xn (the router's
+ * input), the fp32 router probabilities [T][E] and the expert of each choice [T][k]. The slots
+ * and the fractions f_e are a pure function of the choices (k_gate_capacity), and the RMS
+ * statistics of x, so the backward rebuilds them (as exec/cpu/moe.c). */
 typedef struct gate_act {
-    bf16 *x;
-    float *rstd;
-    bf16 *xn;
+    bf16 *x, *xn;
     float *probs;            /* [T][E] */
-    int32_t *choice, *slot;  /* [T][k] */
-    float *frac;             /* [E] */
-    bf16 *dz;                /* left by BI for BW: router-logit gradient [T][E] */
-    float *dxn;
+    int32_t *choice;         /* [T][k] */
 } gate_act;
 
 static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
@@ -53,14 +57,34 @@ static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
     carver cv = {(char *)base, 0};
     const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
     A->x = carve_b(&cv, T * h);
-    A->rstd = carve_f(&cv, T);
     A->xn = carve_b(&cv, T * h);
     A->probs = carve_f(&cv, T * E);
     A->choice = carve_i(&cv, T * k);
-    A->slot = carve_i(&cv, T * k);
-    A->frac = carve_f(&cv, E);
-    A->dz = carve_b(&cv, T * E);
-    A->dxn = carve_f(&cv, T * h);
+    return cv.off;
+}
+
+/* work, in ir_region_work_bytes's order: F's prefix (the RMS statistics, the fractions, the
+ * slots), then what BI leaves for BW: the router logits' gradient dz (bf16, the operand of the
+ * two GEMMs that read it) and the norm output's gradient dxn (fp32: the router's GEMM and the
+ * kept slots' gradients sum into it). */
+typedef struct gate_work {
+    float *rstd;             /* [T] */
+    float *frac;             /* [E] */
+    int32_t *slot;           /* [T][k]: slot in [E*C) or -1 */
+    bf16 *dz;                /* [T][E] */
+    float *dxn;              /* [T][h] */
+} gate_work;
+
+static size_t gate_work_layout(const exec_cfg *c, void *base, gate_work *W, size_t *f_bytes)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    W->rstd = carve_f(&cv, T);
+    W->frac = carve_f(&cv, E);
+    W->slot = carve_i(&cv, T * k);
+    if (f_bytes) *f_bytes = cv.off; /* what F and R use */
+    W->dz = carve_b(&cv, T * E);
+    W->dxn = carve_f(&cv, T * h);
     return cv.off;
 }
 
@@ -69,6 +93,14 @@ int64_t moe_gate_act_bytes(const exec_cfg *c, const exec_shard *s)
     (void)s;
     gate_act A;
     return (int64_t)gate_layout(c, NULL, &A);
+}
+
+int64_t moe_gate_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)s;
+    gate_work W;
+    size_t f = 0, all = gate_work_layout(c, NULL, &W, &f);
+    return (int64_t)(pass_f ? f : all);
 }
 
 /* Softmax of each token's router logits in place; with route, its top-k (strict '>' keeps the
@@ -131,6 +163,16 @@ __global__ void k_gate_capacity(const int32_t *choice, int32_t *slot, float *fra
     if (threadIdx.x == 0) frac[ex] = (float)((double)used / (double)(T * k));
 }
 
+/* The slots and fractions of the act's choices into the work buffer (F, R and BI). */
+static int gate_capacity(exec_cuda_ctx *x, const exec_cfg *cfg, const gate_act *A,
+                         const gate_work *W, base_error *e)
+{
+    k_gate_capacity<<<(unsigned)cfg->experts, 256, 0, x->stream>>>(
+        A->choice, W->slot, W->frac, cfg->b * cfg->s, cfg->top_k, cfg->capacity);
+    LAUNCH_OK("k_gate_capacity");
+    return 0;
+}
+
 /* aux = coef E sum_e f_e mean_t p[t][e] (one block). */
 __global__ void k_gate_aux(const float *probs, const float *frac, int64_t T, int64_t E,
                            double coef, double *out)
@@ -180,28 +222,30 @@ extern "C" int exec_cuda_moe_gate_f(const exec_cuda_call *cc, base_error *e)
     NEED(c->y2, "the route tensor y2");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
     gate_layout(cfg, c->act, &A);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
                   C = cfg->capacity;
     if (E > 2147483647) return base_errorf(e, "moe_gate: too many experts");
 
     TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, false, A.x, ng, NULL, A.xn, NULL, A.rstd, T, h, cfg->norm_eps, e));
+    TRY(norm_f(x, false, A.x, ng, NULL, A.xn, NULL, W.rstd, T, h, cfg->norm_eps, e));
     TRY(gemm(x, false, false, T, E, h, 1, A.xn, h, wr, E, 0, A.probs, NULL, E, e));
+    /* R (keep_routing) keeps F's choices; the slots and fractions live in the work buffer, so
+     * both passes derive them from the choices */
     k_gate_softmax_topk<<<grid_for(T, 128), 128, 0, x->stream>>>(A.probs, A.choice, T, E, k,
                                                                  !c->keep_routing);
     LAUNCH_OK("k_gate_softmax_topk");
-    if (!c->keep_routing) {
-        k_gate_capacity<<<(unsigned)E, 256, 0, x->stream>>>(A.choice, A.slot, A.frac, T, k, C);
-        LAUNCH_OK("k_gate_capacity");
-    }
+    TRY(gate_capacity(x, cfg, &A, &W, e));
     if (c->out) {
-        k_gate_aux<<<1, 256, 0, x->stream>>>(A.probs, A.frac, T, E, cfg->aux_coef, c->out);
+        k_gate_aux<<<1, 256, 0, x->stream>>>(A.probs, W.frac, T, E, cfg->aux_coef, c->out);
         LAUNCH_OK("k_gate_aux");
     }
     route_view rv;
@@ -209,7 +253,7 @@ extern "C" int exec_cuda_moe_gate_f(const exec_cuda_call *cc, base_error *e)
     TRY(exec_cuda_memset0(x, c->y, (size_t)(E * C * h) * 2, e));
     TRY(exec_cuda_d2d(x, rv.resid, A.x, (size_t)(T * h) * 2, e));
     k_gate_dispatch<<<grid_for(T * k * h, 256), 256, 0, x->stream>>>(
-        A.xn, A.choice, A.slot, A.probs, (bf16 *)c->y, rv.w, rv.slot, T, h, E, k);
+        A.xn, A.choice, W.slot, A.probs, (bf16 *)c->y, rv.w, rv.slot, T, h, E, k);
     LAUNCH_OK("k_gate_dispatch");
     return 0;
 }
@@ -264,24 +308,31 @@ extern "C" int exec_cuda_moe_gate_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
     gate_layout(cfg, c->act, &A);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
     route_view dr;
     route_layout(cfg, (void *)c->dy2, &dr);
+    /* F's work buffer is gone: the slots, fractions and RMS statistics again, from what F kept
+     * (the same kernels on the same inputs, so the same bits) */
+    TRY(gate_capacity(x, cfg, &A, &W, e));
+    TRY(norm_f(x, false, A.x, ng, NULL, NULL, NULL, W.rstd, T, h, cfg->norm_eps, e));
     const float aux_g = (float)(cfg->aux_weight * cfg->aux_coef * (double)E / (double)T);
-    k_gate_dz<<<grid_for(T, 128), 128, 0, x->stream>>>(A.probs, A.choice, A.slot, A.frac, dr.w,
-                                                       A.dz, T, E, k, aux_g);
+    k_gate_dz<<<grid_for(T, 128), 128, 0, x->stream>>>(A.probs, A.choice, W.slot, W.frac, dr.w,
+                                                       W.dz, T, E, k, aux_g);
     LAUNCH_OK("k_gate_dz");
-    TRY(gemm(x, false, true, T, h, E, 1, A.dz, E, wr, E, 0, A.dxn, NULL, h, e));
-    k_gate_gather_grad<<<grid_for(T * h, 256), 256, 0, x->stream>>>(A.dxn, (const bf16 *)c->dy,
-                                                                    A.slot, T, h, k);
+    TRY(gemm(x, false, true, T, h, E, 1, W.dz, E, wr, E, 0, W.dxn, NULL, h, e));
+    k_gate_gather_grad<<<grid_for(T * h, 256), 256, 0, x->stream>>>(W.dxn, (const bf16 *)c->dy,
+                                                                    W.slot, T, h, k);
     LAUNCH_OK("k_gate_gather_grad");
-    return norm_bi(x, false, A.dxn, NULL, A.x, ng, NULL, A.rstd, (bf16 *)c->dx, dr.resid, T, h, e);
+    return norm_bi(x, false, W.dxn, NULL, A.x, ng, NULL, W.rstd, (bf16 *)c->dx, dr.resid, T, h, e);
 }
 
 extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
@@ -290,25 +341,34 @@ extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
     exec_cuda_ctx *x = cc->ctx;
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer BI left");
     const exec_cfg *cfg = c->cfg;
     region_params rp;
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     float *gng = gf(&rp, c->grad, "norm.g"), *gwr = gf(&rp, c->grad, "router");
     gate_act A;
     gate_layout(cfg, c->act, &A);
+    gate_work W;
+    gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
-    TRY(gemm(x, true, false, h, E, T, 1, A.xn, h, A.dz, E, 1, gwr, NULL, E, e));
-    return norm_bw(x, false, A.dxn, NULL, A.x, NULL, A.rstd, gng, NULL, T, h, e);
+    TRY(gemm(x, true, false, h, E, T, 1, A.xn, h, W.dz, E, 1, gwr, NULL, E, e));
+    return norm_bw(x, false, W.dxn, NULL, A.x, NULL, W.rstd, gng, NULL, T, h, e);
 }
 
 /* ---------------------------------------------------------------- experts */
 
+/* act: exactly ir/cost.c's experts list: the received buffer and the gate, up and down inputs. */
 typedef struct experts_act {
     bf16 *x;                 /* the received buffer [rows][h] */
     bf16 *g, *u, *a;         /* [rows][f] */
-    bf16 *dy;                /* left by BI for BW: a copy of the output gradient */
-    bf16 *dg, *du;
 } experts_act;
+
+/* work (B only; F uses none): what BI leaves for BW, the output gradient and the gate and up
+ * projections' gradients. */
+typedef struct experts_work {
+    bf16 *dy;                /* [rows][h] */
+    bf16 *dg, *du;           /* [rows][f] */
+} experts_work;
 
 static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
 {
@@ -323,9 +383,17 @@ static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, void *base
     A->g = carve_b(&cv, R * f);
     A->u = carve_b(&cv, R * f);
     A->a = carve_b(&cv, R * f);
-    A->dy = carve_b(&cv, R * h);
-    A->dg = carve_b(&cv, R * f);
-    A->du = carve_b(&cv, R * f);
+    return cv.off;
+}
+
+static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *base,
+                                  experts_work *W)
+{
+    carver cv = {(char *)base, 0};
+    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    W->dy = carve_b(&cv, R * h);
+    W->dg = carve_b(&cv, R * f);
+    W->du = carve_b(&cv, R * f);
     return cv.off;
 }
 
@@ -333,6 +401,12 @@ int64_t moe_experts_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
     experts_act A;
     return (int64_t)experts_layout(c, s, NULL, &A);
+}
+
+int64_t moe_experts_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    experts_work W;
+    return pass_f ? 0 : (int64_t)experts_work_layout(c, s, NULL, &W);
 }
 
 extern "C" int exec_cuda_moe_experts_f(const exec_cuda_call *cc, base_error *e)
@@ -380,6 +454,7 @@ extern "C" int exec_cuda_moe_experts_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->dx, "the input gradient dx");
     NEED(c->param, "the parameter block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -388,23 +463,26 @@ extern "C" int exec_cuda_moe_experts_bi(const exec_cuda_call *cc, base_error *e)
                *wd = pb(&rp, c->param, "wd");
     experts_act A;
     experts_layout(cfg, sh, c->act, &A);
+    experts_work W;
+    experts_work_layout(cfg, sh, c->work, &W);
     const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity,
                   ne = sh->nexperts;
     bf16 *dx = (bf16 *)c->dx;
 
-    TRY(exec_cuda_d2d(x, A.dy, c->dy, (size_t)(R * h) * 2, e));
+    /* BW reads the output gradient after dy's buffer may be gone: a copy in the work buffer */
+    TRY(exec_cuda_d2d(x, W.dy, c->dy, (size_t)(R * h) * 2, e));
     /* da into dg as a workspace, then SwiGLU's backward */
     for (int src = 0; src < sh->ep; src++) {
         const int64_t r0 = (int64_t)src * ne * C;
-        TRY(gemm_batched(x, false, true, C, f, h, 1, A.dy + r0 * h, h, C * h, wd, h, f * h, 0, NULL,
-                         A.dg + r0 * f, f, C * f, ne, e));
+        TRY(gemm_batched(x, false, true, C, f, h, 1, W.dy + r0 * h, h, C * h, wd, h, f * h, 0, NULL,
+                         W.dg + r0 * f, f, C * f, ne, e));
     }
-    TRY(swiglu_bi(x, A.dg, A.g, A.u, A.dg, A.du, R * f, e));
+    TRY(swiglu_bi(x, W.dg, A.g, A.u, W.dg, W.du, R * f, e));
     for (int src = 0; src < sh->ep; src++) {
         const int64_t r0 = (int64_t)src * ne * C;
-        TRY(gemm_batched(x, false, true, C, h, f, 1, A.dg + r0 * f, f, C * f, wg, f, h * f, 0, NULL,
+        TRY(gemm_batched(x, false, true, C, h, f, 1, W.dg + r0 * f, f, C * f, wg, f, h * f, 0, NULL,
                          dx + r0 * h, h, C * h, ne, e));
-        TRY(gemm_batched(x, false, true, C, h, f, 1, A.du + r0 * f, f, C * f, wu, f, h * f, 1, NULL,
+        TRY(gemm_batched(x, false, true, C, h, f, 1, W.du + r0 * f, f, C * f, wu, f, h * f, 1, NULL,
                          dx + r0 * h, h, C * h, ne, e));
     }
     return 0;
@@ -416,6 +494,7 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
     exec_cuda_ctx *x = cc->ctx;
     NEED(c->grad, "the gradient block");
     NEED(c->act, "the act buffer");
+    NEED(c->work, "the work buffer BI left");
     const exec_cfg *cfg = c->cfg;
     const exec_shard *sh = c->shard;
     region_params rp;
@@ -423,14 +502,16 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
     float *gwg = gf(&rp, c->grad, "wg"), *gwu = gf(&rp, c->grad, "wu"), *gwd = gf(&rp, c->grad, "wd");
     experts_act A;
     experts_layout(cfg, sh, c->act, &A);
+    experts_work W;
+    experts_work_layout(cfg, sh, c->work, &W);
     const int64_t h = cfg->h, f = sh->neffn, C = cfg->capacity, ne = sh->nexperts;
     for (int src = 0; src < sh->ep; src++) {
         const int64_t r0 = (int64_t)src * ne * C;
-        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, A.dg + r0 * f, f,
+        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, W.dg + r0 * f, f,
                          C * f, 1, gwg, NULL, f, h * f, ne, e));
-        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, A.du + r0 * f, f,
+        TRY(gemm_batched(x, true, false, h, f, C, 1, A.x + r0 * h, h, C * h, W.du + r0 * f, f,
                          C * f, 1, gwu, NULL, f, h * f, ne, e));
-        TRY(gemm_batched(x, true, false, f, h, C, 1, A.a + r0 * f, f, C * f, A.dy + r0 * h, h,
+        TRY(gemm_batched(x, true, false, f, h, C, 1, A.a + r0 * f, f, C * f, W.dy + r0 * h, h,
                          C * h, 1, gwd, NULL, h, f * h, ne, e));
     }
     return 0;
@@ -438,6 +519,8 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
 
 /* ---------------------------------------------------------------- combine */
 
+/* act: exactly ir/cost.c's combine list: the expert outputs, the fp32 routing weights and each
+ * choice's slot (the unpermute's index map). No work buffer. */
 typedef struct combine_act {
     bf16 *eo;                /* expert outputs [E*C][h] */
     float *w;                /* routing weights [T][k] */
@@ -459,6 +542,14 @@ int64_t moe_combine_act_bytes(const exec_cfg *c, const exec_shard *s)
     (void)s;
     combine_act A;
     return (int64_t)combine_layout(c, NULL, &A);
+}
+
+int64_t moe_combine_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
+{
+    (void)c;
+    (void)s;
+    (void)pass_f;
+    return 0;
 }
 
 __global__ void k_combine_f(const bf16 *resid, const bf16 *eo, const float *w,

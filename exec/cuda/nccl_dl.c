@@ -32,6 +32,8 @@ static struct {
     __typeof__(ncclAllReduce) *all_reduce;
     __typeof__(ncclReduceScatter) *reduce_scatter;
     __typeof__(ncclAllGather) *all_gather;
+    __typeof__(ncclReduce) *reduce;
+    __typeof__(ncclBroadcast) *broadcast;
 } N;
 
 bool exec_nccl_loaded(void) { return N.lib != NULL; }
@@ -70,6 +72,8 @@ int exec_nccl_load(base_error *e)
     SYM(recv, "ncclRecv");
     SYM(all_reduce, "ncclAllReduce");
     SYM(reduce_scatter, "ncclReduceScatter");
+    SYM(reduce, "ncclReduce");
+    SYM(broadcast, "ncclBroadcast");
     SYM(all_gather, "ncclAllGather");
     N.lib = lib;
     return 0;
@@ -212,5 +216,22 @@ int exec_nccl_all_gather(const void *in, void *out, size_t count, exec_nccl_dtyp
 {
     NEED_LIB;
     NCCL_OK(N.all_gather(in, out, count, dtype(dt), (ncclComm_t)comm, (cudaStream_t)stream));
+    return 0;
+}
+
+int exec_nccl_reduce(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root,
+                     void *comm, void *stream, base_error *e)
+{
+    NEED_LIB;
+    NCCL_OK(N.reduce(in, out, count, dtype(dt), ncclSum, root, (ncclComm_t)comm,
+                     (cudaStream_t)stream));
+    return 0;
+}
+
+int exec_nccl_broadcast(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root,
+                        void *comm, void *stream, base_error *e)
+{
+    NEED_LIB;
+    NCCL_OK(N.broadcast(in, out, count, dtype(dt), root, (ncclComm_t)comm, (cudaStream_t)stream));
     return 0;
 }

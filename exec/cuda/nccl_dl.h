@@ -52,5 +52,13 @@ int exec_nccl_reduce_scatter(const void *in, void *out, size_t count, exec_nccl_
 /* count: elements each rank sends */
 int exec_nccl_all_gather(const void *in, void *out, size_t count, exec_nccl_dtype dt,
                          void *comm, void *stream, base_error *e);
+/* The sum over the group of every rank's in, into root's out (other ranks' out is unused): a
+ * ZeRO reduce-scatter of exact, uneven pieces is one of these per piece, grouped. */
+int exec_nccl_reduce(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root,
+                     void *comm, void *stream, base_error *e);
+/* root's in into every rank's out (root's out too; in == out at root is in place): a ZeRO
+ * all-gather of exact pieces is one of these per piece, grouped. */
+int exec_nccl_broadcast(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root,
+                        void *comm, void *stream, base_error *e);
 
 #endif

@@ -44,7 +44,8 @@ static void usage(FILE *f)
             "  --trace FILE       the last step's instructions from CUDA events, Chrome format\n"
             "                     (rank r > 0 writes FILE.rank<r>)\n"
             "  --no-nvtx          no NVTX ranges (default: one per instruction)\n"
-            "  --memory           each rank prints its buffers' bytes by category\n"
+            "  --memory           each rank prints its buffers' bytes by category, and per step\n"
+            "                     the peak asked of the allocator next to the plan's peak\n"
             "  --check            read the plan, set the device up and stop before the first step\n"
             "  --device D         with --check, in one process: read device D of the plan (its\n"
             "                     buffers, bindings, collectives), without communicators\n"
@@ -263,7 +264,7 @@ int main(int argc, char **argv)
     }
     if (log)
         fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s tflops_per_s mfu "
-                     "peak_bytes reserved_bytes plan_peak_bytes\n");
+                     "peak_bytes reserved_bytes plan_peak_bytes requested_bytes\n");
     if (a.c.memory) {
         for (int k = 0; k < size; k++) {
             if (k == rank) {
@@ -277,7 +278,7 @@ int main(int argc, char **argv)
         if (rank == 0 && !a.c.quiet) printf("plan read and device set up; --check: no step run\n");
         a.c.steps = 0;
     }
-    enum { NV = 7 };
+    enum { NV = 8 };
     double *all = base_xcalloc((size_t)size * NV, sizeof(double));
     for (int64_t step = 1; step <= a.c.steps; step++) {
         exec_cuda_step_stats st;
@@ -285,15 +286,23 @@ int main(int argc, char **argv)
             base_error_prefix(&e, "step %lld: ", (long long)step);
             goto fail;
         }
-        double v[NV] = {st.loss, st.aux_loss, st.grad_norm, st.seconds, st.peak, st.plan_peak, st.reserved};
+        double v[NV] = {st.loss, st.aux_loss, st.grad_norm, st.seconds, st.peak, st.plan_peak, st.reserved,
+                        st.requested};
         if (exec_boot_gather(&boot, v, NV, all, &e)) goto fail;
+        if (a.c.memory && rank == 0)
+            for (int k = 0; k < size; k++)
+                printf("device %d accounting, step %lld, CUDA runtime / plan (bytes): peak %.0f / %.0f "
+                       "(allocator in use %.0f, reserved %.0f)\n",
+                       k, (long long)step, all[k * NV + 7], all[k * NV + 5], all[k * NV + 4],
+                       all[k * NV + 6]);
         if (rank != 0) continue;
-        double ce, aux, norm, t, pk = 0, res = 0, ppk = 0;
+        double ce, aux, norm, t, pk = 0, res = 0, ppk = 0, req = 0;
         exec_cli_step_reduce(all, size, NV, &ce, &aux, &norm, &t);
         for (int k = 0; k < size; k++) {
             if (all[k * NV + 4] > pk) pk = all[k * NV + 4];
             if (all[k * NV + 5] > ppk) ppk = all[k * NV + 5];
             if (all[k * NV + 6] > res) res = all[k * NV + 6];
+            if (all[k * NV + 7] > req) req = all[k * NV + 7];
         }
         double loss = ce + aux, mfu = peak > 0 ? flops / t / peak : 0;
         char nbuf[32];
@@ -305,9 +314,9 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
         if (log) {
-            fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n",
+            fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n",
                     (long long)step, loss, ce, aux, norm >= 0 ? sqrt(norm) : -1.0, t,
-                    (double)tokens / t, flops / t * 1e-12, mfu, pk, res, ppk);
+                    (double)tokens / t, flops / t * 1e-12, mfu, pk, res, ppk, req);
             fflush(log);
         }
     }

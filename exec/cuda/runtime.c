@@ -39,9 +39,10 @@ typedef struct rt_region {
     bool norm_skip, tp_copy;
     /* ZeRO-3: every pass but the update reads a gathered copy (gathered, and no pass reads the
      * parameter buffer itself: !reads_whole), so the parameter buffer holds only the piece
-     * [param_lo, param_lo + param_n) (bf16, then its fp32 master); ZeRO-2/3: the kept gradient
+     * [param_lo, param_lo + param_n) (bf16); ZeRO-2/3: the kept gradient
      * holds only the piece [grad_lo, grad_lo + grad_n) (a reduce-scatter adds into it). The
-     * optimizer state always holds the piece [upd_lo, upd_hi). */
+     * optimizer state always holds the piece [upd_lo, upd_hi): its fp32 master copy, then
+     * AdamW's two moments (the plan's mixed-precision optimizer state, 12 bytes a parameter). */
     bool gathered, reads_whole, grad_piece;
     int64_t param_lo, param_n, grad_lo, grad_n;
 } rt_region;
@@ -51,6 +52,7 @@ typedef struct rt_bind {
     const exec_cuda_kernel *k;
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
     int act;
+    int work;               /* the pass's workspace (a BW's is its BI's): the kernels' work buffer */
     int pb;                 /* ZeRO-3: the gathered copy of the parameters the pass reads, -1 */
     int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
                                ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
@@ -131,8 +133,11 @@ static const char *stream_name(const plan_list *L, int s)
     return s >= 0 && s < L->nstreams && L->streams[s] ? L->streams[s] : "";
 }
 
-/* bf16 parameters, then the fp32 master copy at a 256-byte boundary */
-static int64_t master_offset(int64_t n) { return (2 * n + 255) / 256 * 256; }
+/* The optimizer state of a piece of n elements: the fp32 master copy, then AdamW's moments. */
+static int64_t opt_bytes(const exec_cuda_rt *r, int64_t n)
+{
+    return (r->o.optim.kind == EXEC_ADAMW ? 12 : 4) * n;
+}
 
 /* A ZeRO segment's piece on rank k of a group of g: the rank's piece of the region's whole
  * storage (exec_zero_piece) cut to the segment, so that a segment that is part of a region (the
@@ -280,8 +285,8 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
     exec_region_kind *kinds = base_xcalloc((size_t)(r->nreg + 1), sizeof *kinds);
     for (int k = 0; k < r->nreg; k++) kinds[k] = r->reg[k].kind;
     for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = -1;
-    /* workspace-category buffers: a pass's workspace (held as the plan sizes it; the kernels here
-     * keep their own scratch), or a tensor handed between regions (plan_layout.h) */
+    /* workspace-category buffers: a pass's workspace (the kernels' work buffer, sized by their
+     * layout: the plan's bytes at bf16), or a tensor handed between regions (plan_layout.h) */
     uint8_t *wk = base_xcalloc((size_t)L->nbufs + 1, 1);
     exec_work_kinds(L, kinds, r->nreg, wk);
     int rc = 0;
@@ -384,7 +389,15 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                         if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
                     }
                 } else if (m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) {
-                    rc = set_role(r, i, bb, EXEC_BUF_WORK, g, L->bufs[bb].bytes, e);
+                    /* F and R use the layout's first part; a BW reads its BI's whole */
+                    rc = set_role(r, i, bb, EXEC_BUF_WORK, g,
+                                  fwd ? R->sz.work_f_bytes : R->sz.work_bytes, e);
+                    if (!rc && b->work >= 0 && b->work != bb) {
+                        base_errorf(e, "%s has two workspaces (%s and %s)", kid,
+                                    buf_name(r, b->work), buf_name(r, bb));
+                        rc = instr_err(r, i, e);
+                    }
+                    b->work = bb;
                 } else {
                     bool route = m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_ROUTE;
                     int64_t xb = R->sz.x_bytes, yb = R->sz.y_bytes;
@@ -435,6 +448,15 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                 rc = instr_err(r, i, e);
                 break;
             }
+        }
+        const int64_t need = fwd ? R->sz.work_f_bytes : R->sz.work_bytes;
+        if (need > 0 && b->work < 0) {
+            base_errorf(e, "the %s pass of %s has no workspace in the plan; the CUDA kernels keep "
+                           "their statistics and intermediate gradients there: recompile the plan "
+                           "with this version of piper-compile",
+                        sched_plan_pass_name(pass), R->name);
+            rc = instr_err(r, i, e);
+            break;
         }
         if (bwd && b->act < 0) b->act = act_cur[g * r->nmb + mb];
         if (bwd && b->act < 0) {
@@ -605,6 +627,15 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                     exec_zero_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
                 }
             }
+            /* the device's pieces arrive in the plan's receive buffer (fp32 here) */
+            if (C->kind == EXEC_COLL_GRAD_SCATTER) {
+                if (in->buf < 0 || L->bufs[in->buf].mem != PLAN_MEM_COMM) {
+                    base_errorf(e, "a gradient reduce-scatter without a receive buffer; recompile "
+                                   "the plan with this version of piper-compile");
+                    return instr_err(r, i, e);
+                }
+                if (set_role(r, i, in->buf, EXEC_BUF_COMM, -1, 4 * C->chunk, e)) return -1;
+            }
             continue;
         }
         int64_t copies = 0;
@@ -638,9 +669,9 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
         R->param_n = piece ? np : R->n;
         R->grad_lo = R->grad_piece ? lo : 0;
         R->grad_n = R->grad_piece ? np : R->n;
-        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = master_offset(R->param_n) + 4 * R->param_n;
+        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = 2 * R->param_n;
         if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->grad_n;
-        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = 8 * np;
+        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = opt_bytes(r, np);
     }
     /* every other gradient buffer is a whole fp32 block, of its region or (a tied head's) the
      * embedding's: under ZeRO-2/3 a micro-batch's */
@@ -801,7 +832,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
-        b->act = b->pb = b->gb = b->egb = -1;
+        b->act = b->work = b->pb = b->gb = b->egb = -1;
         b->sl = exec_bind_slots_none();
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
@@ -942,15 +973,14 @@ int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
 
 /* ---------------------------------------------------------------- buffers */
 
-static int init_block(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
+/* The region's whole block: bf16 values at w, and their fp32 copy at master when not NULL. */
+static int init_block(exec_cuda_rt *r, rt_region *R, uint16_t *w, float *master, base_error *e)
 {
     char name[160];
-    uint16_t *w = p;
-    float *master = (float *)((char *)p + master_offset(R->n));
     for (int t = 0; t < R->npar; t++) {
         snprintf(name, sizeof name, "%s.%s", R->name, R->par[t].name);
         if (exec_cuda_param_init(r->ctx[0], r->cfg.seed, name, &R->par[t], w + R->par[t].offset,
-                                 master + R->par[t].offset, e))
+                                 master ? master + R->par[t].offset : NULL, e))
             return -1;
     }
     if (R->ncopy) {
@@ -958,27 +988,28 @@ static int init_block(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
         const char *en = r->embed_region >= 0 ? r->reg[r->embed_region].name : "embed";
         snprintf(name, sizeof name, "%s.%s", en, R->copy.name);
         if (exec_cuda_param_init(r->ctx[0], r->cfg.seed, name, &R->copy, w + R->copy.offset,
-                                 master + R->copy.offset, e))
+                                 master ? master + R->copy.offset : NULL, e))
             return -1;
     }
     /* once, before any stream reads them */
     return exec_cuda_stream_sync(r->stream[0], e);
 }
 
-/* A region's parameters and master copy: initial values are a function of the global index, so
- * a piece (ZeRO-3) is cut from the whole block initialised in a scratch allocation. */
-static int init_params(exec_cuda_rt *r, rt_region *R, void *p, base_error *e)
+/* The initial values of [lo, lo + n) of a region's block, bf16 into w or fp32 into master:
+ * they are a function of the global index, so a piece (ZeRO) is cut from the whole block
+ * initialised in a scratch allocation. */
+static int init_piece(exec_cuda_rt *r, rt_region *R, int64_t lo, int64_t n, uint16_t *w,
+                      float *master, base_error *e)
 {
-    if (R->param_lo == 0 && R->param_n == R->n) return init_block(r, R, p, e);
+    if (w && lo == 0 && n == R->n) return init_block(r, R, w, NULL, e);
     void *all = NULL;
-    if (exec_cuda_malloc(&all, (size_t)(master_offset(R->n) + 4 * R->n), e)) return -1;
-    int rc = init_block(r, R, all, e);
+    if (exec_cuda_malloc(&all, (size_t)(6 * R->n), e)) return -1;
+    uint16_t *w_all = all;
+    float *m_all = (float *)((char *)all + 2 * R->n);
+    int rc = init_block(r, R, w_all, master ? m_all : NULL, e);
     void *s = r->stream[0];
-    const size_t lo = (size_t)R->param_lo, n = (size_t)R->param_n;
-    if (!rc) rc = exec_cuda_copy_d2d(s, p, (char *)all + lo * 2, n * 2, e);
-    if (!rc)
-        rc = exec_cuda_copy_d2d(s, (char *)p + master_offset(R->param_n),
-                                (char *)all + master_offset(R->n) + lo * 4, n * 4, e);
+    if (!rc && w) rc = exec_cuda_copy_d2d(s, w, w_all + lo, (size_t)n * 2, e);
+    if (!rc && master) rc = exec_cuda_copy_d2d(s, master, m_all + lo, (size_t)n * 4, e);
     if (!rc) rc = exec_cuda_stream_sync(s, e);
     exec_cuda_free(all);
     return rc;
@@ -1000,11 +1031,18 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
     void *s = r->stream[r->L->ins[instr].stream];
     if (B->role == EXEC_BUF_GRAD && exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
     if (B->role == EXEC_BUF_OPT && !B->init) {
-        if (exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
+        /* the master copy of the piece the update steps, then zero moments */
+        rt_region *R = &r->reg[B->region];
+        const int64_t n = R->upd_hi - R->upd_lo;
+        if (exec_cuda_zero(s, B->p, (size_t)B->bytes, e) ||
+            exec_cuda_stream_sync(s, e) ||
+            init_piece(r, R, R->upd_lo, n, NULL, (float *)B->p, e))
+            return -1;
         B->init = true;
     }
     if (B->role == EXEC_BUF_PARAM && !B->init) {
-        if (init_params(r, &r->reg[B->region], B->p, e)) return -1;
+        rt_region *R = &r->reg[B->region];
+        if (init_piece(r, R, R->param_lo, R->param_n, (uint16_t *)B->p, NULL, e)) return -1;
         B->init = true;
     }
     B->live = true;
@@ -1113,9 +1151,9 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     call.c.opt = &o;
     call.c.param = param + (size_t)(lo - R->param_lo) * 2;
     call.c.grad = grad + (size_t)(lo - R->grad_lo) * 4;
-    call.c.opt_m = opt;
-    call.c.opt_v = opt + (size_t)n * 4;
-    call.master = (float *)(param + master_offset(R->param_n)) + (lo - R->param_lo);
+    call.master = (float *)opt;
+    call.c.opt_m = opt + (size_t)n * 4;
+    call.c.opt_v = opt + (size_t)n * 8;
     call.ctx = x;
     call.c.upd_off = lo;
     call.c.upd_n = lo == 0 && n == R->n ? R->nkern : n;
@@ -1134,8 +1172,8 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     const size_t k = (size_t)R->nkern;
     call.c.param = param + k * 2;
     call.c.grad = grad + k * 4;
-    call.c.opt_m = opt + k * 4;
-    call.c.opt_v = opt + ((size_t)R->n + k) * 4;
+    call.c.opt_m = opt + ((size_t)n + k) * 4;
+    call.c.opt_v = opt + ((size_t)2 * n + k) * 4;
     call.master += k;
     call.c.upd_off = 0;
     call.c.upd_n = R->ncopy;
@@ -1215,6 +1253,9 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
     if (bwd && gb >= 0 && !(c->grad = buf_ptr(r, gb, "the gradients", e))) return -1;
     if (!(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
+    if (b->work >= 0 && r->buf[b->work].bytes > 0 &&
+        !(c->work = buf_ptr(r, b->work, "the workspace", e)))
+        return -1;
     if (R->kind == EXEC_HEAD && r->cfg.tied && R->ncopy) {
         c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
         if (bwd) c->lm_grad = (char *)c->grad + (size_t)R->nkern * 4;
@@ -1437,94 +1478,99 @@ static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *
 }
 
 /* ZeRO: the segments of the bucket (whole region blocks; the head's gather of the tied token
- * table: the table's part of the embedding) cut in pieces (seg_piece), staged rank by rank (each
- * rank's chunk holds its piece of every segment, padded to the segment's largest piece),
- * reduce-scattered (gradients, fp32) or all-gathered (parameters, bf16), and copied back, all on
- * the stream: the copies back follow the NCCL operation in stream order, so the host does not
- * wait. Each buffer holds its elements from its own first one: a piece buffer (param_lo,
+ * table: the table's part of the embedding) cut in pieces (seg_piece), each moved with its exact
+ * count, with no staging: every byte is a plan buffer.
+ *  - A gradient reduce-scatter is one NCCL reduce per non-empty piece, to the piece's rank, into
+ *    the plan's receive buffer (the instruction's buf: this device's piece of each segment,
+ *    ceil(n / size) elements apart), grouped; then each piece is copied into place (ZeRO-1) or
+ *    added into the kept piece (ZeRO-2/3: a micro-batch's gradient).
+ *  - A parameter all-gather is one broadcast per piece from its rank into the whole buffer (in
+ *    place, ZeRO-1/2) or the gathered copy (ZeRO-3), grouped.
+ * NCCL runs a group's operations together, so a bucket's pieces move like one reduce-scatter or
+ * all-gather of the same bytes; the copies and additions follow in stream order, so the host
+ * does not wait. Each buffer holds its elements from its own first one: a piece buffer (param_lo,
  * grad_lo), a whole one, a micro-batch's whole gradient, or the gathered copy (the segments one
  * after the other). */
-static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, int stream,
+static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s,
                      base_error *e)
 {
     bool moves = C->out >= 0; /* into another buffer: even a group of one copies or adds */
     for (int q = 0; q < C->nseg; q++) moves |= C->seg[q].out >= 0;
     if (C->gsize == 1 && !moves) return 0;
-    const bool scatter = C->kind == EXEC_COLL_GRAD_SCATTER;
-    const size_t es = scatter ? 4 : 2, chunk = (size_t)C->chunk;
-    const size_t big = chunk * (size_t)C->gsize * es, small = chunk * es;
-    void *stage = NULL;
-    if (exec_cuda_pool_alloc(&r->pool, big + small, &stage, e)) return -1;
-    char *all = stage, *mine = (char *)stage + big;
-    int rc = exec_cuda_zero(s, stage, big + small, e);
-    /* pack: every rank's piece of every segment (scatter), or this rank's (gather) */
-    for (int k = 0; k < C->gsize && !rc; k++) {
-        if (!scatter && k != C->grank) continue;
-        size_t off = 0;
-        for (int q = 0; q < C->nseg && !rc; q++) {
-            const exec_seg *S = &C->seg[q];
-            const rt_region *R = &r->reg[S->region];
-            int64_t lo, hi;
-            seg_piece(R, S, k, C->gsize, &lo, &hi);
-            const int sb = scatter ? (S->buf >= 0 ? S->buf : R->grad_buf) : R->param_buf;
-            const int64_t base = scatter ? (sb == R->grad_buf ? R->grad_lo : 0) : R->param_lo;
-            char *src = buf_ptr(r, sb, scatter ? "the gradients" : "the parameters", e);
-            if (!src) {
-                rc = -1;
-                break;
-            }
-            char *dst = scatter ? all + ((size_t)k * chunk + off) * es : mine + off * es;
-            if (hi > lo)
-                rc = exec_cuda_copy_d2d(s, dst, src + (size_t)(lo - base) * es, (size_t)(hi - lo) * es, e);
-            off += (size_t)seg_chunk(R, S, C->gsize);
+    const bool scatter = C->kind == EXEC_COLL_GRAD_SCATTER, nccl = C->gsize > 1;
+    const size_t es = scatter ? 4 : 2;
+    void *comm = nccl ? r->comm[C->comm] : NULL;
+    char *recv = scatter ? buf_ptr(r, in->buf, "the reduce-scatter's receive buffer", e) : NULL;
+    if (scatter && !recv) return -1;
+    if (nccl && exec_nccl_group_start(e)) return -1;
+    int rc = 0;
+    size_t off = 0;
+    int64_t outoff = 0; /* the segment's place in a gathered copy */
+    for (int q = 0; q < C->nseg && !rc; q++) {
+        const exec_seg *S = &C->seg[q];
+        const rt_region *R = &r->reg[S->region];
+        int sb, db;
+        int64_t sbase, dbase;
+        if (scatter) {
+            sb = S->buf >= 0 ? S->buf : R->grad_buf;
+            sbase = sb == R->grad_buf ? R->grad_lo : 0;
+            db = -1, dbase = 0;
+        } else {
+            sb = R->param_buf, sbase = R->param_lo;
+            db = C->out >= 0 ? C->out : R->param_buf;
+            dbase = C->out >= 0 ? S->off - outoff : R->param_lo;
         }
-    }
-    if (!rc && C->gsize > 1)
-        rc = scatter ? exec_nccl_reduce_scatter(all, mine, chunk, EXEC_NCCL_F32, r->comm[C->comm], s, e)
-                     : exec_nccl_all_gather(mine, all, chunk, EXEC_NCCL_BF16, r->comm[C->comm], s, e);
-    else if (!rc)
-        rc = exec_cuda_copy_d2d(s, scatter ? mine : all, scatter ? all : mine, small, e);
-    /* unpack: this rank's summed piece (scatter), or every rank's updated piece (gather) */
-    for (int k = 0; k < C->gsize && !rc; k++) {
-        if (scatter && k != C->grank) continue;
-        size_t off = 0;
-        int64_t outoff = 0; /* the segment's place in a gathered copy */
-        for (int q = 0; q < C->nseg && !rc; q++) {
-            const exec_seg *S = &C->seg[q];
-            const rt_region *R = &r->reg[S->region];
+        char *src = buf_ptr(r, sb, scatter ? "the gradients" : "the parameters", e);
+        char *dst = db >= 0 ? buf_ptr(r, db, "the gathered parameters", e) : NULL;
+        if (!src || (db >= 0 && !dst)) {
+            rc = -1;
+            break;
+        }
+        for (int k = 0; k < C->gsize && !rc; k++) {
             int64_t lo, hi;
             seg_piece(R, S, k, C->gsize, &lo, &hi);
-            int db;
-            int64_t base;
+            if (hi <= lo) continue;
+            const size_t n = (size_t)(hi - lo);
             if (scatter) {
-                db = S->out >= 0 ? S->out : S->buf >= 0 ? S->buf : R->grad_buf;
-                base = db == R->grad_buf ? R->grad_lo : 0;
-            } else if (C->out >= 0) {
-                db = C->out;
-                base = S->off - outoff;
+                char *from = src + (size_t)(lo - sbase) * es, *to = recv + off * es;
+                rc = nccl ? exec_nccl_reduce(from, to, n, EXEC_NCCL_F32, k, comm, s, e)
+                          : exec_cuda_copy_d2d(s, to, from, n * es, e);
             } else {
-                db = R->param_buf;
-                base = R->param_lo;
+                /* the root sends its own piece; the others' send buffer is not read */
+                char *to = dst + (size_t)(lo - dbase) * es;
+                char *from = k == C->grank ? src + (size_t)(lo - sbase) * es : to;
+                if (nccl)
+                    rc = exec_nccl_broadcast(from, to, n, EXEC_NCCL_BF16, k, comm, s, e);
+                else if (from != to)
+                    rc = exec_cuda_copy_d2d(s, to, from, n * es, e);
             }
-            char *dst = buf_ptr(r, db, "the collective's region", e);
-            if (!dst) {
-                rc = -1;
-                break;
-            }
-            const char *src = scatter ? mine + off * es : all + ((size_t)k * chunk + off) * es;
-            char *to = dst + (size_t)(lo - base) * es;
-            if (hi > lo && scatter && S->out >= 0) /* ZeRO-2/3: the micro-batch's piece adds into the kept one */
-                rc = exec_cuda_add_f32(s, (float *)to, (const float *)src, hi - lo, e);
-            else if (hi > lo)
-                rc = exec_cuda_copy_d2d(s, to, src, (size_t)(hi - lo) * es, e);
-            off += (size_t)seg_chunk(R, S, C->gsize);
-            outoff += S->n;
         }
+        off += (size_t)seg_chunk(R, S, C->gsize);
+        outoff += S->n;
     }
     base_error e2;
     base_error_clear(&e2);
-    if (exec_cuda_pool_free(&r->pool, stage, big + small, stream, rc ? &e2 : e)) rc = -1;
-    (void)in;
+    if (nccl && exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
+    if (rc || !scatter) return rc;
+    /* this rank's summed pieces into place */
+    off = 0;
+    for (int q = 0; q < C->nseg && !rc; q++) {
+        const exec_seg *S = &C->seg[q];
+        const rt_region *R = &r->reg[S->region];
+        int64_t lo, hi;
+        seg_piece(R, S, C->grank, C->gsize, &lo, &hi);
+        const int db = S->out >= 0 ? S->out : S->buf >= 0 ? S->buf : R->grad_buf;
+        const int64_t base = db == R->grad_buf ? R->grad_lo : 0;
+        char *dst = buf_ptr(r, db, "the collective's region", e);
+        if (!dst) return -1;
+        const char *from = recv + off * es;
+        char *to = dst + (size_t)(lo - base) * es;
+        if (hi > lo && S->out >= 0) /* ZeRO-2/3: the micro-batch's piece adds into the kept one */
+            rc = exec_cuda_add_f32(s, (float *)to, (const float *)from, hi - lo, e);
+        else if (hi > lo)
+            rc = exec_cuda_copy_d2d(s, to, from, (size_t)(hi - lo) * es, e);
+        off += (size_t)seg_chunk(R, S, C->gsize);
+    }
     return rc;
 }
 
@@ -1548,7 +1594,7 @@ static int rt_coll_start(void *ctx, int i, const plan_instr *in, int group, int 
         case EXEC_COLL_ACT: rc = coll_act(r, in, C, s, e); break;
         case EXEC_COLL_GRAD_SUM: rc = coll_grads(r, C, s, e); break;
         case EXEC_COLL_GRAD_SCATTER:
-        case EXEC_COLL_PARAM_GATHER: rc = coll_zero(r, in, C, s, in->stream, e); break;
+        case EXEC_COLL_PARAM_GATHER: rc = coll_zero(r, in, C, s, e); break;
         case EXEC_COLL_SCALAR:
             rc = C->gsize == 1 ? 0
                                : exec_nccl_all_reduce(r->sc.norm, r->sc.norm, 1, EXEC_NCCL_F64,
@@ -1682,6 +1728,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
     }
     free(h);
     st->peak = r->pool.peak_in_use;
+    st->requested = r->pool.peak_requested;
     st->reserved = r->pool.peak_reserved;
     st->plan_peak = r->plan_peak;
     return rc ? -1 : 0;
@@ -1723,11 +1770,13 @@ void exec_cuda_rt_print_memory(const exec_cuda_rt *r, FILE *f)
         plan[m] += (double)r->L->bufs[b].bytes;
         mine[m] += (double)r->buf[b].bytes;
     }
-    fprintf(f, "device %d buffers, plan / CUDA runtime:", r->dev);
-    for (int m = 0; m < PLAN_NMEM; m++) {
-        char a[32], b[32];
-        fprintf(f, " %s %s / %s;", sched_plan_mem_name((plan_mem)m), base_fmt_bytes(plan[m], a, sizeof a),
-                base_fmt_bytes(mine[m], b, sizeof b));
-    }
-    fprintf(f, " (parameters: bf16 + fp32 master; gradients and optimizer state fp32)\n");
+    fprintf(f, "device %d buffers, plan / CUDA runtime (bytes):", r->dev);
+    for (int m = 0; m < PLAN_NMEM; m++)
+        fprintf(f, " %s %.0f / %.0f;", sched_plan_mem_name((plan_mem)m), plan[m], mine[m]);
+    fprintf(f, " (parameters bf16; gradients fp32; optimizer state: fp32 master copy and "
+               "moments)\n");
+    if (r->p->grad_dtype != PLAN_FP32)
+        fprintf(f, "device %d: the plan sizes gradients in %s, this runtime accumulates them in "
+                   "fp32: compile the program with `grad_dtype: fp32` for the plan to count them\n",
+                r->dev, sched_plan_dtype_name((plan_dtype)r->p->grad_dtype));
 }

@@ -109,35 +109,49 @@ extern "C" int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, ex
         out->x_bytes = T * 4;
         out->y_bytes = T * h * 2;
         out->act_bytes = embed_act_bytes(c, s);
+        out->work_bytes = embed_work_bytes(c, s, false);
+        out->work_f_bytes = embed_work_bytes(c, s, true);
         break;
     case EXEC_ATTN:
         out->x_bytes = out->y_bytes = T * h * 2;
         out->act_bytes = attn_act_bytes(c, s);
+        out->work_bytes = attn_work_bytes(c, s, false);
+        out->work_f_bytes = attn_work_bytes(c, s, true);
         break;
     case EXEC_MLP:
         out->x_bytes = out->y_bytes = T * h * 2;
         out->act_bytes = mlp_act_bytes(c, s);
+        out->work_bytes = mlp_work_bytes(c, s, false);
+        out->work_f_bytes = mlp_work_bytes(c, s, true);
         break;
     case EXEC_MOE_GATE:
         out->x_bytes = T * h * 2;
         out->y_bytes = slots * 2;
         out->route_bytes = exec_cuda_route_bytes(c);
         out->act_bytes = moe_gate_act_bytes(c, s);
+        out->work_bytes = moe_gate_work_bytes(c, s, false);
+        out->work_f_bytes = moe_gate_work_bytes(c, s, true);
         break;
     case EXEC_MOE_EXPERTS:
         out->x_bytes = out->y_bytes = (int64_t)s->ep * s->nexperts * c->capacity * h * 2;
         out->act_bytes = moe_experts_act_bytes(c, s);
+        out->work_bytes = moe_experts_work_bytes(c, s, false);
+        out->work_f_bytes = moe_experts_work_bytes(c, s, true);
         break;
     case EXEC_MOE_COMBINE:
         out->x_bytes = slots * 2;
         out->y_bytes = T * h * 2;
         out->route_bytes = exec_cuda_route_bytes(c);
         out->act_bytes = moe_combine_act_bytes(c, s);
+        out->work_bytes = moe_combine_work_bytes(c, s, false);
+        out->work_f_bytes = moe_combine_work_bytes(c, s, true);
         break;
     case EXEC_HEAD:
         out->x_bytes = T * h * 2;
         out->y_bytes = 0; /* the loss is a device double through exec_call.out */
         out->act_bytes = head_act_bytes(c, s);
+        out->work_bytes = head_work_bytes(c, s, false);
+        out->work_f_bytes = head_work_bytes(c, s, true);
         break;
     default:
         return base_errorf(e, "unknown region kind %d", (int)k);

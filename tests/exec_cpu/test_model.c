@@ -341,33 +341,6 @@ static void test_identity_table(void)
 
 /* ---------------------------------------------------------------- parameters vs cost model */
 
-static int cfg_from_ir(const ir_model *m, exec_cfg *c, base_error *e)
-{
-    plan_model pm;
-    memset(&pm, 0, sizeof pm);
-    pm.name = m->name;
-    pm.family = m->family == IR_FAMILY_GPT ? "gpt" : "llama";
-    pm.layers = m->layers;
-    pm.hidden = m->hidden;
-    pm.heads = m->heads;
-    pm.kv_heads = m->kv_heads;
-    pm.head_dim = m->head_dim;
-    pm.ffn = m->ffn;
-    pm.experts = m->experts;
-    pm.expert_ffn = m->expert_ffn;
-    pm.top_k = m->top_k;
-    pm.capacity_factor = m->capacity_factor;
-    pm.vocab = m->vocab;
-    pm.seq = m->seq;
-    pm.tied_embeddings = m->tied_embeddings;
-    pm.qk_norm = m->qk_norm;
-    pm.dropout = m->dropout;
-    pm.micro_batch = 2;
-    if (exec_cfg_from_plan(&pm, 1, c, e)) return -1;
-    c->learned_pos = m->learned_positions; /* not in the plan's model shape */
-    return 0;
-}
-
 static void test_params_match_cost_model(void)
 {
     base_arena a;
@@ -386,7 +359,7 @@ static void test_params_match_cost_model(void)
         ir_model m;
         if (ir_model_load(test_src_path(path), &a, &m, &e)) continue;
         exec_cfg c;
-        if (cfg_from_ir(&m, &c, &e)) {
+        if (test_exec_cfg_from_ir(&m, &c, &e)) {
             fprintf(stderr, "\n  %s: %s\n", de->d_name, e.msg);
             CU_FAIL("exec_cfg_from_plan rejects a zoo model");
             base_error_clear(&e);
@@ -465,7 +438,7 @@ static void test_activations_match_cost_model(void)
             if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
             m.flash_attention = false; /* the CPU kernels keep the s x s probabilities */
             exec_cfg c;
-            CU_ASSERT_FATAL(cfg_from_ir(&m, &c, &e) == 0);
+            CU_ASSERT_FATAL(test_exec_cfg_from_ir(&m, &c, &e) == 0);
             int n = ir_model_nregions(&m);
             ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
             ir_model_regions(&m, &a, rs);

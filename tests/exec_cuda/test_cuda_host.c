@@ -285,6 +285,92 @@ static void test_cuda_sizes(void)
     CU_ASSERT(compiled >= 2);
     CU_ASSERT(checked > 20);
 }
+
+/* The CUDA layouts are ir/cost.c's closed forms at bf16, so that a GPU holds what piper-sim
+ * predicts: for every zoo model (GPT with and without dropout, Llama-family with and without
+ * QK-norm) with flash attention (the CUDA attention keeps the log-sum-exp, not the s x s
+ * probabilities), the last shard of each TP x EP split, every region kind: the act buffer is
+ * ir_region_activation_bytes less the dropout masks (the CUDA kernels regenerate them from their
+ * counters: one byte per hidden element of the embedding's, attention's and MLP's outputs), the
+ * work buffers are ir_region_work_bytes of F and of the backward, the MoE route is
+ * ir_region_route_bytes. */
+static void test_cuda_layouts_match_cost_model(void)
+{
+    base_arena a;
+    base_arena_init(&a);
+    base_error e;
+    base_error_clear(&e);
+    DIR *dir = opendir(test_src_path("configs/models"));
+    CU_ASSERT_FATAL(dir != NULL);
+    struct dirent *de;
+    int compared = 0;
+    while ((de = readdir(dir))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
+        ir_model m0;
+        if (ir_model_load(test_src_path(path), &a, &m0, &e)) continue;
+        for (int variant = 0; variant < 2; variant++) {
+            ir_model m = m0;
+            if (variant == 1 && m.family == IR_FAMILY_GPT) m.dropout = !m.dropout;
+            if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
+            m.flash_attention = true;
+            exec_cfg c;
+            CU_ASSERT_FATAL(test_exec_cfg_from_ir(&m, &c, &e) == 0);
+            int n = ir_model_nregions(&m);
+            ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
+            ir_model_regions(&m, &a, rs);
+            const int degrees[] = {1, 2, 4, 8};
+            for (size_t ti = 0; ti < BASE_COUNT(degrees); ti++)
+                for (size_t ei = 0; ei < 3; ei++) {
+                    ir_shape s = ir_shape_default();
+                    s.tp = degrees[ti];
+                    s.ep = degrees[ei];
+                    s.micro_batch = 2;
+                    s.act_dtype = PLAN_BF16;
+                    s.recompute = IR_RECOMPUTE_NONE;
+                    s.sequence_parallel = false;
+                    base_error ie;
+                    base_error_clear(&ie);
+                    if (ir_shape_validate(&m, &s, &ie)) continue;
+                    if (m.experts == 0 && s.ep > 1) continue;
+                    exec_shard sh;
+                    CU_ASSERT_FATAL(exec_shard_init(&c, (int)s.tp, (int)s.tp - 1, (int)s.ep,
+                                                    (int)s.ep - 1, &sh, &e) == 0);
+                    for (int i = 0; i < n; i++) {
+                        if (i > 0 && rs[i].layer > 1) continue; /* layers repeat */
+                        exec_cuda_sizes sz;
+                        CU_ASSERT_FATAL(exec_cuda_region_sizes(&c, &sh, (exec_region_kind)rs[i].kind,
+                                                               &sz, &e) == 0);
+                        double want = ir_region_activation_bytes(&m, &rs[i], &s);
+                        const bool masked = rs[i].kind == IR_REGION_EMBED ||
+                                            rs[i].kind == IR_REGION_ATTN || rs[i].kind == IR_REGION_MLP;
+                        if (m.dropout && masked) want -= (double)(c.b * c.s * c.h);
+                        double wf = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_F);
+                        double wb = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BI);
+                        bool ok = (double)sz.act_bytes == want && (double)sz.work_f_bytes == wf &&
+                                  (double)sz.work_bytes == wb;
+                        if (rs[i].kind == IR_REGION_MOE_GATE || rs[i].kind == IR_REGION_MOE_COMBINE)
+                            ok = ok && (double)sz.route_bytes == ir_region_route_bytes(&m, &s);
+                        if (!ok)
+                            fprintf(stderr, "\n  %s%s %s tp %d ep %d: act %lld work F %lld B %lld route "
+                                            "%lld; cost model %.0f, %.0f, %.0f, %.0f",
+                                    m.name, variant ? " (variant)" : "", rs[i].name, (int)s.tp,
+                                    (int)s.ep, (long long)sz.act_bytes, (long long)sz.work_f_bytes,
+                                    (long long)sz.work_bytes, (long long)sz.route_bytes, want, wf, wb,
+                                    ir_region_route_bytes(&m, &s));
+                        CU_ASSERT(ok);
+                        compared++;
+                    }
+                }
+        }
+    }
+    closedir(dir);
+    base_arena_free(&a);
+    fprintf(stderr, "\n  %d CUDA region layouts compared with the cost model\n", compared);
+    CU_ASSERT(compared > 100);
+}
 #endif
 
 int piper_tests_register(void)
@@ -298,6 +384,7 @@ int piper_tests_register(void)
 #ifdef PIPER_HAVE_CUDA
         {"the CUDA table", test_cuda_table},
         {"CUDA buffer sizes against the CPU's", test_cuda_sizes},
+        {"CUDA layouts are the cost model's at bf16", test_cuda_layouts_match_cost_model},
 #endif
         {NULL, NULL}};
     return test_add_suite("exec cuda (host side)", cases);

@@ -178,13 +178,14 @@ runtime_step() {
     FNR == 1 { f++ }
     f == 1 && $1 == "step_seconds" { ps = $2 } f == 1 && $1 == "tokens_per_second" { pt = $2 }
     f == 1 && $1 == "mfu" { pm = $2 } f == 1 && $1 == "peak_bytes" { pp = $2 }
-    f == 2 && !/^#/ { s = $6; t = $7; m = $9; p = $10; r = $11 }
+    f == 2 && !/^#/ { s = $6; t = $7; m = $9; p = $10; r = $11; q = $13 }
     END {
       printf "     qwen3_1b step on %s    measured (step 4)   piper-sim\n", gpu
       printf "     step time             %10.1f ms      %10.1f ms   (measured / predicted %.2f)\n", s * 1e3, ps * 1e3, s / ps
       printf "     tokens/s              %10.0f         %10.0f\n", t, pt
       printf "     MFU                   %10.1f %%       %10.1f %%\n", 100 * m, 100 * pm
-      printf "     peak memory           %10.2f GiB     %10.2f GiB   (allocator; %.2f GiB reserved from cudaMalloc)\n", p / 2^30, pp / 2^30, r / 2^30
+      printf "     peak memory           %10.2f GiB     %10.2f GiB   (asked of the allocator: every buffer the plan sizes)\n", q / 2^30, pp / 2^30
+      printf "                           %10.2f GiB                    (handed out in size classes; %.2f GiB reserved from cudaMalloc)\n", p / 2^30, r / 2^30
       if (s > 0) printf "  ok   qwen3_1b: a training step ran through the plan runtime\n"; else { printf "  FAIL no step time\n"; exit 1 }
     }' "$pred" "$log"
 }

@@ -210,7 +210,7 @@ typedef struct region {
         exec_cuda_sizes sz;
         uint16_t *param, *lm_w;
         float *master, *grad, *m, *v, *lm_grad, *stats;
-        void *act, *x, *y, *dx, *dy, *x2, *y2, *dx2, *dy2;
+        void *act, *work, *x, *y, *dx, *dy, *x2, *y2, *dx2, *dy2;
         int32_t *tokens, *targets;
         double *out;
     } g;
@@ -226,7 +226,7 @@ static void region_free(region *r)
     free(r->c.x2), free(r->c.y2), free(r->c.dx2), free(r->c.dy2), free(r->c.tokens);
     free(r->c.targets);
     void *g[] = {r->g.param, r->g.lm_w, r->g.master, r->g.grad, r->g.m, r->g.v, r->g.lm_grad,
-                 r->g.stats, r->g.act, r->g.x, r->g.y, r->g.dx, r->g.dy, r->g.x2, r->g.y2,
+                 r->g.stats, r->g.act, r->g.work, r->g.x, r->g.y, r->g.dx, r->g.dy, r->g.x2, r->g.y2,
                  r->g.dx2, r->g.dy2, r->g.tokens, r->g.targets, r->g.out};
     for (size_t i = 0; i < BASE_COUNT(g); i++) exec_cuda_free(g[i]);
     memset(r, 0, sizeof *r);
@@ -302,6 +302,7 @@ gpu:;
     DA(r->g.m, (size_t)P * 4);
     DA(r->g.v, (size_t)P * 4);
     DA(r->g.act, (size_t)s->act_bytes);
+    if (s->work_bytes > 0) DA(r->g.work, (size_t)s->work_bytes); /* workspaces, BI -> BW */
     DA(r->g.out, 8);
     if (k == EXEC_EMBED) {
         DA(r->g.tokens, (size_t)s->x_bytes);
@@ -401,6 +402,7 @@ static exec_cuda_call call_gpu(region *r, const exec_optim *opt)
     c->lm_w = r->g.lm_w;
     c->lm_grad = r->g.lm_grad;
     c->act = r->g.act;
+    c->work = r->g.work;
     c->x = r->g.x;
     c->x2 = r->g.x2;
     c->y = r->g.y;

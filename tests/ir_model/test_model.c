@@ -504,6 +504,12 @@ static void test_optimizer_kernel(void)
     ir_region_kernels(&m, &hd, PLAN_PASS_UPD, &sh, &ar, &l);
     CU_ASSERT_EQUAL_FATAL(l.n, 1);
     CU_ASSERT_EQUAL(l.k[0].bytes, 28.0 * 2 * 64); /* tied head: its LayerNorm only */
+    /* fp32 gradients (grad_dtype: fp32, Megatron's main_grad): a 4-byte read, 30 bytes each */
+    sh.grad_dtype = PLAN_FP32;
+    ir_region_kernels(&m, &at, PLAN_PASS_UPD, &sh, &ar, &l);
+    CU_ASSERT_EQUAL_FATAL(l.n, 1);
+    CU_ASSERT_EQUAL(l.k[0].bytes, 30.0 * p);
+    CU_ASSERT_EQUAL(l.k[0].flops, 12.0 * p);
     base_arena_free(&ar);
 }
 

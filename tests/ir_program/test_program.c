@@ -675,6 +675,21 @@ static void test_program_errors(void)
         {"batch: {global: 8}\nannotations: {tp: 2}\n",
          "prog.yaml:2:19: annotations: expected true or false for 'tp'"},
         {"batch: {global: 8}\ndtype: fp8\n", "prog.yaml:2:8: program: unknown dtype 'fp8'; use bf16"},
+        /* grad_dtype: a known type, never narrower than dtype, whichever key comes first */
+        {"batch: {global: 8}\ngrad_dtype: fp8\n",
+         "prog.yaml:2:13: program: unknown grad_dtype 'fp8'; use bf16, fp32 or fp64 (not narrower "
+         "than dtype bf16), or remove grad_dtype to keep the gradients in the dtype"},
+        {"batch: {global: 8}\ndtype: fp32\ngrad_dtype: bf16\n",
+         "prog.yaml:3:13: program: grad_dtype bf16 is narrower than dtype fp32; use grad_dtype "
+         "fp32 or fp64, or remove it to keep the gradients in the dtype"},
+        {"batch: {global: 8}\ngrad_dtype: float32\ndtype: fp64\n",
+         "prog.yaml:2:13: program: grad_dtype fp32 is narrower than dtype fp64; use grad_dtype fp64"},
+        {"batch: {global: 8}\ngrad_dtype: fp16\n",
+         "prog.yaml:2:13: program: grad_dtype fp16 is a different 16-bit format from dtype bf16; use "
+         "grad_dtype bf16, fp32 or fp64"},
+        {"batch: {global: 8}\ngrad_dtype: [fp32]\n", "prog.yaml:2:13: program: 'grad_dtype' must be a string"},
+        {"batch: {global: 8}\ngrad_dtpye: fp32\n",
+         "prog.yaml:2:1: program: unknown key 'grad_dtpye'; did you mean 'grad_dtype'?"},
         {"batch: {global: 8}\noptimizer: adam\n",
          "prog.yaml:2:12: optimizer: unknown optimizer 'adam'; use adamw or sgd (adamw with weight_decay: 0 is "
          "Adam)"},
@@ -712,6 +727,39 @@ static void test_program_errors(void)
         if (rc != -1) fprintf(stderr, "\n  case %zu loaded but should not have\n", i);
         CU_ASSERT_EQUAL(rc, -1);
         TEST_ASSERT_CONTAINS(e.msg, cases[i].msg);
+    }
+}
+
+/* grad_dtype: absent, the dtype's (ZeRO's 16-bit gradients); given, fp32 gradients beside bf16
+ * parameters and activations (Megatron-LM's main_grad), before or after dtype in the file; the
+ * optimizer state stays fp32. */
+static void test_grad_dtype(void)
+{
+    static const struct {
+        const char *text;
+        plan_dtype param, grad, opt;
+    } cases[] = {
+        {"batch: {global: 8}\n", PLAN_BF16, PLAN_BF16, PLAN_FP32},
+        {"batch: {global: 8}\ndtype: fp16\n", PLAN_FP16, PLAN_FP16, PLAN_FP32},
+        {"batch: {global: 8}\ngrad_dtype: fp32\n", PLAN_BF16, PLAN_FP32, PLAN_FP32},
+        {"batch: {global: 8}\ndtype: bf16\ngrad_dtype: float32\n", PLAN_BF16, PLAN_FP32, PLAN_FP32},
+        {"batch: {global: 8}\ngrad_dtype: FP32\ndtype: fp16\n", PLAN_FP16, PLAN_FP32, PLAN_FP32},
+        {"batch: {global: 8}\ngrad_dtype: bf16\ndtype: bfloat16\n", PLAN_BF16, PLAN_BF16, PLAN_FP32},
+        {"batch: {global: 8}\ndtype: fp32\ngrad_dtype: fp64\n", PLAN_FP32, PLAN_FP64, PLAN_FP32},
+        {"batch: {global: 8}\ngrad_dtype: fp64\ndtype: fp64\n", PLAN_FP64, PLAN_FP64, PLAN_FP64},
+    };
+    for (size_t i = 0; i < BASE_COUNT(cases); i++) {
+        base_error e;
+        base_error_clear(&e);
+        ir_program p;
+        int rc = parse_program(cases[i].text, false, &p, &e);
+        if (rc) fprintf(stderr, "\n  case %zu: %s\n", i, e.msg);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
+        CU_ASSERT_EQUAL(e.nwarn, 0);
+        CU_ASSERT_EQUAL(p.param_dtype, cases[i].param);
+        CU_ASSERT_EQUAL(p.act_dtype, cases[i].param);
+        CU_ASSERT_EQUAL(p.grad_dtype, cases[i].grad);
+        CU_ASSERT_EQUAL(p.opt_dtype, cases[i].opt);
     }
 }
 
@@ -843,6 +891,7 @@ int piper_tests_register(void)
         {"JSON program", test_json_program},
         {"Piper bare array", test_piper_array},
         {"program errors", test_program_errors},
+        {"grad_dtype: default, key order, wider types", test_grad_dtype},
         {"model-specific errors", test_model_specific_errors},
         {"error fixtures and inline refs", test_error_fixtures},
         {"stage of region", test_stage_of_region},

@@ -921,6 +921,62 @@ static void test_zero3_bytes(void)
     ASSERT_NEAR(sent[1] / sent[0], 1.5 + V * h / P, 1e-12);
 }
 
+/* One dp4 program of tests/fixtures/sim (ZeRO `zero`, one micro-batch) with gradients of
+ * `grad_dtype` (NULL: the default, bf16), compiled and simulated. */
+static int simulate_dp4(int zero, const char *grad_dtype, sim_result *r)
+{
+    const char *prog = tmp_path("dp4_grad.yaml"), *plan_path = tmp_path("dp4_grad.plan");
+    char model[4096], cluster[4096]; /* test_src_path reuses its buffer */
+    snprintf(model, sizeof model, "%s", test_src_path("tests/fixtures/sim/gpt_tiny4.yaml"));
+    snprintf(cluster, sizeof cluster, "%s", test_src_path("configs/clusters/a100_4.yaml"));
+    FILE *f = fopen(prog, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "model: %s\ncluster: %s\nbatch: {global: 4, micro: 1}\n%s%s%s"
+            "directives:\n"
+            "  - {op: split, filter: {}, num_microbatches: 1}\n"
+            "  - {op: replicate, filter: {}, devices: [0, 1, 2, 3], zero: %d}\n",
+            model, cluster, grad_dtype ? "grad_dtype: " : "",
+            grad_dtype ? grad_dtype : "", grad_dtype ? "\n" : "", zero);
+    fclose(f);
+    if (run_cmdf("'%s' -q '%s' -o '%s'", bin_path("piper-compile"), prog, plan_path)) return -1;
+    sched_plan p;
+    base_error e;
+    base_error_clear(&e);
+    if (sched_plan_read_file(&p, plan_path, &e)) return -1;
+    sim_options o;
+    sim_options_init(&o, &p);
+    int rc = simulate(&p, &o, r);
+    sched_plan_free(&p);
+    return rc;
+}
+
+/* grad_dtype: fp32 (Megatron-LM's main_grad) on the dp4 programs above: ZeRO-0's all-reduce
+ * sends twice the bytes and takes longer, its gradients take twice the memory; ZeRO-3's
+ * reduce-scatter doubles but its parameter gathers stay bf16, so it sends one bf16 gradient
+ * volume more, half of ZeRO-0's bf16 all-reduce (2 volumes). The optimizer step reads the wider
+ * gradient: more compute time. */
+static void test_fp32_grads_bytes(void)
+{
+    sim_result r[2][2]; /* [zero 0 / 3][bf16 / fp32] */
+    for (int z = 0; z < 2; z++)
+        for (int f = 0; f < 2; f++)
+            CU_ASSERT_EQUAL_FATAL(simulate_dp4(z ? 3 : 0, f ? "fp32" : NULL, &r[z][f]), 0);
+    for (int d = 0; d < 4; d++) {
+        const sim_device_result *a = &r[0][0].dev[d], *b = &r[0][1].dev[d];
+        CU_ASSERT(a->bytes_sent > 0);
+        ASSERT_NEAR(b->bytes_sent, 2 * a->bytes_sent, 1e-12);
+        CU_ASSERT(b->comm_seconds > a->comm_seconds && b->comm_seconds <= 2 * a->comm_seconds);
+        CU_ASSERT(b->compute_seconds > a->compute_seconds);
+        ASSERT_NEAR(b->peak_by_mem[PLAN_MEM_GRAD], 2 * a->peak_by_mem[PLAN_MEM_GRAD], 1e-12);
+        ASSERT_NEAR(b->peak_by_mem[PLAN_MEM_PARAM], a->peak_by_mem[PLAN_MEM_PARAM], 0);
+        ASSERT_NEAR(b->peak_by_mem[PLAN_MEM_OPT], a->peak_by_mem[PLAN_MEM_OPT], 0);
+        ASSERT_NEAR(r[1][1].dev[d].bytes_sent - r[1][0].dev[d].bytes_sent, a->bytes_sent / 2, 1e-12);
+    }
+    for (int z = 0; z < 2; z++)
+        for (int f = 0; f < 2; f++) sim_result_free(&r[z][f]);
+}
+
 static char *slurp(const char *path)
 {
     base_buf b = {0};
@@ -1374,6 +1430,7 @@ int piper_tests_register(void)
         {"1F1B closed forms on configs/programs/pp4_1f1b.yaml (m=8)", test_1f1b_bundled_closed_form},
         {"GPipe closed forms on a tiny program (m=6)", test_gpipe_closed_form},
         {"ZeRO-3 moves 1.5x the bytes of ZeRO-0 (one micro-batch)", test_zero3_bytes},
+        {"fp32 gradients: ZeRO-0 sends twice, ZeRO-3 one bf16 volume more", test_fp32_grads_bytes},
         {"piper-sim program.yaml: deterministic report and --json", test_cli_program_json_deterministic},
         {"links come from the plan; --links overrides them", test_links_from_plan},
         {"--trace: valid Chrome trace JSON, no overlaps, one event per instruction", test_trace},

@@ -30,7 +30,7 @@ typedef struct comm {
     MPI_Comm c;
 } comm;
 
-typedef enum { Q_SEND, Q_RECV, Q_ALLREDUCE, Q_REDUCE_SCATTER, Q_ALL_GATHER } qkind;
+typedef enum { Q_SEND, Q_RECV, Q_ALLREDUCE, Q_REDUCE_SCATTER, Q_ALL_GATHER, Q_REDUCE, Q_BCAST } qkind;
 
 typedef struct qop {
     qkind k;
@@ -219,6 +219,22 @@ static void start_op(const qop *q, MPI_Request *r)
     case Q_ALL_GATHER:
         rc = MPI_Iallgather(q->in, n, mdt(q->dt), q->out, n, mdt(q->dt), q->c->c, r);
         break;
+    case Q_REDUCE: {
+        int me;
+        MPI_Comm_rank(q->c->c, &me);
+        const bool in_place = me == q->peer && q->in == q->out;
+        rc = MPI_Ireduce(in_place ? MPI_IN_PLACE : q->in, q->out, n, mdt(q->dt),
+                         mop(q->dt, EXEC_NCCL_SUM), q->peer, q->c->c, r);
+        break;
+    }
+    case Q_BCAST: {
+        /* NCCL's root sends from in and receives into out as well; MPI's has one buffer */
+        int me;
+        MPI_Comm_rank(q->c->c, &me);
+        if (me == q->peer && q->in != q->out) memmove(q->out, q->in, (size_t)n * dsize(q->dt));
+        rc = MPI_Ibcast(q->out, n, mdt(q->dt), q->peer, q->c->c, r);
+        break;
+    }
     }
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "emulated NCCL: starting an MPI operation failed\n");
@@ -292,6 +308,17 @@ int exec_nccl_reduce_scatter(const void *in, void *out, size_t count, exec_nccl_
 int exec_nccl_all_gather(const void *in, void *out, size_t count, exec_nccl_dtype dt, void *c,
                          void *stream, base_error *e)
 {
-    (void)dsize;
     return enqueue((qop){Q_ALL_GATHER, in, out, count, dt, EXEC_NCCL_SUM, -1, c, stream}, e);
+}
+
+int exec_nccl_reduce(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root, void *c,
+                     void *stream, base_error *e)
+{
+    return enqueue((qop){Q_REDUCE, in, out, count, dt, EXEC_NCCL_SUM, root, c, stream}, e);
+}
+
+int exec_nccl_broadcast(const void *in, void *out, size_t count, exec_nccl_dtype dt, int root,
+                        void *c, void *stream, base_error *e)
+{
+    return enqueue((qop){Q_BCAST, in, out, count, dt, EXEC_NCCL_SUM, root, c, stream}, e);
 }
