@@ -400,3 +400,17 @@ int exec_slots_check_writes(const sched_plan *p, int64_t nmb, int region, const 
     }
     return 0;
 }
+
+bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group)
+{
+    const plan_list *L = sched_plan_list(p, dev);
+    for (int i = 0; i < L->n && tp_group >= 0; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COLL || in->region != r || sched_plan_group(p, dev, in) != tp_group ||
+            (in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER))
+            continue;
+        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+        if (ib >= 0 && (L->bufs[ib].mem == PLAN_MEM_COMM || L->bufs[ib].mem == PLAN_MEM_ACT)) return true;
+    }
+    return false;
+}

@@ -88,6 +88,10 @@ typedef struct exec_coll {
  * all-gather's region) the comm buffer each all-gather of an activation buffer writes; the
  * backend sizes it in its own layout. Returns how many. */
 int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf);
+/* Sequence parallelism: a tensor-parallel region r whose boundary tensors the plan all-gathers or
+ * reduce-scatters over its TP group (rather than all-reducing them) holds b*s/tp tokens outside
+ * its TP-split GEMMs; its kernels then keep that share of their rows (exec_shard.sp). */
+bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group);
 
 /* Starts reading collective instruction i of device dev into C: its group, the group's size and
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */

@@ -467,7 +467,11 @@ int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, con
             attn_core_f(&kb, m);
         break;
     case PLAN_PASS_UPD: {
-        double p = (double)ir_region_params_per_device(m, r, s);
+        /* under ZeRO >= 1 the device steps only its piece of the state: ceil(p / N) parameters,
+         * the piece of the largest rank (the executor's pieces, exec_zero_piece) */
+        int64_t pd = ir_region_params_per_device(m, r, s);
+        if (s->opt_shards > 1) pd = (pd + s->opt_shards - 1) / s->opt_shards;
+        double p = (double)pd;
         /* gradient read (fp32 where grad_dtype says so), parameter written, fp32 master, m and v
          * read and written */
         kb.dt = PLAN_FP32;

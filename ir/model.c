@@ -35,6 +35,7 @@ ir_shape ir_shape_default(void)
     s.act_dtype = PLAN_BF16;
     s.param_dtype = PLAN_BF16;
     s.grad_dtype = PLAN_BF16;
+    s.opt_shards = 1;
     return s;
 }
 

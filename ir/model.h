@@ -76,6 +76,10 @@ typedef struct ir_shape {
     plan_dtype act_dtype;    /* activations and GEMMs (bf16 default) */
     plan_dtype param_dtype;
     plan_dtype grad_dtype;   /* the optimizer step's gradient read (a program's grad_dtype) */
+    /* devices the optimizer state is sharded over (ZeRO >= 1: the data-parallel group; 0 or 1 =
+     * not sharded): the optimizer step updates this device's piece, ceil(p / opt_shards) of the
+     * region's p per-device parameters */
+    int64_t opt_shards;
 } ir_shape;
 
 /* b = 1, no parallelism, no recompute, bf16 activations, parameters and gradients. */
@@ -124,9 +128,10 @@ int64_t ir_model_tied_copy_params_per_device(const ir_model *m, const ir_shape *
  * s->recompute is NONE; FULL: the region's whole forward, for the regions of transformer layers
  * only (embed and head are never recomputed, as in Megatron-LM and the published formulas);
  * SELECTIVE: the attention core (scores, softmax, dropout, attn.V) of attn regions, nothing
- * elsewhere. UPD is the optimizer step over the region's per-device parameters, mixed-precision
- * AdamW: it reads the gradient (s->grad_dtype), reads and writes the fp32 master weight, first and
- * second moments (12 bytes of state per parameter, 24 bytes of traffic) and writes the parameter
+ * elsewhere. UPD is the optimizer step over the region's per-device parameters (under
+ * s->opt_shards > 1 the device's piece of them, ceil(p / opt_shards)), mixed-precision AdamW: it
+ * reads the gradient (s->grad_dtype), reads and writes the fp32 master weight, first and second
+ * moments (12 bytes of state per parameter, 24 bytes of traffic) and writes the parameter
  * (s->param_dtype).
  * AUX is empty (cross-group numerics are the DAG's). GEMMs are listed with m, n, k and count,
  * memory-bound kernels with the HBM bytes they move. The list is arena-owned. */

@@ -11,6 +11,7 @@ typedef struct cost_key {
     int32_t region;      /* region index for embed/head (unique), region kind otherwise */
     uint8_t pass, kind, sp, rc, from_prev;
     int16_t tp, ep;
+    int32_t opt_shards;  /* the optimizer step's ZeRO sharding (its piece of the state) */
 } cost_key;
 
 typedef struct cost_entry {
@@ -84,6 +85,7 @@ static int32_t entry_for(sched_costs *c, int32_t v)
     k.ep = n->ep;
     k.sp = n->sp;
     k.rc = n->recompute;
+    k.opt_shards = (int32_t)s.opt_shards;
     if (n->region >= 0) {
         const ir_region *r = &g->regions[n->region];
         k.kind = (uint8_t)r->kind;

@@ -91,7 +91,7 @@ int sched_fix_p2p(sched_ctx *x, base_error *e);
 
 /* Recompute every tensor and communication size from the current structure and shapes. */
 void sched_update_sizes(sched_ctx *x);
-/* The ir_shape a node runs with. */
+/* The ir_shape a node runs with (an optimizer step under ZeRO >= 1: opt_shards = its DP group). */
 ir_shape sched_node_shape(const sched_ctx *x, int32_t v);
 
 int sched_dir_split(sched_ctx *x, const ir_directive *d, base_error *e);

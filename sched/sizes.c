@@ -37,6 +37,10 @@ ir_shape sched_node_shape(const sched_ctx *x, int32_t v)
     s.act_dtype = (plan_dtype)x->prog->act_dtype;
     s.param_dtype = (plan_dtype)x->prog->param_dtype;
     s.grad_dtype = (plan_dtype)x->prog->grad_dtype;
+    /* ZeRO >= 1 (dp = stage + 1 >= 2) shards the optimizer state over the data-parallel group,
+     * as lower.c sizes the optimizer buffers: the step updates the device's piece only */
+    if (n->op == IR_OP_UPD && n->dp >= 2 && n->tp > 0)
+        s.opt_shards = x->g->places[n->place].ndev / n->tp;
     return s;
 }
 

@@ -128,6 +128,16 @@ int exec_shard_init(const exec_cfg *c, int tp, int tp_rank, int ep, int ep_rank,
 
 /* Turns sequence parallelism on or off for a shard (tp > 1; tp must divide b*s). */
 int exec_shard_set_sp(const exec_cfg *c, exec_shard *s, bool sp, base_error *e);
+/* Under sequence parallelism the tokens' rows come in exec_sp_blocks(s) blocks of
+ * exec_sp_rows(c, s) rows, the device's own being block exec_sp_own(s): a region keeps its own
+ * block of its norm input and output, and its backward reads rank k's [norm input | norm output]
+ * pair of blocks at k * 2*rows*h elements of exec_call.xg. Without it there is one block. */
+static inline int64_t exec_sp_rows(const exec_cfg *c, const exec_shard *s)
+{
+    return s->sp ? c->b * c->s / s->tp : c->b * c->s;
+}
+static inline int exec_sp_blocks(const exec_shard *s) { return s->sp ? s->tp : 1; }
+static inline int exec_sp_own(const exec_shard *s) { return s->sp ? s->tp_rank : 0; }
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -271,6 +281,21 @@ typedef struct exec_call {
  *   NONE       full recompute from the previous region's recomputation: F keeps nothing
  * R re-runs F, writing both parts (part 0 with the values F wrote). */
 typedef enum { EXEC_ACT_ALL, EXEC_ACT_SELECTIVE, EXEC_ACT_INPUT, EXEC_ACT_NONE, EXEC_NACT_MODES } exec_act_mode;
+
+/* What a kept tensor is, for the split: the region input, the attention core, anything else. */
+typedef enum { EXEC_ACT_PIECE_INPUT, EXEC_ACT_PIECE_CORE, EXEC_ACT_PIECE_OTHER } exec_act_piece;
+
+/* The part a tensor lives in under a mode: 0 what F keeps (act), 1 what R rebuilds (act2). Both
+ * backends' layouts carve by it, so they split alike. */
+static inline int exec_act_part(int mode, exec_act_piece what)
+{
+    switch (mode) {
+    case EXEC_ACT_SELECTIVE: return what == EXEC_ACT_PIECE_CORE;
+    case EXEC_ACT_INPUT: return what != EXEC_ACT_PIECE_INPUT;
+    case EXEC_ACT_NONE: return 1;
+    default: return 0;
+    }
+}
 
 /* Buffer sizes of a region on a shard. Elements are of the call's dtype unless said. */
 typedef struct exec_region_sizes {

@@ -83,16 +83,8 @@ static inline uint8_t *carve_b(carver *cv, int64_t n) { return carve_a(cv, (size
 /* Which part of the act buffer a tensor lives in under a recompute mode (exec_act_mode):
  * the region input (ACT_INPUT), the attention core (ACT_CORE) or anything else (ACT_OTHER).
  * Part 0 is what F keeps; part 1 what R rebuilds (ir/cost.c's IR_T_SAVED and IR_T_RECOMP). */
-enum { ACT_INPUT, ACT_CORE, ACT_OTHER };
-static inline int act_part(int mode, int what)
-{
-    switch (mode) {
-    case EXEC_ACT_SELECTIVE: return what == ACT_CORE;
-    case EXEC_ACT_INPUT: return what != ACT_INPUT;
-    case EXEC_ACT_NONE: return 1;
-    default: return 0;
-    }
-}
+enum { ACT_INPUT = EXEC_ACT_PIECE_INPUT, ACT_CORE = EXEC_ACT_PIECE_CORE, ACT_OTHER = EXEC_ACT_PIECE_OTHER };
+static inline int act_part(int mode, int what) { return exec_act_part(mode, (exec_act_piece)what); }
 
 /* Names a missing rebuilt part: under recompute the backward reads act (F's) and act2 (R's). */
 #define NEED_ACT2(rebuilt)                                                                      \
@@ -134,12 +126,9 @@ static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
  * reduce-scatter gives that rank) of its norm input, norm output and output dropout mask, and
  * its backward reads the whole norm input and output from exec_call.xg: rank k's kept
  * [norm input | norm output] pair of blocks at k * 2*tl*h. Without it there is one block. */
-static inline int64_t sp_rows(const exec_cfg *c, const exec_shard *s)
-{
-    return s->sp ? c->b * c->s / s->tp : c->b * c->s;
-}
-static inline int sp_blocks(const exec_shard *s) { return s->sp ? s->tp : 1; }
-static inline int sp_own(const exec_shard *s) { return s->sp ? s->tp_rank : 0; }
+static inline int64_t sp_rows(const exec_cfg *c, const exec_shard *s) { return exec_sp_rows(c, s); }
+static inline int sp_blocks(const exec_shard *s) { return exec_sp_blocks(s); }
+static inline int sp_own(const exec_shard *s) { return exec_sp_own(s); }
 /* The norm input (which 0) or output (which 1) rows of block k: under sequence parallelism from
  * the gathered pairs xg, else the kept tensor (one block of every row). */
 static inline const real *sp_norm_rows(const exec_shard *s, const void *xg, const real *kept,

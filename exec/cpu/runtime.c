@@ -60,23 +60,6 @@ static int instr_err(const exec_cpu *c, int i, base_error *e)
 
 /* ---------------------------------------------------------------- open: reading the plan */
 
-/* Sequence parallelism: a tensor-parallel region whose boundary tensors the plan all-gathers or
- * reduce-scatters over its TP group (rather than all-reducing them) holds b*s/tp tokens outside
- * its TP-split GEMMs; its kernels then keep that share of their rows (kernels.h, exec_shard.sp). */
-static bool sequence_parallel(const exec_cpu *c, int r, int tp_group)
-{
-    const plan_list *L = c->L;
-    for (int i = 0; i < L->n && tp_group >= 0; i++) {
-        const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->region != r || sched_plan_group(c->p, c->dev, in) != tp_group ||
-            (in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER))
-            continue;
-        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-        if (ib >= 0 && (L->bufs[ib].mem == PLAN_MEM_COMM || L->bufs[ib].mem == PLAN_MEM_ACT)) return true;
-    }
-    return false;
-}
-
 /* Regions: names, kinds, which run here, their TP/EP groups and shards, parameter layouts. */
 static int read_regions(exec_cpu *c, base_error *e)
 {
@@ -111,7 +94,7 @@ static int read_regions(exec_cpu *c, base_error *e)
         const exec_region_place *P = &pl[r];
         if (!R->here) continue;
         if (exec_shard_init(&c->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
-            exec_shard_set_sp(&c->cfg, &R->sh, sequence_parallel(c, r, P->tp_group), e) ||
+            exec_shard_set_sp(&c->cfg, &R->sh, exec_sequence_parallel(p, c->dev, r, P->tp_group), e) ||
             exec_region_sizes_get(&c->cfg, &R->sh, R->kind, c->dt, &R->sz, e) ||
             (R->npar = exec_region_params(&c->cfg, &R->sh, R->kind, R->par, e)) < 0) {
             base_error_prefix(e, "region %s on device %d: ", R->name, c->dev);

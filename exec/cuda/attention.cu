@@ -451,14 +451,18 @@ typedef struct attn_act {
     float *lse;         /* [b][nheads][s] */
 } attn_act;
 
-static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_act *A)
+static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
+                          void *rebuilt, attn_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_act(kept, rebuilt);
     const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
     const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
+    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
     memset(A, 0, sizeof *A);
-    A->x = carve_b(&cv, T * h);
-    A->xn = carve_b(&cv, T * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
+    A->x = carve_b(&cv, tl * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
+    A->xn = carve_b(&cv, tl * h);
     A->q = carve_b(&cv, T * qw);
     A->k = carve_b(&cv, T * kw);
     A->v = carve_b(&cv, T * kw);
@@ -467,8 +471,10 @@ static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, void *base, a
         A->k_raw = carve_b(&cv, T * kw);
     }
     A->o = carve_b(&cv, T * qw);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_CORE); /* selective recompute rebuilds the core */
     A->lse = carve_f(&cv, c->b * sh->nheads * c->s);
-    return cv.off;
+    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
+    return cv.off[0];
 }
 
 /* work, in ir_region_work_bytes's order: F's part, the statistics (recomputed by the backward
@@ -490,7 +496,7 @@ typedef struct attn_work {
 static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_work *W,
                                bool pass_f)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
     const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
     memset(W, 0, sizeof *W);
@@ -501,7 +507,7 @@ static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *ba
         W->k_rstd = carve_f(&cv, T * sh->nkv);
     }
     if (!c->gpt) W->rope = carve_f(&cv, c->s * d);
-    if (pass_f) return cv.off;
+    if (pass_f) return cv.off[0];
     if (c->qk_norm) {
         W->dqn = carve_b(&cv, T * qw);
         W->dkn = carve_b(&cv, T * kw);
@@ -513,13 +519,21 @@ static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *ba
     W->dk = carve_b(&cv, T * kw);
     W->dv = carve_b(&cv, T * kw);
     W->dxn = carve_f(&cv, T * h);
-    return cv.off;
+    return cv.off[0];
+}
+
+int64_t attn_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    attn_act A;
+    size_t r = 0;
+    size_t k = attn_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t attn_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    attn_act A;
-    return (int64_t)attn_layout(c, s, NULL, &A);
+    return attn_act_split(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int64_t attn_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -609,19 +623,32 @@ extern "C" int exec_cuda_attn_f(const exec_cuda_call *cc, base_error *e)
     attn_w w;
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     attn_work W;
     attn_work_layout(cfg, sh, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     bf16 *y = (bf16 *)c->y;
 
-    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+    /* the norm and the Q/K/V projections block by block of tokens (one block without sequence
+     * parallelism): each block's norm output passes through A.xn, the device's own block last,
+     * so that A.x and A.xn keep exactly its rows. R under full recompute reads the input F kept:
+     * then it is already in place. */
+    const bf16 *xin = (const bf16 *)c->x;
+    const int64_t tl = exec_sp_rows(cfg, sh), nb = exec_sp_blocks(sh), own = exec_sp_own(sh);
+    if (A.x != xin + own * tl * h)
+        TRY(exec_cuda_d2d(x, A.x, xin + own * tl * h, (size_t)(tl * h) * 2, e));
     bf16 *qdst = cfg->qk_norm ? A.q_raw : A.q, *kdst = cfg->qk_norm ? A.k_raw : A.k;
-    TRY(gemm(x, false, false, T, qw, h, 1, A.xn, h, w.wq, qw, 0, NULL, qdst, qw, e));
-    TRY(gemm(x, false, false, T, kw, h, 1, A.xn, h, w.wk, kw, 0, NULL, kdst, kw, e));
-    TRY(gemm(x, false, false, T, kw, h, 1, A.xn, h, w.wv, kw, 0, NULL, A.v, kw, e));
+    for (int64_t j = 1; j <= nb; j++) {
+        const int64_t k = (own + j) % nb, r0 = k * tl;
+        TRY(norm_f(x, cfg->gpt, xin + r0 * h, w.ng, w.nb, A.xn, W.mean + r0, W.rstd + r0, tl, h,
+                   cfg->norm_eps, e));
+        TRY(gemm(x, false, false, tl, qw, h, 1, A.xn, h, w.wq, qw, 0, NULL, qdst + r0 * qw, qw, e));
+        TRY(gemm(x, false, false, tl, kw, h, 1, A.xn, h, w.wk, kw, 0, NULL, kdst + r0 * kw, kw, e));
+        TRY(gemm(x, false, false, tl, kw, h, 1, A.xn, h, w.wv, kw, 0, NULL, A.v + r0 * kw, kw, e));
+    }
     if (cfg->gpt) {
         TRY(bias_add(x, qdst, T, qw, w.bq, e));
         TRY(bias_add(x, kdst, T, kw, w.bk, e));
@@ -643,7 +670,7 @@ extern "C" int exec_cuda_attn_f(const exec_cuda_call *cc, base_error *e)
     return bias_drop_resid(x, y, y, T, h, sh->first ? w.bo : NULL,
                            dropout_key(c, EXEC_DROP_ATTN_OUT),
                            (uint64_t)c->sample0 * (uint64_t)(s * h), cfg->dropout,
-                           sh->first ? A.x : NULL, e);
+                           sh->first ? xin : NULL, e);
 }
 
 extern "C" int exec_cuda_attn_bi(const exec_cuda_call *cc, base_error *e)
@@ -662,15 +689,17 @@ extern "C" int exec_cuda_attn_bi(const exec_cuda_call *cc, base_error *e)
     attn_w w;
     attn_weights(cfg, &rp, c->param, &w);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     attn_work W;
     attn_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, s = cfg->s, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
     const bf16 *dy = (const bf16 *)c->dy;
 
-    /* the statistics F computed, again from the kept inputs (the same bits) */
-    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
+    /* the QK-norm statistics F computed, again from the kept inputs (the same bits); the
+     * pre-norm's are recomputed by norm_bi_rows */
     if (cfg->qk_norm) {
         TRY(norm_f(x, false, A.q_raw, NULL, NULL, NULL, NULL, W.q_rstd, T * nh, d, cfg->norm_eps, e));
         TRY(norm_f(x, false, A.k_raw, NULL, NULL, NULL, NULL, W.k_rstd, T * nkv, d, cfg->norm_eps, e));
@@ -699,8 +728,8 @@ extern "C" int exec_cuda_attn_bi(const exec_cuda_call *cc, base_error *e)
     TRY(gemm(x, false, true, T, h, qw, 1, W.dq, qw, w.wq, qw, 0, W.dxn, NULL, h, e));
     TRY(gemm(x, false, true, T, h, kw, 1, W.dk, kw, w.wk, kw, 1, W.dxn, NULL, h, e));
     TRY(gemm(x, false, true, T, h, kw, 1, W.dv, kw, w.wv, kw, 1, W.dxn, NULL, h, e));
-    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, w.ng, W.mean, W.rstd, (bf16 *)c->dx,
-                   sh->first ? dy : NULL, T, h, e);
+    return norm_bi_rows(x, cfg, sh, c->xg, A.x, W.dxn, w.ng, W.mean, W.rstd, (bf16 *)c->dx,
+                        sh->first ? dy : NULL, e);
 }
 
 /* reads BI's work buffer: the statistics and the gradients it left */
@@ -718,15 +747,24 @@ extern "C" int exec_cuda_attn_bw(const exec_cuda_call *cc, base_error *e)
     attn_g g;
     attn_grads(cfg, &rp, c->grad, &g);
     attn_act A;
-    attn_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    attn_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     attn_work W;
     attn_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, d = cfg->head_dim;
     const int64_t nh = sh->nheads, nkv = sh->nkv, qw = nh * d, kw = nkv * d;
 
-    TRY(gemm(x, true, false, h, qw, T, 1, A.xn, h, W.dq, qw, 1, g.wq, NULL, qw, e));
-    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, W.dk, kw, 1, g.wk, NULL, kw, e));
-    TRY(gemm(x, true, false, h, kw, T, 1, A.xn, h, W.dv, kw, 1, g.wv, NULL, kw, e));
+    /* under sequence parallelism the norm outputs of every block come from the gathered pairs */
+    const int64_t tl = exec_sp_rows(cfg, sh), nb = exec_sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        const bf16 *xnk = sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h);
+        TRY(gemm(x, true, false, h, qw, tl, 1, xnk, h, W.dq + r0 * qw, qw, 1, g.wq, NULL, qw, e));
+        TRY(gemm(x, true, false, h, kw, tl, 1, xnk, h, W.dk + r0 * kw, kw, 1, g.wk, NULL, kw, e));
+        TRY(gemm(x, true, false, h, kw, tl, 1, xnk, h, W.dv + r0 * kw, kw, 1, g.wv, NULL, kw, e));
+    }
     TRY(gemm(x, true, false, qw, h, T, 1, A.o, qw, W.dyd, h, 1, g.wo, NULL, h, e));
     if (cfg->gpt) {
         TRY(colsum_acc(x, W.dq, T, qw, g.bq, e));
@@ -738,5 +776,5 @@ extern "C" int exec_cuda_attn_bw(const exec_cuda_call *cc, base_error *e)
         TRY(norm_bw(x, false, NULL, W.dqn, A.q_raw, NULL, W.q_rstd, g.qg, NULL, T * nh, d, e));
         TRY(norm_bw(x, false, NULL, W.dkn, A.k_raw, NULL, W.k_rstd, g.kg, NULL, T * nkv, d, e));
     }
-    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, g.ng, g.nb, T, h, e);
+    return norm_bw_rows(x, cfg, sh, c->xg, A.x, W.dxn, W.mean, W.rstd, g.ng, g.nb, e);
 }

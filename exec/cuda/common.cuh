@@ -124,17 +124,42 @@ static inline unsigned grid_for(int64_t n, int threads)
  * whenever every piece is a multiple of 16 bytes (every model of the zoo: widths are multiples
  * of 8), and the CUDA one is at most 15 bytes a piece larger otherwise. */
 typedef struct carver {
-    char *base;
-    size_t off;
+    char *base[2];
+    size_t off[2];
+    int part;       /* where the next pieces go: 0, or 1 for what R rebuilds under recompute */
 } carver;
+
+/* A work buffer, or an act buffer without recompute. */
+static inline carver carver_one(void *base)
+{
+    carver c = {{(char *)base, NULL}, {0, 0}, 0};
+    return c;
+}
+/* An act buffer in two parts under a recompute mode (exec_act_part): what F keeps (exec_call.act)
+ * and what R rebuilds (exec_call.act2); each part is packed on its own. */
+static inline carver carver_act(void *kept, void *rebuilt)
+{
+    carver c = {{(char *)kept, (char *)rebuilt}, {0, 0}, 0};
+    return c;
+}
 
 static inline void *carve(carver *cv, size_t bytes)
 {
-    cv->off = (cv->off + 15) & ~(size_t)15;
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += bytes;
+    size_t *off = &cv->off[cv->part];
+    *off = (*off + 15) & ~(size_t)15;
+    void *p = cv->base[cv->part] ? cv->base[cv->part] + *off : NULL;
+    *off += bytes;
     return p;
 }
+
+/* Under recompute the backward reads both parts: a missing one is the runtime's mistake. */
+#define NEED_ACT2(rebuilt)                                                                     \
+    do {                                                                                       \
+        if ((rebuilt) && !c->act2)                                                             \
+            return base_errorf(e, "%s: the rebuilt activations (act2, %zu bytes) are missing; " \
+                                  "the runtime must pass R's buffer",                           \
+                               __func__, (size_t)(rebuilt));                                    \
+    } while (0)
 static inline bf16 *carve_b(carver *cv, int64_t n) { return (bf16 *)carve(cv, (size_t)n * 2); }
 static inline float *carve_f(carver *cv, int64_t n) { return (float *)carve(cv, (size_t)n * 4); }
 static inline int32_t *carve_i(carver *cv, int64_t n)
@@ -151,14 +176,14 @@ typedef struct route_view {
 
 static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s;
     route_view r;
     r.resid = carve_b(&cv, T * c->h);
     r.w = carve_f(&cv, T * c->top_k);
     r.slot = carve_i(&cv, T * c->top_k);
     if (v) *v = r;
-    return cv.off;
+    return cv.off[0];
 }
 
 /* ---------------------------------------------------------------- parameters */
@@ -226,6 +251,25 @@ int norm_bw(exec_cuda_ctx *x, bool layer, const float *dy32, const bf16 *dy16, c
             const float *mean, const float *rstd, float *dg, float *db, int64_t rows, int64_t n,
             base_error *e);
 
+/* Sequence parallelism (exec_shard.sp): the norm input (which 0) or output (which 1) rows of
+ * block k of the tokens, from the gathered pairs xg (rank k's [input | output] at k * 2*tl*h),
+ * else the kept tensor (one block of every row). */
+static inline const bf16 *sp_norm_rows(const exec_shard *s, const void *xg, const bf16 *kept,
+                                       int64_t k, int which, int64_t tl, int64_t h)
+{
+    return s->sp ? (const bf16 *)xg + (k * 2 + which) * tl * h : kept;
+}
+/* A region's pre-norm backward over all b*s rows, block by block of exec_sp_rows (xg, kept_x as
+ * sp_norm_rows): the statistics recomputed into mean/rstd, then dx = the norm's input gradient
+ * from dy (fp32) plus add (the residual's gradient, may be NULL) (norm_bi_rows); the scale and
+ * bias gradients accumulated (norm_bw_rows, reading the statistics norm_bi_rows left). */
+int norm_bi_rows(exec_cuda_ctx *x, const exec_cfg *c, const exec_shard *s, const void *xg,
+                 const bf16 *kept_x, const float *dy, const bf16 *g, float *mean, float *rstd,
+                 bf16 *dx, const bf16 *add, base_error *e);
+int norm_bw_rows(exec_cuda_ctx *x, const exec_cfg *c, const exec_shard *s, const void *xg,
+                 const bf16 *kept_x, const float *dy, const float *mean, const float *rstd,
+                 float *dg, float *db, base_error *e);
+
 /* y[i] = dropout(y[i] + bias[i % n] if bias) (+ resid[i] if resid), over rows x n; the mask of
  * element i is keep(key, idx0 + i). p = 0: no dropout. out may be y. */
 int bias_drop_resid(exec_cuda_ctx *x, const bf16 *y, bf16 *out, int64_t rows, int64_t n,
@@ -263,6 +307,17 @@ int64_t moe_gate_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
 int64_t moe_experts_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
 int64_t moe_combine_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
 int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
+
+/* Under a recompute mode (exec_act_mode, exec_act_part): the bytes F keeps (returned) and R
+ * rebuilds (*rebuilt) of each region's act buffer; EXEC_ACT_ALL keeps everything. The region
+ * files' layouts, carved with carver_act. */
+int64_t embed_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t attn_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t mlp_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t moe_gate_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t moe_experts_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t moe_combine_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
+int64_t head_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
 
 /* Bytes of each region's act buffer, what F keeps for the backward (the region files' layouts):
  * exactly ir/cost.c's ir_region_activation_bytes at bf16 with flash attention, less the

@@ -164,6 +164,38 @@ int norm_bw(exec_cuda_ctx *x, bool layer, const float *dy32, const bf16 *dy16, c
     return 0;
 }
 
+int norm_bi_rows(exec_cuda_ctx *x, const exec_cfg *c, const exec_shard *s, const void *xg,
+                 const bf16 *kept_x, const float *dy, const bf16 *g, float *mean, float *rstd,
+                 bf16 *dx, const bf16 *add, base_error *e)
+{
+    const int64_t tl = exec_sp_rows(c, s), h = c->h;
+    if (s->sp && !xg)
+        return base_errorf(e, "a sequence-parallel backward without the gathered norm inputs (xg)");
+    for (int64_t k = 0; k < exec_sp_blocks(s); k++) {
+        const int64_t r0 = k * tl;
+        const bf16 *xk = sp_norm_rows(s, xg, kept_x, k, 0, tl, h);
+        TRY(norm_f(x, c->gpt, xk, NULL, NULL, NULL, mean + r0, rstd + r0, tl, h, c->norm_eps, e));
+        TRY(norm_bi(x, c->gpt, dy + r0 * h, NULL, xk, g, mean + r0, rstd + r0, dx + r0 * h,
+                    add ? add + r0 * h : NULL, tl, h, e));
+    }
+    return 0;
+}
+
+int norm_bw_rows(exec_cuda_ctx *x, const exec_cfg *c, const exec_shard *s, const void *xg,
+                 const bf16 *kept_x, const float *dy, const float *mean, const float *rstd,
+                 float *dg, float *db, base_error *e)
+{
+    const int64_t tl = exec_sp_rows(c, s), h = c->h;
+    if (s->sp && !xg)
+        return base_errorf(e, "a sequence-parallel backward without the gathered norm inputs (xg)");
+    for (int64_t k = 0; k < exec_sp_blocks(s); k++) {
+        const int64_t r0 = k * tl;
+        TRY(norm_bw(x, c->gpt, dy + r0 * h, NULL, sp_norm_rows(s, xg, kept_x, k, 0, tl, h),
+                    mean + r0, rstd + r0, dg, db, tl, h, e));
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- bias, dropout, residual */
 
 __global__ void k_bias_drop_resid(const bf16 *y, bf16 *out, int64_t total, int64_t n,

@@ -25,9 +25,9 @@ typedef struct embed_act {
 
 static size_t embed_layout(const exec_cfg *c, void *base, embed_act *A)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     A->tokens = carve_i(&cv, c->b * c->s);
-    return cv.off;
+    return cv.off[0];
 }
 
 int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s)
@@ -35,6 +35,15 @@ int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s)
     (void)s;
     embed_act A;
     return (int64_t)embed_layout(c, NULL, &A);
+}
+
+/* The embedding and the head are not layer regions: no recompute rebuilds them (ir/cost.c), so
+ * F keeps everything under any mode. */
+int64_t embed_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    (void)mode;
+    if (rebuilt) *rebuilt = 0;
+    return embed_act_bytes(c, s);
 }
 
 /* The embedding needs no workspace: its backward scatters dy straight into the table. */
@@ -143,12 +152,13 @@ typedef struct head_act {
 
 static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s, h = c->h;
-    A->x = carve_b(&cv, T * h);
-    A->xn = carve_b(&cv, T * h);
+    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
+    A->x = carve_b(&cv, tl * h);
+    A->xn = carve_b(&cv, tl * h);
     A->probs = carve_f(&cv, T * sh->nvocab);
-    return cv.off;
+    return cv.off[0];
 }
 
 /* work, in ir_region_work_bytes's order: the norm statistics and the softmax statistics of F
@@ -160,21 +170,28 @@ typedef struct head_work {
 
 static size_t head_work_layout(const exec_cfg *c, void *base, head_work *W, bool pass_f)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s, h = c->h;
     memset(W, 0, sizeof *W);
     W->mean = carve_f(&cv, T);
     W->rstd = carve_f(&cv, T);
     W->stats = carve_f(&cv, 3 * T);
-    if (pass_f) return cv.off;
+    if (pass_f) return cv.off[0];
     W->dxn = carve_f(&cv, T * h);
-    return cv.off;
+    return cv.off[0];
 }
 
 int64_t head_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
     head_act A;
     return (int64_t)head_layout(c, s, NULL, &A);
+}
+
+int64_t head_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    (void)mode;
+    if (rebuilt) *rebuilt = 0;
+    return head_act_bytes(c, s);
 }
 
 int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -314,9 +331,18 @@ extern "C" int exec_cuda_head_f_begin(const exec_cuda_call *cc, float *stats, ba
     head_work_layout(cfg, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     if (T > 2147483647) return base_errorf(e, "head: %lld tokens exceed the grid", (long long)T);
-    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, w.ng, w.nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
-    TRY(gemm(x, false, true, T, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs, NULL, nv, e));
+    /* the norm and the logits block by block of tokens (one block without sequence
+     * parallelism), the device's own block last, so that A.x and A.xn keep exactly its rows */
+    const bf16 *xin = (const bf16 *)c->x;
+    const int64_t tl = exec_sp_rows(cfg, sh), nb = exec_sp_blocks(sh), own = exec_sp_own(sh);
+    if (A.x != xin + own * tl * h)
+        TRY(exec_cuda_d2d(x, A.x, xin + own * tl * h, (size_t)(tl * h) * 2, e));
+    for (int64_t j = 1; j <= nb; j++) {
+        const int64_t k = (own + j) % nb, r0 = k * tl;
+        TRY(norm_f(x, cfg->gpt, xin + r0 * h, w.ng, w.nb, A.xn, W.mean + r0, W.rstd + r0, tl, h,
+                   cfg->norm_eps, e));
+        TRY(gemm(x, false, true, tl, nv, h, 1, A.xn, h, w.lm, h, 0, A.probs + r0 * nv, NULL, nv, e));
+    }
     k_head_max<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, nv, stats);
     LAUNCH_OK("k_head_max");
     return 0;
@@ -424,15 +450,14 @@ extern "C" int exec_cuda_head_bi(const exec_cuda_call *cc, base_error *e)
     head_work W;
     head_work_layout(cfg, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
-    /* the norm statistics F computed, again from the kept input (the same bits) */
-    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
     k_head_dz<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, nv, c->targets, sh->vocab0,
                                                   (float)cfg->loss_scale);
     LAUNCH_OK("k_head_dz");
     const bf16 *dz = (const bf16 *)A.probs;
     TRY(gemm(x, false, false, T, h, nv, 1, dz, 2 * nv, w.lm, h, 0, W.dxn, NULL, h, e));
-    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, w.ng, W.mean, W.rstd, (bf16 *)c->dx, NULL, T, h,
-                   e);
+    /* the norm statistics F computed, again from the kept inputs (the same bits), then its
+     * backward */
+    return norm_bi_rows(x, cfg, sh, c->xg, A.x, W.dxn, w.ng, W.mean, W.rstd, (bf16 *)c->dx, NULL, e);
 }
 
 /* reads BI's dz and work buffer */
@@ -456,8 +481,15 @@ extern "C" int exec_cuda_head_bw(const exec_cuda_call *cc, base_error *e)
     head_layout(cfg, sh, c->act, &A);
     head_work W;
     head_work_layout(cfg, c->work, &W, false);
-    const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
+    const int64_t h = cfg->h, nv = sh->nvocab;
     const bf16 *dz = (const bf16 *)A.probs;
-    TRY(gemm(x, true, false, nv, h, T, 1, dz, 2 * nv, A.xn, h, 1, glm, NULL, h, e));
-    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, gng, gnb, T, h, e);
+    /* under sequence parallelism the norm outputs of every block come from the gathered pairs */
+    const int64_t tl = exec_sp_rows(cfg, sh), nb = exec_sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t r0 = k * tl;
+        TRY(gemm(x, true, false, nv, h, tl, 1, dz + r0 * 2 * nv, 2 * nv,
+                 sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h), h, 1, glm, NULL, h, e));
+    }
+    return norm_bw_rows(x, cfg, sh, c->xg, A.x, W.dxn, W.mean, W.rstd, gng, gnb, e);
 }

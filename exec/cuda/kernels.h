@@ -127,6 +127,11 @@ typedef struct exec_cuda_sizes {
 
 int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
                            exec_cuda_sizes *out, base_error *e);
+/* The act buffer's two parts under a recompute mode: *kept (exec_call.act, F's) + *rebuilt
+ * (exec_call.act2, R's) bytes, ir/cost.c's IR_T_SAVED and IR_T_RECOMP at bf16. Every pass gets
+ * exec_call.act_mode; R re-runs F writing both parts, the backward reads both. */
+int exec_cuda_region_act_split(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                               exec_act_mode mode, int64_t *kept, int64_t *rebuilt, base_error *e);
 
 /* The MoE route tensor (gate y2, combine x2 and their gradients): residual [T][h] bf16, routing
  * weights [T][k] fp32, slots [T][k] int32 (-1 = dropped), each piece 16-byte aligned. */

@@ -16,17 +16,22 @@ typedef struct mlp_act {
     bf16 *a;    /* activation output = fc2/down input */
 } mlp_act;
 
-static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_act *A)
+static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
+                         void *rebuilt, mlp_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_act(kept, rebuilt);
     const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
+    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
     memset(A, 0, sizeof *A);
-    A->x = carve_b(&cv, T * h);
-    A->xn = carve_b(&cv, T * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
+    A->x = carve_b(&cv, tl * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
+    A->xn = carve_b(&cv, tl * h);
     A->h1 = carve_b(&cv, T * f);
     if (!c->gpt) A->u = carve_b(&cv, T * f);
     A->a = carve_b(&cv, T * f);
-    return cv.off;
+    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
+    return cv.off[0];
 }
 
 /* work, in ir_region_work_bytes's order: the norm statistics (F's part; the backward recomputes
@@ -42,23 +47,31 @@ typedef struct mlp_work {
 static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_work *W,
                               bool pass_f)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
     memset(W, 0, sizeof *W);
     W->mean = carve_f(&cv, T);
     W->rstd = carve_f(&cv, T);
-    if (pass_f) return cv.off;
+    if (pass_f) return cv.off[0];
     W->dyd = carve_b(&cv, T * h);
     W->dh1 = carve_b(&cv, T * f);
     if (!c->gpt) W->du = carve_b(&cv, T * f);
     W->dxn = carve_f(&cv, T * h);
-    return cv.off;
+    return cv.off[0];
+}
+
+int64_t mlp_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    mlp_act A;
+    size_t r = 0;
+    size_t k = mlp_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t mlp_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    mlp_act A;
-    return (int64_t)mlp_layout(c, s, NULL, &A);
+    return mlp_act_split(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int64_t mlp_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -99,26 +112,40 @@ extern "C" int exec_cuda_mlp_f(const exec_cuda_call *cc, base_error *e)
     bf16 *wu = pb(&rp, c->param, n[4]), *w2 = pb(&rp, c->param, n[5]);
     bf16 *b2 = pb(&rp, c->param, n[6]);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     mlp_work W;
     mlp_work_layout(cfg, sh, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     bf16 *y = (bf16 *)c->y;
 
-    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
-    TRY(norm_f(x, cfg->gpt, A.x, ng, nb, A.xn, W.mean, W.rstd, T, h, cfg->norm_eps, e));
-    TRY(gemm(x, false, false, T, f, h, 1, A.xn, h, w1, f, 0, NULL, A.h1, f, e));
+    /* the norm and the first layer block by block of tokens (one block without sequence
+     * parallelism): each block's norm output passes through A.xn, the device's own block last,
+     * so that A.x and A.xn keep exactly its rows. R under full recompute reads the input F kept:
+     * then it is already in place. */
+    const bf16 *xin = (const bf16 *)c->x;
+    const int64_t tl = exec_sp_rows(cfg, sh), nblk = exec_sp_blocks(sh), own = exec_sp_own(sh);
+    if (A.x != xin + own * tl * h)
+        TRY(exec_cuda_d2d(x, A.x, xin + own * tl * h, (size_t)(tl * h) * 2, e));
+    for (int64_t j = 1; j <= nblk; j++) {
+        const int64_t k = (own + j) % nblk, r0 = k * tl;
+        TRY(norm_f(x, cfg->gpt, xin + r0 * h, ng, nb, A.xn, W.mean + r0, W.rstd + r0, tl, h,
+                   cfg->norm_eps, e));
+        TRY(gemm(x, false, false, tl, f, h, 1, A.xn, h, w1, f, 0, NULL, A.h1 + r0 * f, f, e));
+        if (!cfg->gpt)
+            TRY(gemm(x, false, false, tl, f, h, 1, A.xn, h, wu, f, 0, NULL, A.u + r0 * f, f, e));
+    }
     if (cfg->gpt) {
         TRY(bias_add(x, A.h1, T, f, b1, e));
         TRY(gelu_f(x, A.h1, A.a, T * f, e));
     } else {
-        TRY(gemm(x, false, false, T, f, h, 1, A.xn, h, wu, f, 0, NULL, A.u, f, e));
         TRY(swiglu_f(x, A.h1, A.u, A.a, T * f, e));
     }
     TRY(gemm(x, false, false, T, h, f, 1, A.a, f, w2, h, 0, NULL, y, h, e));
     return bias_drop_resid(x, y, y, T, h, sh->first ? b2 : NULL, dropout_key(c, EXEC_DROP_MLP_OUT),
                            (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout,
-                           sh->first ? A.x : NULL, e);
+                           sh->first ? xin : NULL, e);
 }
 
 extern "C" int exec_cuda_mlp_bi(const exec_cuda_call *cc, base_error *e)
@@ -139,14 +166,14 @@ extern "C" int exec_cuda_mlp_bi(const exec_cuda_call *cc, base_error *e)
     bf16 *ng = pb(&rp, c->param, n[0]), *w1 = pb(&rp, c->param, n[2]);
     bf16 *wu = pb(&rp, c->param, n[4]), *w2 = pb(&rp, c->param, n[5]);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     mlp_work W;
     mlp_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
     const bf16 *dy = (const bf16 *)c->dy;
 
-    /* the norm statistics F computed, again from the kept input (the same bits) */
-    TRY(norm_f(x, cfg->gpt, A.x, NULL, NULL, NULL, W.mean, W.rstd, T, h, cfg->norm_eps, e));
 
     TRY(bias_drop_resid(x, dy, W.dyd, T, h, NULL, dropout_key(c, EXEC_DROP_MLP_OUT),
                         (uint64_t)c->sample0 * (uint64_t)(cfg->s * h), cfg->dropout, NULL, e));
@@ -160,8 +187,8 @@ extern "C" int exec_cuda_mlp_bi(const exec_cuda_call *cc, base_error *e)
         TRY(gemm(x, false, true, T, h, f, 1, W.dh1, f, w1, f, 0, W.dxn, NULL, h, e));
         TRY(gemm(x, false, true, T, h, f, 1, W.du, f, wu, f, 1, W.dxn, NULL, h, e));
     }
-    return norm_bi(x, cfg->gpt, W.dxn, NULL, A.x, ng, W.mean, W.rstd, (bf16 *)c->dx,
-                   sh->first ? dy : NULL, T, h, e);
+    return norm_bi_rows(x, cfg, sh, c->xg, A.x, W.dxn, ng, W.mean, W.rstd, (bf16 *)c->dx,
+                        sh->first ? dy : NULL, e);
 }
 
 /* reads BI's work buffer: the statistics and the gradients it left */
@@ -183,17 +210,27 @@ extern "C" int exec_cuda_mlp_bw(const exec_cuda_call *cc, base_error *e)
     float *gwu = gf(&rp, c->grad, n[4]), *gw2 = gf(&rp, c->grad, n[5]);
     float *gb2 = gf(&rp, c->grad, n[6]);
     mlp_act A;
-    mlp_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    mlp_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     mlp_work W;
     mlp_work_layout(cfg, sh, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, f = sh->nffn;
 
-    TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, W.dh1, f, 1, gw1, NULL, f, e));
-    if (!cfg->gpt) TRY(gemm(x, true, false, h, f, T, 1, A.xn, h, W.du, f, 1, gwu, NULL, f, e));
+    /* under sequence parallelism the norm outputs of every block come from the gathered pairs */
+    const int64_t tl = exec_sp_rows(cfg, sh), nblk = exec_sp_blocks(sh);
+    if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t r0 = k * tl;
+        const bf16 *xnk = sp_norm_rows(sh, c->xg, A.xn, k, 1, tl, h);
+        TRY(gemm(x, true, false, h, f, tl, 1, xnk, h, W.dh1 + r0 * f, f, 1, gw1, NULL, f, e));
+        if (!cfg->gpt)
+            TRY(gemm(x, true, false, h, f, tl, 1, xnk, h, W.du + r0 * f, f, 1, gwu, NULL, f, e));
+    }
     TRY(gemm(x, true, false, f, h, T, 1, A.a, f, W.dyd, h, 1, gw2, NULL, h, e));
     if (cfg->gpt) {
         TRY(colsum_acc(x, W.dh1, T, f, gb1, e));
         if (sh->first) TRY(colsum_acc(x, W.dyd, T, h, gb2, e));
     }
-    return norm_bw(x, cfg->gpt, W.dxn, NULL, A.x, W.mean, W.rstd, gng, gnb, T, h, e);
+    return norm_bw_rows(x, cfg, sh, c->xg, A.x, W.dxn, W.mean, W.rstd, gng, gnb, e);
 }

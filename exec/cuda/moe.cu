@@ -20,7 +20,12 @@
  * Buffers are ir/cost.c's at bf16, piece by piece (as exec/cpu/moe.c for fp32): the act buffer
  * holds what ir_region_activation_bytes lists, the work buffer what ir_region_work_bytes lists,
  * in its order. What neither keeps the backward recomputes from the act: the gate's RMS
- * statistics from the kept norm input, its slots and fractions from the kept choices. */
+ * statistics from the kept norm input, its slots and fractions from the kept choices.
+ *
+ * Under recompute (exec_act_mode) each act buffer splits as exec/cpu/moe.c's: F keeps the
+ * region input (act) and R rebuilds the rest (act2), or F keeps nothing; selective recompute
+ * rebuilds nothing here (no attention core). R re-runs F, reading its input from the kept act
+ * (so F's copies of its inputs skip when source and destination are the same). */
 #include "common.cuh"
 
 /* ---------------------------------------------------------------- the route tensor */
@@ -52,15 +57,19 @@ typedef struct gate_act {
     int32_t *choice;         /* [T][k] */
 } gate_act;
 
-static size_t gate_layout(const exec_cfg *c, void *base, gate_act *A)
+static size_t gate_layout(const exec_cfg *c, int mode, void *kept, void *rebuilt, gate_act *A,
+                          size_t *rebuilt_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_act(kept, rebuilt);
     const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
     A->x = carve_b(&cv, T * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
     A->xn = carve_b(&cv, T * h);
     A->probs = carve_f(&cv, T * E);
     A->choice = carve_i(&cv, T * k);
-    return cv.off;
+    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
+    return cv.off[0];
 }
 
 /* work, in ir_region_work_bytes's order: F's prefix (the RMS statistics, the fractions, the
@@ -77,22 +86,30 @@ typedef struct gate_work {
 
 static size_t gate_work_layout(const exec_cfg *c, void *base, gate_work *W, size_t *f_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
     W->rstd = carve_f(&cv, T);
     W->frac = carve_f(&cv, E);
     W->slot = carve_i(&cv, T * k);
-    if (f_bytes) *f_bytes = cv.off; /* what F and R use */
+    if (f_bytes) *f_bytes = cv.off[0]; /* what F and R use */
     W->dz = carve_b(&cv, T * E);
     W->dxn = carve_f(&cv, T * h);
-    return cv.off;
+    return cv.off[0];
+}
+
+int64_t moe_gate_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    (void)s;
+    gate_act A;
+    size_t r = 0;
+    size_t k = gate_layout(c, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t moe_gate_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
-    gate_act A;
-    return (int64_t)gate_layout(c, NULL, &A);
+    return moe_gate_act_split(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int64_t moe_gate_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -228,14 +245,17 @@ extern "C" int exec_cuda_moe_gate_f(const exec_cuda_call *cc, base_error *e)
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     gate_work W;
     gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
                   C = cfg->capacity;
     if (E > 2147483647) return base_errorf(e, "moe_gate: too many experts");
 
-    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
+    if (A.x != c->x) /* R under full recompute reads the input F kept */
+        TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(T * h) * 2, e));
     TRY(norm_f(x, false, A.x, ng, NULL, A.xn, NULL, W.rstd, T, h, cfg->norm_eps, e));
     TRY(gemm(x, false, false, T, E, h, 1, A.xn, h, wr, E, 0, A.probs, NULL, E, e));
     /* R (keep_routing) keeps F's choices; the slots and fractions live in the work buffer, so
@@ -314,7 +334,9 @@ extern "C" int exec_cuda_moe_gate_bi(const exec_cuda_call *cc, base_error *e)
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     gate_work W;
     gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
@@ -347,7 +369,9 @@ extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
     TRY(region_params_get(c, EXEC_MOE_GATE, &rp, e));
     float *gng = gf(&rp, c->grad, "norm.g"), *gwr = gf(&rp, c->grad, "router");
     gate_act A;
-    gate_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     gate_work W;
     gate_work_layout(cfg, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
@@ -375,32 +399,44 @@ static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
     return (int64_t)sh->ep * sh->nexperts * c->capacity;
 }
 
-static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, void *base, experts_act *A)
+static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
+                             void *rebuilt, experts_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_act(kept, rebuilt);
     const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
     A->x = carve_b(&cv, R * h);
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
     A->g = carve_b(&cv, R * f);
     A->u = carve_b(&cv, R * f);
     A->a = carve_b(&cv, R * f);
-    return cv.off;
+    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
+    return cv.off[0];
 }
 
 static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *base,
                                   experts_work *W)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_one(base);
     const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
     W->dy = carve_b(&cv, R * h);
     W->dg = carve_b(&cv, R * f);
     W->du = carve_b(&cv, R * f);
-    return cv.off;
+    return cv.off[0];
+}
+
+int64_t moe_experts_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    experts_act A;
+    size_t r = 0;
+    size_t k = experts_layout(c, s, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t moe_experts_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    experts_act A;
-    return (int64_t)experts_layout(c, s, NULL, &A);
+    return moe_experts_act_split(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int64_t moe_experts_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -424,12 +460,15 @@ extern "C" int exec_cuda_moe_experts_f(const exec_cuda_call *cc, base_error *e)
     const bf16 *wg = pb(&rp, c->param, "wg"), *wu = pb(&rp, c->param, "wu"),
                *wd = pb(&rp, c->param, "wd");
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity,
                   ne = sh->nexperts;
     bf16 *y = (bf16 *)c->y;
 
-    TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(R * h) * 2, e));
+    if (A.x != c->x) /* R under full recompute reads the input F kept */
+        TRY(exec_cuda_d2d(x, A.x, c->x, (size_t)(R * h) * 2, e));
     for (int src = 0; src < sh->ep; src++) {
         const int64_t r0 = (int64_t)src * ne * C;
         TRY(gemm_batched(x, false, false, C, f, h, 1, A.x + r0 * h, h, C * h, wg, f, h * f, 0, NULL,
@@ -462,7 +501,9 @@ extern "C" int exec_cuda_moe_experts_bi(const exec_cuda_call *cc, base_error *e)
     const bf16 *wg = pb(&rp, c->param, "wg"), *wu = pb(&rp, c->param, "wu"),
                *wd = pb(&rp, c->param, "wd");
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     experts_work W;
     experts_work_layout(cfg, sh, c->work, &W);
     const int64_t R = expert_rows(cfg, sh), h = cfg->h, f = sh->neffn, C = cfg->capacity,
@@ -501,7 +542,9 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
     TRY(region_params_get(c, EXEC_MOE_EXPERTS, &rp, e));
     float *gwg = gf(&rp, c->grad, "wg"), *gwu = gf(&rp, c->grad, "wu"), *gwd = gf(&rp, c->grad, "wd");
     experts_act A;
-    experts_layout(cfg, sh, c->act, &A);
+    size_t rebuilt;
+    experts_layout(cfg, sh, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     experts_work W;
     experts_work_layout(cfg, sh, c->work, &W);
     const int64_t h = cfg->h, f = sh->neffn, C = cfg->capacity, ne = sh->nexperts;
@@ -523,25 +566,44 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
  * choice's slot (the unpermute's index map). No work buffer. */
 typedef struct combine_act {
     bf16 *eo;                /* expert outputs [E*C][h] */
+    bf16 *resid;             /* under full recompute (EXEC_ACT_INPUT): the residual [T][h] */
     float *w;                /* routing weights [T][k] */
     int32_t *slot;           /* [T][k] */
 } combine_act;
 
-static size_t combine_layout(const exec_cfg *c, void *base, combine_act *A)
+/* Everything the combine keeps is its input. Under full recompute F keeps the whole input, the
+ * residual too (ir/cost.c's region_input_bytes), so that R rebuilds the output from what F kept
+ * alone: resid, w and slot then lie as a route tensor (route_layout: the same 16-byte aligned
+ * pieces, from a 16-byte aligned start) right after the expert outputs, and R gets that place
+ * as its x2, the expert outputs as its x. Otherwise the residual is not needed by the
+ * backward, and is not kept. */
+static size_t combine_layout(const exec_cfg *c, int mode, void *kept, void *rebuilt,
+                             combine_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = {(char *)base, 0};
+    carver cv = carver_act(kept, rebuilt);
     const int64_t T = c->b * c->s, k = c->top_k;
+    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
     A->eo = carve_b(&cv, c->experts * c->capacity * c->h);
+    A->resid = mode == EXEC_ACT_INPUT ? carve_b(&cv, T * c->h) : NULL;
     A->w = carve_f(&cv, T * k);
     A->slot = carve_i(&cv, T * k);
-    return cv.off;
+    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
+    return cv.off[0];
+}
+
+int64_t moe_combine_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
+{
+    (void)s;
+    combine_act A;
+    size_t r = 0;
+    size_t k = combine_layout(c, mode, NULL, NULL, &A, &r);
+    if (rebuilt) *rebuilt = (int64_t)r;
+    return (int64_t)k;
 }
 
 int64_t moe_combine_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
-    combine_act A;
-    return (int64_t)combine_layout(c, NULL, &A);
+    return moe_combine_act_split(c, s, EXEC_ACT_ALL, NULL);
 }
 
 int64_t moe_combine_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
@@ -583,14 +645,19 @@ extern "C" int exec_cuda_moe_combine_f(const exec_cuda_call *cc, base_error *e)
     NEED(c->act, "the act buffer");
     const exec_cfg *cfg = c->cfg;
     combine_act A;
-    combine_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     route_view rv;
     route_layout(cfg, (void *)c->x2, &rv);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,
                   nslots = cfg->experts * cfg->capacity;
-    TRY(exec_cuda_d2d(x, A.eo, c->x, (size_t)(nslots * h) * 2, e));
-    TRY(exec_cuda_d2d(x, A.w, rv.w, (size_t)(T * k) * 4, e));
-    TRY(exec_cuda_d2d(x, A.slot, rv.slot, (size_t)(T * k) * 4, e));
+    /* (R under full recompute reads its inputs from what F kept: no copies then) */
+    if (A.eo != c->x) TRY(exec_cuda_d2d(x, A.eo, c->x, (size_t)(nslots * h) * 2, e));
+    if (A.resid && A.resid != rv.resid)
+        TRY(exec_cuda_d2d(x, A.resid, rv.resid, (size_t)(T * h) * 2, e));
+    if (A.w != rv.w) TRY(exec_cuda_d2d(x, A.w, rv.w, (size_t)(T * k) * 4, e));
+    if (A.slot != rv.slot) TRY(exec_cuda_d2d(x, A.slot, rv.slot, (size_t)(T * k) * 4, e));
     k_combine_f<<<grid_for(T * h, 256), 256, 0, x->stream>>>(rv.resid, A.eo, A.w, A.slot,
                                                             (bf16 *)c->y, T, h, k, nslots, x->flag);
     LAUNCH_OK("k_combine_f");
@@ -634,7 +701,9 @@ extern "C" int exec_cuda_moe_combine_bi(const exec_cuda_call *cc, base_error *e)
     NEED(c->act, "the act buffer");
     const exec_cfg *cfg = c->cfg;
     combine_act A;
-    combine_layout(cfg, c->act, &A);
+    size_t rebuilt;
+    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    NEED_ACT2(rebuilt);
     route_view dr;
     route_layout(cfg, c->dx2, &dr);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, k = cfg->top_k,

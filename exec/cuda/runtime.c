@@ -26,6 +26,10 @@ typedef struct rt_region {
     int tp_group, ep_group;
     exec_shard sh;
     exec_cuda_sizes sz;
+    /* under recompute: how the act buffer splits (F keeps act_kept bytes, R rebuilds
+     * act_rebuilt), found from the plan's sizes (act_modes); EXEC_ACT_ALL otherwise */
+    exec_act_mode act_mode;
+    int64_t act_kept, act_rebuilt;
     exec_param par[EXEC_MAX_REGION_PARAMS];
     int npar;
     int64_t nkern;          /* elements of the kernels' parameter block */
@@ -51,8 +55,9 @@ typedef struct rt_bind {
     int region, mb;
     const exec_cuda_kernel *k;
     int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
-    int act;
+    int act, act2;          /* what F kept; under recompute what R rebuilt (R writes it) */
     int work;               /* the pass's workspace (a BW's is its BI's): the kernels' work buffer */
+    int xg;                 /* sequence parallelism, a backward: the gathered norm shards */
     int pb;                 /* ZeRO-3: the gathered copy of the parameters the pass reads, -1 */
     int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
                                ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
@@ -194,6 +199,7 @@ static int read_regions(exec_cuda_rt *r, base_error *e)
         R->ep_group = P->ep_group;
         if (!R->here) continue;
         if (exec_shard_init(&r->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
+            exec_shard_set_sp(&r->cfg, &R->sh, exec_sequence_parallel(r->p, r->dev, k, P->tp_group), e) ||
             exec_cuda_region_sizes(&r->cfg, &R->sh, R->kind, &R->sz, e) ||
             (R->npar = exec_region_params(&r->cfg, &R->sh, R->kind, R->par, e)) < 0) {
             base_error_prefix(e, "region %s on device %d: ", R->name, r->dev);
@@ -243,6 +249,66 @@ static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int regio
     return 0;
 }
 
+/* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
+ * plan's sizes (its F's activation buffer and its R's), as piper-exec's. The sizes are the plan's
+ * at bf16 for models whose layouts the cost model counts (flash attention, no dropout); for other
+ * plans (fp32 test programs, s x s attention) no mode matches, and F and R each keep the whole
+ * layout. Sequence-parallel regions too: these kernels keep every token's norm input. */
+static int act_modes(exec_cuda_rt *r, base_error *e)
+{
+    const plan_list *L = r->L;
+    for (int g = 0; g < r->nreg; g++) {
+        rt_region *R = &r->reg[g];
+        R->act_mode = EXEC_ACT_ALL;
+        R->act_kept = R->act_rebuilt = R->sz.act_bytes;
+        if (!R->here || R->sh.sp) continue;
+        int64_t fb = -1, rb = -1;
+        for (int i = 0; i < L->n && (fb < 0 || rb < 0); i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COMPUTE || in->region != g ||
+                (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
+                continue;
+            for (int q = 0; q < in->nwrites; q++)
+                if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
+                    int64_t *dst = in->pass == PLAN_PASS_F ? &fb : &rb;
+                    if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
+                }
+        }
+        if (rb < 0) continue; /* no recompute */
+        for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
+            int64_t kept, rebuilt;
+            if (exec_cuda_region_act_split(&r->cfg, &R->sh, R->kind, (exec_act_mode)m, &kept,
+                                           &rebuilt, e))
+                return -1;
+            if (kept == fb && rebuilt == rb) {
+                R->act_mode = (exec_act_mode)m;
+                R->act_kept = kept;
+                R->act_rebuilt = rebuilt;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Where a workspace's second part starts: after the kernels' w bytes, at a multiple of 8 (the
+ * plan's layout, sched/sizes.c). */
+static int64_t work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
+
+/* The bytes of a pass's workspace (ir_region_work_bytes plus what sched/sizes.c adds): the
+ * kernels' work buffer, then what the pass computes and does not keep: a forward under
+ * recompute the part only R keeps, a recompute the outputs no buffer takes (and a gate's route). */
+static int64_t pass_work_bytes(const rt_region *R, plan_pass pass, const rt_bind *b)
+{
+    bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
+    int64_t w = fwd ? R->sz.work_f_bytes : R->sz.work_bytes, extra = 0;
+    if (pass == PLAN_PASS_F && R->act_mode != EXEC_ACT_ALL) extra = R->act_rebuilt;
+    if (pass == PLAN_PASS_R)
+        extra = (b->sl.yb < 0 && R->kind != EXEC_HEAD ? R->sz.y_bytes : 0) +
+                (R->kind == EXEC_MOE_GATE && b->sl.y2b < 0 ? R->sz.route_bytes : 0);
+    return extra ? work_extra_at(w) + extra : w;
+}
+
 static int read_computes(exec_cuda_rt *r, base_error *e)
 {
     const sched_plan *p = r->p;
@@ -277,14 +343,16 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             B->bytes += 2 * r->reg[r->embed_region].par[0].count;
         }
     }
-    /* sequence parallelism's backward re-gathers (sched/dir_shard.c): the CUDA kernels keep
-     * their own copies of the norm input and output for all tokens, so the gathered buffer is
-     * moved as the plan says (from the leading bytes of the act buffer) and not read */
+    /* sequence parallelism's backward re-gathers (sched/dir_shard.c): the kernels keep their
+     * device's rows of the norm input and output, the leading bytes of the act buffer, which
+     * the plan all-gathers for the backward into [input | output] pairs of every rank (xg) */
     exec_mark_saved_gathers(p, r->dev, r->buf);
+    if (act_modes(r, e)) return -1;
     int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
+    int *act_rec = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_rec);
     exec_region_kind *kinds = base_xcalloc((size_t)(r->nreg + 1), sizeof *kinds);
     for (int k = 0; k < r->nreg; k++) kinds[k] = r->reg[k].kind;
-    for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = -1;
+    for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = act_rec[k] = -1;
     /* workspace-category buffers: a pass's workspace (the kernels' work buffer, sized by their
      * layout: the plan's bytes at bf16), or a tensor handed between regions (plan_layout.h) */
     uint8_t *wk = base_xcalloc((size_t)L->nbufs + 1, 1);
@@ -365,6 +433,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                         rc = instr_err(r, i, e);
                     } else {
                         rc = set_role(r, i, bb, EXEC_BUF_COMM, g, 2 * R->sz.x_bytes, e);
+                        b->xg = bb;
                     }
                 } else if (m == PLAN_MEM_GRAD) {
                     /* as the CPU executor: the optimizer step reads the kept gradient, a backward
@@ -380,19 +449,23 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                     R->opt_buf = bb;
                 } else if (m == PLAN_MEM_ACT) {
                     if (pass == PLAN_PASS_UPD) continue;
-                    if (fwd && side == 1) {
-                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->sz.act_bytes, e);
+                    if (fwd && side == 1 && pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) {
+                        /* what R rebuilds; F's buffer (what it kept) stays the act */
+                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->act_rebuilt, e);
+                        act_rec[g * r->nmb + mb] = bb;
+                        b->act2 = bb;
+                    } else if (fwd && side == 1) {
+                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->act_kept, e);
                         act_cur[g * r->nmb + mb] = bb;
+                        if (pass == PLAN_PASS_F) act_rec[g * r->nmb + mb] = -1;
                         b->act = bb;
                     } else if (bwd && side == 0) {
                         int cur = act_cur[g * r->nmb + mb];
                         if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
                     }
                 } else if (m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) {
-                    /* F and R use the layout's first part; a BW reads its BI's whole */
-                    rc = set_role(r, i, bb, EXEC_BUF_WORK, g,
-                                  fwd ? R->sz.work_f_bytes : R->sz.work_bytes, e);
-                    if (!rc && b->work >= 0 && b->work != bb) {
+                    /* sized below, once the outputs are bound (pass_work_bytes) */
+                    if (b->work >= 0 && b->work != bb) {
                         base_errorf(e, "%s has two workspaces (%s and %s)", kid,
                                     buf_name(r, b->work), buf_name(r, bb));
                         rc = instr_err(r, i, e);
@@ -415,6 +488,9 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
                 }
             }
         }
+        if (!rc && b->work >= 0)
+            rc = set_role(r, i, b->work, EXEC_BUF_WORK, g,
+                          pass == PLAN_PASS_BW ? R->sz.work_bytes : pass_work_bytes(R, pass, b), e);
         if (rc) break;
         if (pass == PLAN_PASS_UPD) {
             if (R->param_buf < 0 || R->grad_buf < 0 || R->opt_buf < 0) {
@@ -427,6 +503,16 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
         }
         /* a pass that reads the parameter buffer itself needs it whole */
         if ((fwd || bwd) && b->pb < 0 && R->param_buf >= 0) R->reads_whole = true;
+        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) b->act = act_cur[g * r->nmb + mb];
+        if (bwd) b->act2 = act_rec[g * r->nmb + mb];
+        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL &&
+            ((b->act < 0 && R->act_mode != EXEC_ACT_NONE) || b->act2 < 0)) {
+            base_errorf(e, "the recompute of %s (micro-batch %d) has no forward before it on this "
+                           "device, or writes no activation buffer",
+                        R->name, mb);
+            rc = instr_err(r, i, e);
+            break;
+        }
         if (fwd && b->act < 0) {
             base_errorf(e, "the %s pass of %s writes no activation buffer", sched_plan_pass_name(pass),
                         R->name);
@@ -469,10 +555,17 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             rc = instr_err(r, i, e);
             break;
         }
+        /* under full or selective recompute R rebuilds from the input F kept (the first piece of
+         * its act buffer), not from the boundary slot, which may go after the forward */
+        if (pass == PLAN_PASS_R && (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE)) {
+            b->sl.xs = -1;
+            if (R->kind == EXEC_MOE_COMBINE) b->sl.x2s = -1; /* the route follows in act */
+        }
         const exec_slot_sizes sz = {R->sz.x_bytes, R->sz.y_bytes, R->sz.route_bytes};
         exec_slots_note_reads(&b->sl, i, sz, r->slot_last, r->slot_bytes);
     }
     free(act_cur);
+    free(act_rec);
     free(kinds);
     free(wk);
     if (rc) return -1;
@@ -832,7 +925,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
     for (int i = 0; i < L->n; i++) {
         rt_bind *b = &r->bind[i];
-        b->act = b->work = b->pb = b->gb = b->egb = -1;
+        b->act = b->act2 = b->work = b->xg = b->pb = b->gb = b->egb = -1;
         b->sl = exec_bind_slots_none();
     }
     r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
@@ -1252,10 +1345,30 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     bool bwd = in->pass == PLAN_PASS_B || in->pass == PLAN_PASS_BI || in->pass == PLAN_PASS_BW;
     const int gb = b->gb >= 0 ? b->gb : R->grad_buf;
     if (bwd && gb >= 0 && !(c->grad = buf_ptr(r, gb, "the gradients", e))) return -1;
-    if (!(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
-    if (b->work >= 0 && r->buf[b->work].bytes > 0 &&
-        !(c->work = buf_ptr(r, b->work, "the workspace", e)))
-        return -1;
+    /* F keeps nothing under EXEC_ACT_NONE: R and the backward read R's buffer only */
+    const bool act_in_act2 = R->act_mode == EXEC_ACT_NONE && in->pass != PLAN_PASS_F;
+    if (!act_in_act2 && !(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
+    c->act_mode = (int)R->act_mode;
+    /* the pass's workspace; its second part (from work_extra_at) holds what the pass computes
+     * and does not keep: F's rebuilt part under recompute, R's outputs */
+    const bool fwd = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
+    char *extra = NULL;
+    if (b->work >= 0 && r->buf[b->work].bytes > 0) {
+        if (!(c->work = buf_ptr(r, b->work, "the workspace", e))) return -1;
+        extra = (char *)c->work +
+                work_extra_at(fwd ? R->sz.work_f_bytes : R->sz.work_bytes);
+    }
+    if (R->act_mode != EXEC_ACT_ALL && b->act2 >= 0) {
+        if (!(c->act2 = buf_ptr(r, b->act2, "the rebuilt activations", e))) return -1;
+    } else if (R->act_mode != EXEC_ACT_ALL && in->pass == PLAN_PASS_F) {
+        if (!extra)
+            return base_errorf(e, "the forward of %s under recompute has no workspace for the "
+                                  "part R rebuilds",
+                               R->name);
+        c->act2 = extra;
+    }
+    if (act_in_act2) c->act = c->act2;
+    if (b->xg >= 0 && !(c->xg = buf_ptr(r, b->xg, "the gathered norm shards", e))) return -1;
     if (R->kind == EXEC_HEAD && r->cfg.tied && R->ncopy) {
         c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
         if (bwd) c->lm_grad = (char *)c->grad + (size_t)R->nkern * 4;
@@ -1293,13 +1406,26 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (b->sl.y2b >= 0 && !(c->y2 = buf_ptr(r, b->sl.y2b, "the route", e))) return -1;
     int rc = 0;
     if (in->pass == PLAN_PASS_R) {
+        /* a recomputation rebuilds the saved tensors; its outputs were consumed already and go
+         * to the workspace's second part (a plan without one: the pool) */
         if (R->kind != EXEC_HEAD && !c->y) {
-            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.y_bytes, &scratch_y, e);
-            c->y = scratch_y;
+            if (extra)
+                c->y = extra;
+            else
+                rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.y_bytes, &scratch_y, e), c->y = scratch_y;
         }
         if (!rc && R->kind == EXEC_MOE_GATE && !c->y2) {
-            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.route_bytes, &scratch_y2, e);
-            c->y2 = scratch_y2;
+            if (extra)
+                c->y2 = extra + (b->sl.yb < 0 ? (size_t)R->sz.y_bytes : 0);
+            else
+                rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.route_bytes, &scratch_y2, e), c->y2 = scratch_y2;
+        }
+        if (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE) {
+            /* the input F kept leads its act buffer; the combine's route follows its expert
+             * outputs */
+            if (!c->x) c->x = c->act;
+            if (R->kind == EXEC_MOE_COMBINE && !c->x2)
+                c->x2 = (char *)c->act + (R->sz.x_bytes + 15) / 16 * 16; /* 16-byte pieces */
         }
     }
     if (!rc && b->sl.dyb >= 0 && !(c->dy = buf_ptr(r, b->sl.dyb, "the output gradient", e))) rc = -1;

@@ -162,3 +162,21 @@ extern "C" int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, ex
     for (int i = 0; i < n; i++) out->params += p[i].count;
     return 0;
 }
+
+extern "C" int exec_cuda_region_act_split(const exec_cfg *c, const exec_shard *s,
+                                          exec_region_kind k, exec_act_mode mode, int64_t *kept,
+                                          int64_t *rebuilt, base_error *e)
+{
+    typedef int64_t (*split_fn)(const exec_cfg *, const exec_shard *, int, int64_t *);
+    static const split_fn SPLIT[EXEC_NREGION_KINDS] = {
+        embed_act_split,       attn_act_split,         mlp_act_split, moe_gate_act_split,
+        moe_experts_act_split, moe_combine_act_split, head_act_split};
+    if ((int)k < 0 || (int)k >= EXEC_NREGION_KINDS)
+        return base_errorf(e, "unknown region kind %d", (int)k);
+    if ((int)mode < 0 || (int)mode >= EXEC_NACT_MODES)
+        return base_errorf(e, "unknown recompute mode %d", (int)mode);
+    int64_t r = 0;
+    *kept = SPLIT[k](c, s, (int)mode, &r);
+    *rebuilt = r;
+    return 0;
+}

@@ -14,8 +14,12 @@
 # `dtype: bf16, grad_dtype: fp32` over the models of tests/exec_cuda/models: flash attention (the
 # CUDA attention keeps the log-sum-exp, not the s x s probabilities) and no dropout (the CUDA
 # kernels regenerate masks from their counters where the cost model keeps a byte per element).
-# Not covered yet, so not listed: recompute (the CUDA kernels keep F's whole layout) and
-# sequence parallelism (they keep every token's norm input and output).
+# Under recompute (full, selective, and full from the previous region's recompute) F keeps and R
+# rebuilds the plan's split of the layout, and the losses of two steps equal, bit for bit, those
+# of the same program without recompute (R reproduces F exactly, so the backward reads the same
+# tensors). Under sequence parallelism each device keeps its rows of the norm inputs and outputs
+# and the backward reads the plan's all-gather of them; its losses equal TP2's without it bit for
+# bit too (two ranks: a reduce-scatter and an all-reduce add the same two numbers).
 #   usage: accounting_emulated.sh BUILD_DIR PIPER_EXEC_CUDA_EMU
 set -uo pipefail
 build="$1" emu="$2"
@@ -30,8 +34,11 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
             gpt_zero2:2:gpt_tiny_flash gpt_zero3:2:gpt_tiny_flash gpt_tp2:2:gpt_tiny_flash \
             gpt_pp2:2:gpt_tiny_flash gpt_pp2_dp2:4:gpt_tiny_flash gpt_tp2_dp2_zero3:4:gpt_tiny_flash \
             gpt4_pp4_zbh1:4:gpt_tiny4_flash moe_single:1:moe_tiny_flash moe_ep2:2:moe_tiny_flash \
-            moe_zero3:2:moe_tiny_flash; do
-  IFS=: read -r p n model <<< "$case"
+            moe_zero3:2:moe_tiny_flash gpt_dp2_recompute:2:gpt_tiny_flash:gpt_dp2 \
+            gpt_dp2_selective:2:gpt_tiny_flash:gpt_dp2 gpt_tp2_recompute:2:gpt_tiny_flash:gpt_tp2 \
+            moe_dp2:2:moe_tiny_flash moe_dp2_recompute:2:moe_tiny_flash:moe_dp2 \
+            moe_ep2_recompute:2:moe_tiny_flash:moe_ep2 gpt_tp2_sp:2:gpt_tiny_flash:gpt_tp2; do
+  IFS=: read -r p n model ref <<< "$case"
   prog="$work/$p.yaml" plan="$work/$p.plan" out="$work/$p.out"
   sed 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' "$src/tests/exec_mpi/programs/$p.yaml" > "$prog"
   if ! grep -q '^grad_dtype: fp32$' "$prog"; then
@@ -46,11 +53,21 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
   else
     launch=("$src/tests/mpirun.sh" "$n" "$emu")
   fi
-  if ! timeout 300 "${launch[@]}" "$plan" --steps 1 --memory --timeout 120 > "$out" 2>&1; then
+  if ! timeout 300 "${launch[@]}" "$plan" --steps 2 --memory --timeout 120 --log "$work/$p.log" \
+       > "$out" 2>&1; then
     echo "FAIL $p: piper-exec-cuda-emu"; sed 's/^/    /' "$out"; fails=$((fails + 1)); continue
   fi
   # "device D buffers, plan / CUDA runtime (bytes): params A / B; grads ...; ..." and
   # "device D accounting, step 1, CUDA runtime / plan (bytes): peak X / Y (allocator ...)"
+  # the losses of a recompute program against its reference's (run earlier in this list)
+  if [ -n "${ref:-}" ]; then
+    if ! cmp -s <(awk '!/^#/ { print $1, $2 }' "$work/$ref.log") <(awk '!/^#/ { print $1, $2 }' "$work/$p.log"); then
+      echo "FAIL $p: its losses differ from $ref's (recompute must reproduce the forward bit for bit)"
+      paste "$work/$ref.log" "$work/$p.log" | awk '!/^#/ { print "    " $2, $15 }'
+      fails=$((fails + 1)); continue
+    fi
+    echo "ok $p: 2 steps' losses equal $ref's bit for bit"
+  fi
   if awk -v n="$n" -v name="$p" '
       / buffers, plan \/ CUDA runtime \(bytes\):/ {
         d = $2; line = $0; sub(/^.*CUDA runtime \(bytes\): /, "", line); sub(/ \(parameters.*$/, "", line)

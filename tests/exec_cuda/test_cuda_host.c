@@ -303,7 +303,7 @@ static void test_cuda_layouts_match_cost_model(void)
     DIR *dir = opendir(test_src_path("configs/models"));
     CU_ASSERT_FATAL(dir != NULL);
     struct dirent *de;
-    int compared = 0;
+    int compared = 0, splits = 0; /* splits: the recompute check's */
     while ((de = readdir(dir))) {
         size_t len = strlen(de->d_name);
         if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
@@ -362,13 +362,56 @@ static void test_cuda_layouts_match_cost_model(void)
                                     ir_region_route_bytes(&m, &s));
                         CU_ASSERT(ok);
                         compared++;
+                        /* ---- recompute: what F keeps (act) and what R rebuilds (act2) under each
+                         * mode are ir/cost.c's IR_T_SAVED and IR_T_RECOMP, as the CPU's
+                         * (tests/exec_cpu/test_model.c). The embedding and the head are never
+                         * recomputed: they keep everything under every mode. */
+                        {
+                            const struct {
+                                ir_recompute rc;
+                                bool prev;
+                                exec_act_mode mode;
+                            } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
+                                         {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
+                                         {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+                            for (size_t q = 0; q < BASE_COUNT(modes); q++) {
+                                ir_shape r = s;
+                                r.recompute = modes[q].rc;
+                                r.recompute_from_prev = modes[q].prev;
+                                double saved = ir_region_activation_bytes(&m, &rs[i], &r);
+                                /* the dropout mask, regenerated here, where the cost model keeps
+                                 * it: the embedding's always, a layer's under selective
+                                 * recompute (full recompute keeps the input only) */
+                                if (m.dropout && masked &&
+                                    (rs[i].kind == IR_REGION_EMBED || modes[q].mode == EXEC_ACT_SELECTIVE))
+                                    saved -= (double)(c.b * c.s * c.h);
+                                /* the combine under full recompute keeps its input, residual
+                                 * included: more than without recompute, and rebuilds nothing */
+                                double recomp = want - saved > 0 ? want - saved : 0;
+                                int64_t kept = -1, rebuilt = -1;
+                                CU_ASSERT_FATAL(exec_cuda_region_act_split(&c, &sh, (exec_region_kind)rs[i].kind,
+                                                                           modes[q].mode, &kept, &rebuilt,
+                                                                           &e) == 0);
+                                if ((double)kept != saved || (double)rebuilt != recomp)
+                                    fprintf(stderr, "\n  %s%s %s tp %d ep %d mode %d: kept %lld rebuilt %lld; "
+                                                    "cost model %.0f, %.0f",
+                                            m.name, variant ? " (variant)" : "", rs[i].name, (int)s.tp,
+                                            (int)s.ep, (int)modes[q].mode, (long long)kept,
+                                            (long long)rebuilt, saved, recomp);
+                                CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
+                                splits++;
+                            }
+                        }
+                        /* ---- end of the recompute split check */
                     }
                 }
         }
     }
     closedir(dir);
     base_arena_free(&a);
-    fprintf(stderr, "\n  %d CUDA region layouts compared with the cost model\n", compared);
+    fprintf(stderr, "\n  %d CUDA region layouts compared with the cost model, %d recompute splits\n",
+            compared, splits);
+    CU_ASSERT(splits == 3 * compared);
     CU_ASSERT(compared > 100);
 }
 #endif

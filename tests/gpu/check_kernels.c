@@ -8,11 +8,14 @@
  *       with dropped tokens, tied embeddings) and shards (tensor-parallel rank 1 of 2: partial
  *       sums without the replicated terms; expert-parallel rank 1 of 2; the vocabulary-parallel
  *       head as a group of 2), plus GEMM layouts, initialisation, AdamW/SGD, the gradient norm
- *       and the clipping coefficient. Inputs and parameters are bf16 values on both sides, so
- *       the differences are the kernels' own. Tolerances (relative L2 error, stated per line):
- *       forward outputs 2e-2, input and weight gradients 3e-2 (every intermediate is rounded to
- *       bf16 on the GPU), losses 5e-3, optimizer steps 1e-6 and the gradient norm 1e-9 (same
- *       fp32 inputs, double arithmetic on both), routing and dropout masks exactly.
+ *       and the clipping coefficient; per layer region and recompute mode (selective, full
+ *       keeping the input, full keeping nothing), F keeping its part with a transient rebuilt
+ *       part, R rebuilding it from what F kept, then BI and BW, all bit for bit as without
+ *       recompute. Inputs and parameters are bf16 values on both sides, so the differences
+ *       are the kernels' own. Tolerances (relative L2 error, stated per line): forward outputs
+ *       2e-2, input and weight gradients 3e-2 (every intermediate is rounded to bf16 on the
+ *       GPU), losses 5e-3, optimizer steps 1e-6 and the gradient norm 1e-9 (same fp32 inputs,
+ *       double arithmetic on both), routing and dropout masks exactly.
  *   check_kernels --train [--out FILE]
  *       (b, kernel chain) 10 AdamW steps with clipping of a tiny GPT (dropout, tied embeddings)
  *       and a tiny MoE Llama, the regions chained by this program as a single-device executor
@@ -657,6 +660,175 @@ static int check_upd(region *r, const char *tag)
     return 0;
 }
 
+/* ---------------------------------------------------------------- recompute */
+
+/* What one run of a region's passes left: F's outputs, R's, BI's and BW's (host copies). */
+typedef struct rc_run {
+    void *yf, *y2f, *yr, *y2r, *dx, *dx2, *grad;
+    double aux;
+} rc_run;
+
+static void rc_run_free(rc_run *o)
+{
+    free(o->yf), free(o->y2f), free(o->yr), free(o->y2r), free(o->dx), free(o->dx2), free(o->grad);
+    memset(o, 0, sizeof *o);
+}
+
+/* Overwrites a device buffer with 0xff bytes (bf16 and fp32 NaNs), so that a pass that reads
+ * what nothing wrote shows it. */
+static int poison(void *d, size_t bytes)
+{
+    if (!d || !bytes) return 0;
+    void *h = xcalloc(bytes);
+    memset(h, 0xff, bytes);
+    int rc = exec_cuda_h2d(X, d, h, bytes, &E);
+    free(h);
+    return rc;
+}
+
+static int rc_down(void **h, const void *d, size_t bytes)
+{
+    *h = xcalloc(bytes);
+    return d && bytes ? exec_cuda_d2h(X, *h, d, bytes, &E) : 0;
+}
+
+static int rc_pass(region *r, const char *pass, const exec_call *over)
+{
+    char id[64];
+    ident(id, sizeof id, r, pass);
+    exec_cuda_call g = call_gpu(r, NULL);
+    g.c.act = over->act;
+    g.c.act2 = over->act2;
+    g.c.act_mode = over->act_mode;
+    g.c.x = over->x;
+    g.c.x2 = over->x2;
+    if (exec_cuda_kernel_run_id(id, &g, &E) || exec_cuda_ctx_sync(X, &E)) {
+        result(false, "GPU %s (recompute mode %d): %s", id, over->act_mode, E.msg);
+        base_error_clear(&E);
+        return -1;
+    }
+    return 0;
+}
+
+/* F, R, BI and BW of a region under a recompute mode, as the runtime binds them: F keeps its
+ * part in kept and computes R's part in a transient fwd2; R rebuilds act2 (poisoned before)
+ * reading its input from what F kept (full or selective recompute: the input leads the kept
+ * part; the combine's route follows its expert outputs), or, keeping nothing (EXEC_ACT_NONE),
+ * from the previous region's output, and R's buffer is then the act of R and the backward.
+ * EXEC_ACT_ALL: the plain passes on kept. */
+static int rc_passes(region *r, int mode, void *kept, void *act2, void *fwd2, size_t rebuilt,
+                     rc_run *o)
+{
+    const exec_cuda_sizes *s = &r->g.sz;
+    const size_t yb = (size_t)s->y_bytes, rb = (size_t)s->route_bytes;
+    const size_t xb = (size_t)s->x_bytes;
+    exec_call v;
+    memset(&v, 0, sizeof v);
+    v.act_mode = mode;
+    v.act = kept;
+    v.act2 = mode == EXEC_ACT_ALL ? NULL : fwd2;
+    v.x = r->g.x;
+    v.x2 = r->g.x2;
+    CK(rc_pass(r, "F", &v));
+    CK(rc_down(&o->yf, r->g.y, yb));
+    if (r->kind == EXEC_MOE_GATE) {
+        CK(rc_down(&o->y2f, r->g.y2, rb));
+        CK(exec_cuda_d2h(X, &o->aux, r->g.out, 8, &E));
+    }
+    /* R: nothing F left outside what it keeps may serve */
+    CK(poison(fwd2, rebuilt));
+    if (mode != EXEC_ACT_ALL) {
+        v.act2 = act2;
+        if (mode == EXEC_ACT_NONE) v.act = act2;
+        if (mode == EXEC_ACT_INPUT || mode == EXEC_ACT_SELECTIVE) {
+            v.x = kept;
+            if (r->kind == EXEC_MOE_COMBINE) v.x2 = (char *)kept + ((xb + 15) & ~(size_t)15);
+        }
+    }
+    CK(poison(r->g.y, yb));
+    if (r->kind == EXEC_MOE_GATE) CK(poison(r->g.y2, rb));
+    CK(rc_pass(r, "R", &v));
+    CK(rc_down(&o->yr, r->g.y, yb));
+    if (r->kind == EXEC_MOE_GATE) CK(rc_down(&o->y2r, r->g.y2, rb));
+    /* BI and BW from fresh outputs */
+    CK(exec_cuda_memset0(X, r->g.dx, xb, &E));
+    if (r->kind == EXEC_MOE_COMBINE) CK(exec_cuda_memset0(X, r->g.dx2, rb, &E));
+    CK(rc_pass(r, "BI", &v));
+    CK(rc_down(&o->dx, r->g.dx, xb));
+    if (r->kind == EXEC_MOE_COMBINE) CK(rc_down(&o->dx2, r->g.dx2, rb));
+    if (r->np > 0) {
+        const size_t gb = (size_t)r->c.sz.params * 4;
+        CK(exec_cuda_memset0(X, r->g.grad, gb, &E));
+        CK(rc_pass(r, "BW", &v));
+        CK(rc_down(&o->grad, r->g.grad, gb));
+    }
+    return 0;
+}
+
+static bool rc_same(const void *a, const void *b, size_t n)
+{
+    return n == 0 || !a || !b || memcmp(a, b, n) == 0;
+}
+
+/* Recompute: under each mode that rebuilds something here, F keeping its part, R rebuilding
+ * the rest from it, then BI and BW give what they give without recompute, bit for bit (the
+ * same kernels on the same values), and F's and R's outputs too. */
+static void check_recompute(region *r, const char *tag)
+{
+    if (r->kind == EXEC_EMBED || r->kind == EXEC_HEAD) return; /* never recomputed */
+    const exec_cuda_sizes *s = &r->g.sz;
+    const size_t yb = (size_t)s->y_bytes, rb = (size_t)s->route_bytes, xb = (size_t)s->x_bytes;
+    const size_t gb = r->np > 0 ? (size_t)r->c.sz.params * 4 : 0;
+    rc_run ref, got;
+    memset(&ref, 0, sizeof ref);
+    memset(&got, 0, sizeof got);
+    if (rc_passes(r, EXEC_ACT_ALL, r->g.act, NULL, NULL, 0, &ref)) goto out;
+    static const int modes[] = {EXEC_ACT_SELECTIVE, EXEC_ACT_INPUT, EXEC_ACT_NONE};
+    static const char *names[] = {"selective", "full (input kept)", "full (nothing kept)"};
+    for (size_t q = 0; q < BASE_COUNT(modes); q++) {
+        int64_t kept = 0, rebuilt = 0;
+        if (exec_cuda_region_act_split(r->cfg, &r->sh, r->kind, (exec_act_mode)modes[q], &kept,
+                                       &rebuilt, &E)) {
+            result(false, "%s recompute split: %s", tag, E.msg);
+            base_error_clear(&E);
+            continue;
+        }
+        /* the same split as without recompute (selective outside attention): nothing to see */
+        if (rebuilt == 0 && kept == s->act_bytes) continue;
+        /* the kept part at least 16 bytes (an empty part is still a buffer the runtime passes);
+         * no rebuilt part (the combine under full recompute keeps its whole input): no act2, as
+         * the runtime passes none */
+        void *k = dalloc((size_t)kept + 16), *a2 = rebuilt ? dalloc((size_t)rebuilt) : NULL,
+             *f2 = rebuilt ? dalloc((size_t)rebuilt) : NULL;
+        bool ok = k && ((a2 && f2) || !rebuilt) && poison(k, (size_t)kept + 16) == 0 &&
+                  poison(f2, (size_t)rebuilt) == 0 && poison(a2, (size_t)rebuilt) == 0 &&
+                  rc_passes(r, modes[q], k, a2, f2, (size_t)rebuilt, &got) == 0;
+        if (ok) {
+            char what[160];
+            snprintf(what, sizeof what, "%s recompute %s", tag, names[q]);
+            const bool f_same = rc_same(got.yf, ref.yf, yb) && rc_same(got.y2f, ref.y2f, rb) &&
+                                (r->kind != EXEC_MOE_GATE || got.aux == ref.aux);
+            const bool r_same = rc_same(got.yr, ref.yr, yb) && rc_same(got.y2r, ref.y2r, rb);
+            const bool b_same = rc_same(got.dx, ref.dx, xb) && rc_same(got.dx2, ref.dx2, rb) &&
+                                rc_same(got.grad, ref.grad, gb);
+            result(f_same && r_same && b_same,
+                   "%-44s kept %lld + rebuilt %lld bytes: F %s, R %s, BI/BW %s as without",
+                   what, (long long)kept, (long long)rebuilt, f_same ? "same" : "DIFFERS",
+                   r_same ? "same" : "DIFFERS", b_same ? "same" : "DIFFER");
+        } else if (E.msg[0]) {
+            result(false, "%s recompute mode %d: %s", tag, modes[q], E.msg);
+            base_error_clear(&E);
+        }
+        rc_run_free(&got);
+        exec_cuda_free(k);
+        exec_cuda_free(a2);
+        exec_cuda_free(f2);
+    }
+out:
+    rc_run_free(&ref);
+    rc_run_free(&got);
+}
+
 /* Every pass of one region on one shard. */
 static int check_region(const exec_cfg *cfg, const char *cname, int tp, int tpr, int ep, int epr,
                         exec_region_kind k)
@@ -757,6 +929,7 @@ static int check_region(const exec_cfg *cfg, const char *cname, int tp, int tpr,
         compare_grads(&r, tag);
         if (check_upd(&r, tag)) goto done;
     }
+    check_recompute(&r, tag);
     rc = 0;
     goto done;
 cuda_error:

@@ -510,6 +510,19 @@ static void test_optimizer_kernel(void)
     CU_ASSERT_EQUAL_FATAL(l.n, 1);
     CU_ASSERT_EQUAL(l.k[0].bytes, 30.0 * p);
     CU_ASSERT_EQUAL(l.k[0].flops, 12.0 * p);
+    /* ZeRO >= 1 over 3 devices: the device steps its piece, ceil(8480 / 3) = 2827 parameters */
+    CU_ASSERT_EQUAL(p, 8480);
+    sh.opt_shards = 3;
+    ir_region_kernels(&m, &at, PLAN_PASS_UPD, &sh, &ar, &l);
+    CU_ASSERT_EQUAL_FATAL(l.n, 1);
+    CU_ASSERT_EQUAL(l.k[0].bytes, 30.0 * 2827);
+    CU_ASSERT_EQUAL(l.k[0].flops, 12.0 * 2827);
+    sh.opt_shards = 1; /* 1 and 0 (a shape without the field set): the whole step */
+    ir_region_kernels(&m, &at, PLAN_PASS_UPD, &sh, &ar, &l);
+    CU_ASSERT_EQUAL(l.k[0].bytes, 30.0 * p);
+    sh.opt_shards = 0;
+    ir_region_kernels(&m, &at, PLAN_PASS_UPD, &sh, &ar, &l);
+    CU_ASSERT_EQUAL(l.k[0].bytes, 30.0 * p);
     base_arena_free(&ar);
 }
 

@@ -365,6 +365,105 @@ static void test_oom_rejected_with_breakdown(void)
     compiled_free(r);
 }
 
+/* The optimizer steps on device d: each must update the device's piece of its region under
+ * ZeRO >= 1, ceil(p / shards) of the region's p parameters (the pieces of the optimizer state
+ * and of the executor's exec_zero_piece), with `per_param` bytes of traffic (gradient + parameter
+ * + 24 of fp32 state) and 12 FLOPs each; shards = 1 is ZeRO-0's whole step. Returns the
+ * device's step bytes; *flops gets its FLOPs and *steps counts the steps. */
+static double check_upd_pieces(const compiled *r, int d, int64_t shards, double per_param,
+                               double *flops, int *steps)
+{
+    const sched_plan *p = &r->c.plan;
+    const plan_list *L = sched_plan_list(p, d);
+    ir_shape sh = ir_shape_default(); /* no TP: the region's parameters are the device's */
+    double bytes = 0;
+    *flops = 0;
+    *steps = 0;
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE || in->pass != PLAN_PASS_UPD) continue;
+        CU_ASSERT_FATAL(in->kernels >= 0 && in->region >= 0);
+        int64_t n = ir_region_params_per_device(&r->c.prog.model, &r->c.dag.regions[in->region], &sh);
+        double piece = (double)((n + shards - 1) / shards);
+        const plan_kernel_list *kl = &p->kernel_lists[in->kernels];
+        double b = 0, f = 0;
+        for (int k = 0; k < kl->n; k++) {
+            b += kl->k[k].bytes;
+            f += kl->k[k].flops;
+        }
+        CU_ASSERT_EQUAL(b, per_param * piece);
+        CU_ASSERT_EQUAL(f, 12.0 * piece);
+        bytes += b;
+        *flops += f;
+        (*steps)++;
+    }
+    return bytes;
+}
+
+/* The ZeRO table's programs (7.5e9 parameters, 64 GPUs): ZeRO-0 steps every parameter on every
+ * device, 28 bytes (bf16 gradient and parameter, fp32 master, m and v read and written) and 12
+ * FLOPs each; ZeRO-1/2/3 shard the optimizer state 64 ways and each device steps its piece of each
+ * region, ceil(p / 64): the ZeRO-0 step's bytes and FLOPs / 64, up to the rounding of a piece
+ * per region. */
+static void test_zero_optimizer_step_piece(void)
+{
+    sched_options o = {.allow_oom = true};
+    const double P = 7.5e9;
+    double whole_b = 0, whole_f = 0;
+    for (int z = 0; z < 4; z++) {
+        char body[256];
+        snprintf(body, sizeof body, ZERO_BODY, z);
+        compiled *r = compile_text("tests/fixtures/sched/gpt_7p5e9.yaml",
+                                   "tests/fixtures/sched/a100_64.yaml", body, &o);
+        ASSERT_COMPILED(r);
+        CU_ASSERT_EQUAL_FATAL(r->c.dp_degree, 64);
+        const int64_t shards = z >= 1 ? 64 : 1;
+        const int nreg = r->c.dag.nregions;
+        for (int d = 0; d < r->c.stats.ndevices; d += 63) { /* the first and last replicas */
+            double f;
+            int steps;
+            double b = check_upd_pieces(r, d, shards, 28.0, &f, &steps);
+            CU_ASSERT_EQUAL(steps, nreg); /* every region's step on every replica */
+            if (z == 0) {
+                CU_ASSERT_EQUAL(b, 28.0 * P);
+                CU_ASSERT_EQUAL(f, 12.0 * P);
+                whole_b = b;
+                whole_f = f;
+            } else {
+                /* 1/64 of ZeRO-0's, each region's piece rounded up by less than one parameter */
+                CU_ASSERT(b >= whole_b / 64 && b < whole_b / 64 + 28.0 * nreg);
+                CU_ASSERT(f >= whole_f / 64 && f < whole_f / 64 + 12.0 * nreg);
+            }
+        }
+        compiled_free(r);
+    }
+}
+
+/* The cost cache keys on the optimizer's sharding: two pipeline stages of gpt_tiny hold regions
+ * of the same kinds (attention, MLP), the first stage's DP pair under ZeRO-0 (each device steps
+ * all p), the second's under ZeRO-1 (each steps ceil(p / 2)); neither takes the other's cost. */
+static void test_zero_optimizer_step_cache_key(void)
+{
+    compiled *r = compile_text("configs/models/gpt_tiny.yaml", "configs/clusters/dgx_a100_8.yaml",
+                               "batch: {global: 4, micro: 1}\n"
+                               "annotations: {pp: 2}\n"
+                               "directives:\n"
+                               "  - {op: split, num_microbatches: 2}\n"
+                               "  - {op: place, filter: {PP: 0}, devices: [0, 1]}\n"
+                               "  - {op: replicate, filter: {PP: 0}, devices: [0, 1], zero: 0}\n"
+                               "  - {op: place, filter: {PP: 1}, devices: [2, 3]}\n"
+                               "  - {op: replicate, filter: {PP: 1}, devices: [2, 3], zero: 1}\n",
+                               NULL);
+    ASSERT_COMPILED(r);
+    double f0, f1;
+    int s0, s1;
+    double b0 = check_upd_pieces(r, 0, 1, 28.0, &f0, &s0);
+    double b1 = check_upd_pieces(r, 2, 2, 28.0, &f1, &s1);
+    CU_ASSERT(s0 >= 2 && s1 >= 2 && b0 > 0 && b1 > 0);
+    CU_ASSERT_EQUAL(s0 + s1, r->c.dag.nregions);
+    compiled_free(r);
+}
+
 /* ---------------------------------------------------------------- 2. instruction counts */
 
 /* dp2_buckets.yaml works out the buckets: 2 all-reduces per device, 100,224 and 136,832 bytes,
@@ -493,6 +592,11 @@ static void test_grad_dtype_fp32_volumes(void)
             CU_ASSERT_EQUAL(r->c.plan.param_dtype, PLAN_BF16);
             CU_ASSERT_EQUAL(r->c.plan.act_dtype, PLAN_BF16);
             v[f] = volumes_of(&r->c.plan, 0);
+            /* the optimizer step: ZeRO-1-3 each device its half of each region (ceil(p / 2)) */
+            double upd_flops;
+            int upd_steps;
+            CU_ASSERT_EQUAL(check_upd_pieces(r, 0, z >= 1 ? 2 : 1, f ? 30.0 : 28.0, &upd_flops, &upd_steps),
+                            v[f].upd);
             plan_volumes v1 = volumes_of(&r->c.plan, 1);
             CU_ASSERT_EQUAL(memcmp(&v[f], &v1, sizeof v1), 0); /* the replicas agree */
             if (f) {
@@ -532,9 +636,10 @@ static void test_grad_dtype_fp32_volumes(void)
         CU_ASSERT_DOUBLE_EQUAL(v[1].mem[PLAN_MEM_PARAM], v[0].mem[PLAN_MEM_PARAM], 0);
         CU_ASSERT_DOUBLE_EQUAL(v[1].mem[PLAN_MEM_OPT], v[0].mem[PLAN_MEM_OPT], 0);
         CU_ASSERT_DOUBLE_EQUAL(v[1].mem[PLAN_MEM_ACT], v[0].mem[PLAN_MEM_ACT], 0);
-        /* (the cost model charges a device its regions' whole step even where ZeRO gives it 1/N
-         * of the state: only the ratio is asserted beyond ZeRO-0) */
+        /* the step: 28 bytes a parameter it updates, all of them under ZeRO-0, half (each region's
+         * piece rounded up) under ZeRO-1-3 */
         if (z == 0) CU_ASSERT_DOUBLE_EQUAL(v[0].upd, 28 * P, 1e-6 * P);
+        if (z >= 1) CU_ASSERT(v[0].upd >= 14 * P && v[0].upd < 14 * P + 28 * 16);
         CU_ASSERT_DOUBLE_EQUAL(v[1].upd, v[0].upd * 30 / 28, 1e-9 * v[0].upd);
     }
 }
@@ -1441,6 +1546,8 @@ int piper_tests_register(void)
         {"the same with fp32 gradients (grad_dtype): 18 bytes a parameter", test_zero_table_fp32_grads},
         {"ZeRO-3 gathers: a few copies alive, not the step's", test_zero3_prefetch_limit},
         {"a plan that does not fit is rejected with its breakdown", test_oom_rejected_with_breakdown},
+        {"ZeRO 1-3: each device steps its 1/64 piece of the optimizer state", test_zero_optimizer_step_piece},
+        {"the cost cache keys on the optimizer step's ZeRO sharding", test_zero_optimizer_step_cache_key},
         {NULL, NULL},
     };
     static const test_case counts[] = {
