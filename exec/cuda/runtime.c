@@ -253,7 +253,9 @@ static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int regio
  * plan's sizes (its F's activation buffer and its R's), as piper-exec's. The sizes are the plan's
  * at bf16 for models whose layouts the cost model counts (flash attention, no dropout); for other
  * plans (fp32 test programs, s x s attention) no mode matches, and F and R each keep the whole
- * layout. Sequence-parallel regions too: these kernels keep every token's norm input. */
+ * layout. A sequence-parallel region is not recomputed here (refused, as piper-exec does): its
+ * backward gathers [norm input | norm output] rows from one act buffer, which a split would put
+ * in two, and R's input arrives re-gathered. */
 static int act_modes(exec_cuda_rt *r, base_error *e)
 {
     const plan_list *L = r->L;
@@ -261,7 +263,7 @@ static int act_modes(exec_cuda_rt *r, base_error *e)
         rt_region *R = &r->reg[g];
         R->act_mode = EXEC_ACT_ALL;
         R->act_kept = R->act_rebuilt = R->sz.act_bytes;
-        if (!R->here || R->sh.sp) continue;
+        if (!R->here) continue;
         int64_t fb = -1, rb = -1;
         for (int i = 0; i < L->n && (fb < 0 || rb < 0); i++) {
             const plan_instr *in = &L->ins[i];
@@ -275,6 +277,11 @@ static int act_modes(exec_cuda_rt *r, base_error *e)
                 }
         }
         if (rb < 0) continue; /* no recompute */
+        if (R->sh.sp)
+            return base_errorf(e, "region %s is sequence-parallel and recomputed; the CUDA kernels "
+                                  "do not recompute under sequence parallelism yet (nor do the CPU "
+                                  "kernels): drop the recompute or sequence_parallel",
+                               R->name);
         for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
             int64_t kept, rebuilt;
             if (exec_cuda_region_act_split(&r->cfg, &R->sh, R->kind, (exec_act_mode)m, &kept,
@@ -1408,17 +1415,17 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (in->pass == PLAN_PASS_R) {
         /* a recomputation rebuilds the saved tensors; its outputs were consumed already and go
          * to the workspace's second part (a plan without one: the pool) */
-        if (R->kind != EXEC_HEAD && !c->y) {
-            if (extra)
-                c->y = extra;
-            else
-                rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.y_bytes, &scratch_y, e), c->y = scratch_y;
+        if (R->kind != EXEC_HEAD && !c->y && extra) {
+            c->y = extra;
+        } else if (R->kind != EXEC_HEAD && !c->y) {
+            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.y_bytes, &scratch_y, e);
+            c->y = scratch_y;
         }
-        if (!rc && R->kind == EXEC_MOE_GATE && !c->y2) {
-            if (extra)
-                c->y2 = extra + (b->sl.yb < 0 ? (size_t)R->sz.y_bytes : 0);
-            else
-                rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.route_bytes, &scratch_y2, e), c->y2 = scratch_y2;
+        if (!rc && R->kind == EXEC_MOE_GATE && !c->y2 && extra) {
+            c->y2 = extra + (b->sl.yb < 0 ? (size_t)R->sz.y_bytes : 0);
+        } else if (!rc && R->kind == EXEC_MOE_GATE && !c->y2) {
+            rc = exec_cuda_pool_alloc(&r->pool, (size_t)R->sz.route_bytes, &scratch_y2, e);
+            c->y2 = scratch_y2;
         }
         if (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE) {
             /* the input F kept leads its act buffer; the combine's route follows its expert

@@ -96,5 +96,19 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
     echo "FAIL $p ($out)"; fails=$((fails + 1))
   fi
 done
+# sequence parallelism with recompute is refused at open, with what to change (as piper-exec)
+prog="$work/sp_recompute.yaml"
+sed -e 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' \
+    -e 's/^directives:$/directives:\n  - {op: recompute, filter: {REGION: attn}, mode: full}/' \
+    "$src/tests/exec_mpi/programs/gpt_tp2_sp.yaml" > "$prog"
+if "$build/piper-compile" -q "$prog" --model "$models/gpt_tiny_flash.yaml" \
+     --cluster "$src/configs/clusters/cpu_8.yaml" -o "$work/sp_recompute.plan" > "$work/sp_recompute.out" 2>&1 &&
+   ! "$emu" "$work/sp_recompute.plan" --check --device 0 >> "$work/sp_recompute.out" 2>&1 &&
+   grep -q "sequence-parallel and recomputed; .*drop the recompute or sequence_parallel" "$work/sp_recompute.out"; then
+  echo "ok sequence parallelism with recompute is refused with what to change"
+else
+  echo "FAIL sequence parallelism with recompute: no clear refusal"; sed 's/^/    /' "$work/sp_recompute.out"
+  fails=$((fails + 1))
+fi
 echo "CUDA accounting: $checked programs equal their plans, $fails failed"
 [ "$fails" -eq 0 ]
