@@ -345,7 +345,7 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
         double params = (double)ir_region_params_per_device(m, &g->regions[n->region], &s);
         if (n->flags & IR_NODE_TIED) params += (double)ir_model_tied_copy_params_per_device(m, &s);
         int zero = n->dp ? n->dp - 1 : -1;
-        double dp = n->dp ? (double)(g->places[n->place].ndev / n->tp) : 1.0;
+        double dp = n->dp ? (double)sched_upd_replicas(g, n) : 1.0;
         const char *rn = g->regions[n->region].name;
         char name[128];
         snprintf(name, sizeof name, "param.%s", rn);

@@ -93,6 +93,10 @@ int sched_fix_p2p(sched_ctx *x, base_error *e);
 void sched_update_sizes(sched_ctx *x);
 /* The ir_shape a node runs with (an optimizer step under ZeRO >= 1: opt_shards = its DP group). */
 ir_shape sched_node_shape(const sched_ctx *x, int32_t v);
+/* The devices holding the same parameters as optimizer step n's region, over which ZeRO shards
+ * its state: the data-parallel group (place devices / TP), or for experts under expert
+ * parallelism the ranks with the same experts (IR_CG_EDP, where their gradients are reduced). */
+int sched_upd_replicas(const ir_dag *g, const ir_node *n);
 
 int sched_dir_split(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_place(sched_ctx *x, const ir_directive *d, base_error *e);

@@ -39,9 +39,17 @@ ir_shape sched_node_shape(const sched_ctx *x, int32_t v)
     s.grad_dtype = (plan_dtype)x->prog->grad_dtype;
     /* ZeRO >= 1 (dp = stage + 1 >= 2) shards the optimizer state over the data-parallel group,
      * as lower.c sizes the optimizer buffers: the step updates the device's piece only */
-    if (n->op == IR_OP_UPD && n->dp >= 2 && n->tp > 0)
-        s.opt_shards = x->g->places[n->place].ndev / n->tp;
+    if (n->op == IR_OP_UPD && n->dp >= 2 && n->tp > 0) s.opt_shards = sched_upd_replicas(x->g, n);
     return s;
+}
+
+int sched_upd_replicas(const ir_dag *g, const ir_node *n)
+{
+    int tp = n->tp > 0 ? n->tp : 1;
+    int r = g->places[n->place].ndev / tp;
+    if (n->region >= 0 && g->regions[n->region].kind == IR_REGION_MOE_EXPERTS && n->ep > 1)
+        r /= n->ep;
+    return r > 0 ? r : 1;
 }
 
 /* Devices in the group a collective node spans. */

@@ -37,7 +37,8 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
             moe_zero3:2:moe_tiny_flash gpt_dp2_recompute:2:gpt_tiny_flash:gpt_dp2 \
             gpt_dp2_selective:2:gpt_tiny_flash:gpt_dp2 gpt_tp2_recompute:2:gpt_tiny_flash:gpt_tp2 \
             moe_dp2:2:moe_tiny_flash moe_dp2_recompute:2:moe_tiny_flash:moe_dp2 \
-            moe_ep2_recompute:2:moe_tiny_flash:moe_ep2 gpt_tp2_sp:2:gpt_tiny_flash:gpt_tp2; do
+            moe_ep2_recompute:2:moe_tiny_flash:moe_ep2 gpt_tp2_sp:2:gpt_tiny_flash:gpt_tp2 \
+            moe_pp2_dp2_ep2_dualpipe_zero1:4:moe_tiny_flash; do
   IFS=: read -r p n model ref <<< "$case"
   prog="$work/$p.yaml" plan="$work/$p.plan" out="$work/$p.out"
   sed 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' "$src/tests/exec_mpi/programs/$p.yaml" > "$prog"

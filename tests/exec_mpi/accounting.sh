@@ -3,7 +3,8 @@
 # says. For DP2 with ZeRO-0..3, TP2 (with and without sequence parallelism), PP2, EP2, MoE ZeRO-3,
 # full and selective recompute, ZB-H1 (BI/BW split), DualPipeV, DualPipe with MoE, ZeRO-3 over
 # TP2 x DP2, TP2 and EP2 with full recompute (recomputes reading each other through copies of the
-# collectives) and the other compositions, one step with --memory; each rank's accounting line is checked against the
+# collectives), ZeRO-1 with experts on their own EP group (their optimizer state whole) and the
+# other compositions, one step with --memory; each rank's accounting line is checked against the
 # plan file itself (read here with awk, not through the executor):
 #   - parameter bytes held = the bytes of the device's list's `params` buffers;
 #   - gradient bytes = the bytes of its `grads` buffers: under ZeRO-2/3 the kept piece of every
@@ -33,7 +34,8 @@ fails=0
 for case in gpt_dp2:2 gpt_zero1:2 gpt_zero2:2 gpt_zero3:2 gpt_tp2:2 gpt_tp2_sp:2 gpt_pp2:2 \
             moe_ep2:2 moe_zero3:2 gpt_pp2_dp2:4 moe_pp2_dp2_ep2:4 gpt_dp2_recompute:2 \
             gpt_dp2_selective:2 moe_dp2_recompute:2 gpt4_pp4_zbh1:4 gpt4_pp2x2_dualpipev:2 \
-            gpt_tp2_dp2_zero3:4 moe_pp2_dp2_ep2_dualpipe:4 gpt_tp2_recompute:2 moe_ep2_recompute:2; do
+            gpt_tp2_dp2_zero3:4 moe_pp2_dp2_ep2_dualpipe:4 gpt_tp2_recompute:2 moe_ep2_recompute:2 \
+            moe_pp2_dp2_ep2_dualpipe_zero1:4; do
   IFS=: read -r p n <<< "$case"
   plan="$work/$p.plan"
   "$build/piper-compile" -q "$src/tests/exec_mpi/programs/$p.yaml" -o "$plan" || exit 1

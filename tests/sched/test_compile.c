@@ -400,6 +400,49 @@ static double check_upd_pieces(const compiled *r, int d, int64_t shards, double 
     return bytes;
 }
 
+
+/* Experts under expert parallelism over the data-parallel devices themselves (moe_tiny, EP2 on
+ * the same 2 devices as DP2) have no replica: ZeRO-1 cannot shard their optimizer state, which
+ * each device keeps whole (12 bytes a parameter of its experts: fp32 master, m, v), while the
+ * replicated regions' is halved. The plan used to halve the experts' too, predicting less memory
+ * than any executor holds. The optimizer step's cost follows the same pieces. */
+static void test_zero_expert_state_not_sharded_over_ep(void)
+{
+    compiled *r = compile_text("configs/models/moe_tiny.yaml", "configs/clusters/cpu_8.yaml",
+                               "batch: {global: 2, micro: 1}\n"
+                               "annotations: {ep: true}\n"
+                               "directives:\n"
+                               "  - {op: replicate, filter: {}, devices: [0, 1], zero: 1}\n"
+                               "  - {op: shard, filter: {EP: \"*\"}, devices: [0, 1], stream: ep}\n",
+                               NULL);
+    ASSERT_COMPILED(r);
+    int experts = 0, others = 0;
+    for (int d = 0; d < 2; d++) {
+        const plan_list *L = sched_plan_list(&r->c.plan, d);
+        for (int b = 0; b < L->nbufs; b++) {
+            if (L->bufs[b].mem != PLAN_MEM_OPT) continue;
+            const char *region = L->bufs[b].name + 4; /* "opt.<region>" */
+            char pname[128];
+            snprintf(pname, sizeof pname, "param.%s", region);
+            double params = -1;
+            for (int q = 0; q < L->nbufs; q++)
+                if (!strcmp(L->bufs[q].name, pname)) params = (double)L->bufs[q].bytes / 2; /* bf16 */
+            CU_ASSERT_FATAL(params > 0);
+            const bool is_experts = strstr(region, "moe_experts") != NULL;
+            const double want = is_experts ? 12 * params : ceil(12 * params / 2);
+            if (fabs((double)L->bufs[b].bytes - want) > 1)
+                fprintf(stderr, "\n  device %d %s: %lld bytes, want %.0f\n", d, L->bufs[b].name,
+                        (long long)L->bufs[b].bytes, want);
+            CU_ASSERT_DOUBLE_EQUAL((double)L->bufs[b].bytes, want, 1);
+            if (is_experts) experts++;
+            else others++;
+        }
+    }
+    CU_ASSERT_EQUAL(experts, 2 * 2); /* two MoE layers on each device */
+    CU_ASSERT(others >= 2 * 6);
+    compiled_free(r);
+}
+
 /* The ZeRO table's programs (7.5e9 parameters, 64 GPUs): ZeRO-0 steps every parameter on every
  * device, 28 bytes (bf16 gradient and parameter, fp32 master, m and v read and written) and 12
  * FLOPs each; ZeRO-1/2/3 shard the optimizer state 64 ways and each device steps its piece of each
@@ -1548,6 +1591,7 @@ int piper_tests_register(void)
         {"a plan that does not fit is rejected with its breakdown", test_oom_rejected_with_breakdown},
         {"ZeRO 1-3: each device steps its 1/64 piece of the optimizer state", test_zero_optimizer_step_piece},
         {"the cost cache keys on the optimizer step's ZeRO sharding", test_zero_optimizer_step_cache_key},
+        {"ZeRO does not shard experts over their own EP group", test_zero_expert_state_not_sharded_over_ep},
         {NULL, NULL},
     };
     static const test_case counts[] = {
