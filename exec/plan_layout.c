@@ -414,3 +414,36 @@ bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group)
     }
     return false;
 }
+
+void exec_plan_act_bytes(const plan_list *L, int r, int64_t *fb, int64_t *rb)
+{
+    *fb = *rb = -1;
+    for (int i = 0; i < L->n && (*fb < 0 || *rb < 0); i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op != PLAN_COMPUTE || in->region != r ||
+            (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
+            continue;
+        for (int q = 0; q < in->nwrites; q++)
+            if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
+                int64_t *dst = in->pass == PLAN_PASS_F ? fb : rb;
+                if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
+            }
+    }
+}
+
+int exec_match_act_mode(int64_t fb, int64_t rb, exec_act_split_fn split, const void *ctx,
+                        exec_act_mode *mode, int64_t *kept, int64_t *rebuilt, base_error *e)
+{
+    *mode = EXEC_ACT_ALL;
+    for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
+        int64_t k, r;
+        if (split(ctx, (exec_act_mode)m, &k, &r, e)) return -1;
+        if (k == fb && r == rb) {
+            *mode = (exec_act_mode)m;
+            *kept = k;
+            *rebuilt = r;
+            return 0;
+        }
+    }
+    return 0;
+}

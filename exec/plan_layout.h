@@ -93,6 +93,20 @@ int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf);
  * its TP-split GEMMs; its kernels then keep that share of their rows (exec_shard.sp). */
 bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group);
 
+/* A region's recompute mode from the plan: the bytes of its first forward's activation buffer
+ * (*fb) and its first recompute's (*rb) on list L, -1 where there is none; then the mode whose
+ * split of the backend's act buffer (split: *kept for F, *rebuilt for R) is those sizes, so that
+ * what F keeps and what R rebuilds are the plan's tensors. *mode is EXEC_ACT_ALL when no mode
+ * matches (F and R then keep the whole layout each). Both executors read plans so. */
+void exec_plan_act_bytes(const plan_list *L, int r, int64_t *fb, int64_t *rb);
+typedef int (*exec_act_split_fn)(const void *ctx, exec_act_mode mode, int64_t *kept,
+                                 int64_t *rebuilt, base_error *e);
+int exec_match_act_mode(int64_t fb, int64_t rb, exec_act_split_fn split, const void *ctx,
+                        exec_act_mode *mode, int64_t *kept, int64_t *rebuilt, base_error *e);
+/* Where a workspace's second part starts (what a pass computes and does not keep, sched/sizes.c):
+ * after the kernels' w bytes, at a multiple of 8. */
+static inline int64_t exec_work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
+
 /* Starts reading collective instruction i of device dev into C: its group, the group's size and
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */
 int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error *e);

@@ -67,6 +67,82 @@ static inline int test_exec_cfg_from_ir(const ir_model *m, exec_cfg *c, base_err
     c->learned_pos = m->learned_positions; /* not in the plan's model shape */
     return 0;
 }
+
+/* One case of the layout tests: a zoo model in one of its two variants (GPT with and without
+ * dropout, Llama-family with and without QK-norm), its regions (each kind once: layers repeat),
+ * and the last shard of one TP x EP split, with the cost model's shape of it. */
+typedef struct test_zoo_case {
+    const ir_model *m;
+    int variant;                 /* 1: dropout / QK-norm toggled */
+    const exec_cfg *c;
+    const exec_shard *sh;
+    ir_shape s;                  /* micro-batch 2, no recompute or sequence parallelism */
+    const ir_region *rs;         /* the regions of the first two layers, embed and head */
+    int nregions;
+} test_zoo_case;
+
+/* Calls check for every zoo model and variant with flash_attention set to flash, and every valid
+ * split of TP 1, 2, 4, 8 by EP 1, 2, 4 (EP only for MoE models), at activation dtype dt. Returns
+ * the number of cases. */
+static inline int test_for_each_zoo_shard(bool flash, plan_dtype dt,
+                                          void (*check)(const test_zoo_case *z, void *ctx), void *ctx)
+{
+    base_arena a;
+    base_arena_init(&a);
+    base_error e;
+    base_error_clear(&e);
+    DIR *dir = opendir(test_src_path("configs/models"));
+    CU_ASSERT_FATAL(dir != NULL);
+    struct dirent *de;
+    int cases = 0;
+    while ((de = readdir(dir))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
+        ir_model m0;
+        if (ir_model_load(test_src_path(path), &a, &m0, &e)) continue;
+        for (int variant = 0; variant < 2; variant++) {
+            ir_model m = m0;
+            if (variant == 1 && m.family == IR_FAMILY_GPT) m.dropout = !m.dropout;
+            if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
+            m.flash_attention = flash;
+            exec_cfg c;
+            CU_ASSERT_FATAL(test_exec_cfg_from_ir(&m, &c, &e) == 0);
+            int n = ir_model_nregions(&m);
+            ir_region *all = base_arena_calloc(&a, (size_t)n, sizeof *all);
+            ir_model_regions(&m, &a, all);
+            ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
+            int nr = 0;
+            for (int i = 0; i < n; i++)
+                if (i == 0 || all[i].layer <= 1) rs[nr++] = all[i]; /* layers repeat */
+            const int degrees[] = {1, 2, 4, 8};
+            for (size_t ti = 0; ti < 4; ti++)
+                for (size_t ei = 0; ei < 3; ei++) {
+                    ir_shape s = ir_shape_default();
+                    s.tp = degrees[ti];
+                    s.ep = degrees[ei];
+                    s.micro_batch = 2;
+                    s.act_dtype = dt;
+                    s.recompute = IR_RECOMPUTE_NONE;
+                    s.sequence_parallel = false;
+                    base_error ie;
+                    base_error_clear(&ie);
+                    if (ir_shape_validate(&m, &s, &ie)) continue;
+                    if (m.experts == 0 && s.ep > 1) continue;
+                    exec_shard sh;
+                    CU_ASSERT_FATAL(exec_shard_init(&c, (int)s.tp, (int)s.tp - 1, (int)s.ep,
+                                                    (int)s.ep - 1, &sh, &e) == 0);
+                    const test_zoo_case z = {&m, variant, &c, &sh, s, rs, nr};
+                    check(&z, ctx);
+                    cases++;
+                }
+        }
+    }
+    closedir(dir);
+    base_arena_free(&a);
+    return cases;
+}
 #endif
 
 #endif

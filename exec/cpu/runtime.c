@@ -50,8 +50,6 @@ void exec_cpu_scratch_free(exec_cpu *c, void *p, size_t bytes)
 
 static const char *buf_name(const exec_cpu *c, int b) { return exec_buf_name(c->L, b); }
 
-/* Where a workspace's second part starts: after the kernels' w bytes, at a multiple of 8. */
-static int64_t work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
 
 static int instr_err(const exec_cpu *c, int i, base_error *e)
 {
@@ -149,6 +147,20 @@ static int set_role(exec_cpu *c, int i, int b, exec_buf_role role, int region, i
     return 0;
 }
 
+/* exec_match_act_mode's split: the CPU kernels' layout of one region in the executor's dtype. */
+typedef struct cpu_split_ctx {
+    const exec_cpu *c;
+    const cpu_region *R;
+} cpu_split_ctx;
+
+static int cpu_act_split(const void *ctx, exec_act_mode mode, int64_t *kept, int64_t *rebuilt,
+                         base_error *e)
+{
+    const cpu_split_ctx *x = ctx;
+    return exec_region_act_split(&x->c->cfg, &x->R->sh, x->R->kind, x->c->dt, mode, kept, rebuilt,
+                                 e);
+}
+
 /* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
  * plan's sizes (its F's activation buffer and its R's), so that what F keeps and what R rebuilds
  * are the plan's tensors. A region without R keeps everything; one whose sizes match no mode
@@ -156,42 +168,23 @@ static int set_role(exec_cpu *c, int i, int b, exec_buf_role role, int region, i
  * here: it keeps its device's tokens only (kernels.h, exec_shard.sp). */
 static int act_modes(exec_cpu *c, base_error *e)
 {
-    const plan_list *L = c->L;
     for (int r = 0; r < c->nreg; r++) {
         cpu_region *R = &c->reg[r];
         R->act_mode = EXEC_ACT_ALL;
         R->act_kept = R->act_rebuilt = R->sz.act_bytes;
         if (!R->here) continue;
-        int64_t fb = -1, rb = -1;
-        for (int i = 0; i < L->n && (fb < 0 || rb < 0); i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op != PLAN_COMPUTE || in->region != r ||
-                (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
-                continue;
-            for (int q = 0; q < in->nwrites; q++)
-                if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
-                    int64_t *dst = in->pass == PLAN_PASS_F ? &fb : &rb;
-                    if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
-                }
-        }
+        int64_t fb, rb;
+        exec_plan_act_bytes(c->L, r, &fb, &rb);
         if (rb < 0) continue; /* no recompute */
         if (R->sh.sp)
             return base_errorf(e, "region %s is sequence-parallel and recomputed; the CPU "
                                   "kernels do not recompute under sequence parallelism yet: "
                                   "drop the recompute or sequence_parallel",
                                R->name);
-        for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
-            int64_t kept, rebuilt;
-            if (exec_region_act_split(&c->cfg, &R->sh, R->kind, c->dt, (exec_act_mode)m, &kept,
-                                      &rebuilt, e))
-                return -1;
-            if (kept == fb && rebuilt == rb) {
-                R->act_mode = (exec_act_mode)m;
-                R->act_kept = kept;
-                R->act_rebuilt = rebuilt;
-                break;
-            }
-        }
+        const cpu_split_ctx x = {c, R};
+        if (exec_match_act_mode(fb, rb, cpu_act_split, &x, &R->act_mode, &R->act_kept,
+                                &R->act_rebuilt, e))
+            return -1;
     }
     return 0;
 }
@@ -209,7 +202,7 @@ static int64_t pass_work_bytes(const exec_cpu *c, const cpu_region *R, plan_pass
     if (pass == PLAN_PASS_R) /* the outputs no boundary buffer takes */
         extra = (b->sl.yb < 0 ? R->sz.y * (int64_t)c->es : 0) +
                 (R->kind == EXEC_MOE_GATE && b->sl.y2b < 0 ? R->sz.route_bytes : 0);
-    return extra ? work_extra_at(w) + extra : w;
+    return extra ? exec_work_extra_at(w) + extra : w;
 }
 
 /* Buffer roles and the bindings of every compute. */
@@ -1182,7 +1175,7 @@ int exec_cpu_compute(exec_cpu *c, int i, const plan_instr *in, base_error *e)
     char *plan_work = NULL, *extra = NULL;
     if (b->work >= 0) {
         if (!(plan_work = exec_cpu_buf(c, b->work, "the workspace", e))) return -1;
-        extra = plan_work + work_extra_at((int64_t)wbytes);
+        extra = plan_work + exec_work_extra_at((int64_t)wbytes);
     }
     char *act2_scratch = NULL;
     const size_t act2_bytes = R->act_mode != EXEC_ACT_ALL ? (size_t)R->act_rebuilt : 0;

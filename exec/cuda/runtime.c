@@ -249,6 +249,19 @@ static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int regio
     return 0;
 }
 
+/* exec_match_act_mode's split: the CUDA kernels' layout of one region. */
+typedef struct cuda_split_ctx {
+    const exec_cuda_rt *r;
+    const rt_region *R;
+} cuda_split_ctx;
+
+static int cuda_act_split(const void *ctx, exec_act_mode mode, int64_t *kept, int64_t *rebuilt,
+                          base_error *e)
+{
+    const cuda_split_ctx *x = ctx;
+    return exec_cuda_region_act_split(&x->r->cfg, &x->R->sh, x->R->kind, mode, kept, rebuilt, e);
+}
+
 /* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
  * plan's sizes (its F's activation buffer and its R's), as piper-exec's. The sizes are the plan's
  * at bf16 for models whose layouts the cost model counts (flash attention, no dropout); for other
@@ -258,49 +271,26 @@ static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int regio
  * in two, and R's input arrives re-gathered. */
 static int act_modes(exec_cuda_rt *r, base_error *e)
 {
-    const plan_list *L = r->L;
     for (int g = 0; g < r->nreg; g++) {
         rt_region *R = &r->reg[g];
         R->act_mode = EXEC_ACT_ALL;
         R->act_kept = R->act_rebuilt = R->sz.act_bytes;
         if (!R->here) continue;
-        int64_t fb = -1, rb = -1;
-        for (int i = 0; i < L->n && (fb < 0 || rb < 0); i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op != PLAN_COMPUTE || in->region != g ||
-                (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
-                continue;
-            for (int q = 0; q < in->nwrites; q++)
-                if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
-                    int64_t *dst = in->pass == PLAN_PASS_F ? &fb : &rb;
-                    if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
-                }
-        }
+        int64_t fb, rb;
+        exec_plan_act_bytes(r->L, g, &fb, &rb);
         if (rb < 0) continue; /* no recompute */
         if (R->sh.sp)
             return base_errorf(e, "region %s is sequence-parallel and recomputed; the CUDA kernels "
                                   "do not recompute under sequence parallelism yet (nor do the CPU "
                                   "kernels): drop the recompute or sequence_parallel",
                                R->name);
-        for (int m = EXEC_ACT_SELECTIVE; m < EXEC_NACT_MODES; m++) {
-            int64_t kept, rebuilt;
-            if (exec_cuda_region_act_split(&r->cfg, &R->sh, R->kind, (exec_act_mode)m, &kept,
-                                           &rebuilt, e))
-                return -1;
-            if (kept == fb && rebuilt == rb) {
-                R->act_mode = (exec_act_mode)m;
-                R->act_kept = kept;
-                R->act_rebuilt = rebuilt;
-                break;
-            }
-        }
+        const cuda_split_ctx x = {r, R};
+        if (exec_match_act_mode(fb, rb, cuda_act_split, &x, &R->act_mode, &R->act_kept,
+                                &R->act_rebuilt, e))
+            return -1;
     }
     return 0;
 }
-
-/* Where a workspace's second part starts: after the kernels' w bytes, at a multiple of 8 (the
- * plan's layout, sched/sizes.c). */
-static int64_t work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
 
 /* The bytes of a pass's workspace (ir_region_work_bytes plus what sched/sizes.c adds): the
  * kernels' work buffer, then what the pass computes and does not keep: a forward under
@@ -313,7 +303,7 @@ static int64_t pass_work_bytes(const rt_region *R, plan_pass pass, const rt_bind
     if (pass == PLAN_PASS_R)
         extra = (b->sl.yb < 0 && R->kind != EXEC_HEAD ? R->sz.y_bytes : 0) +
                 (R->kind == EXEC_MOE_GATE && b->sl.y2b < 0 ? R->sz.route_bytes : 0);
-    return extra ? work_extra_at(w) + extra : w;
+    return extra ? exec_work_extra_at(w) + extra : w;
 }
 
 static int read_computes(exec_cuda_rt *r, base_error *e)
@@ -1356,14 +1346,14 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     const bool act_in_act2 = R->act_mode == EXEC_ACT_NONE && in->pass != PLAN_PASS_F;
     if (!act_in_act2 && !(c->act = buf_ptr(r, b->act, "the saved activations", e))) return -1;
     c->act_mode = (int)R->act_mode;
-    /* the pass's workspace; its second part (from work_extra_at) holds what the pass computes
+    /* the pass's workspace; its second part (from exec_work_extra_at) holds what the pass computes
      * and does not keep: F's rebuilt part under recompute, R's outputs */
     const bool fwd = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
     char *extra = NULL;
     if (b->work >= 0 && r->buf[b->work].bytes > 0) {
         if (!(c->work = buf_ptr(r, b->work, "the workspace", e))) return -1;
         extra = (char *)c->work +
-                work_extra_at(fwd ? R->sz.work_f_bytes : R->sz.work_bytes);
+                exec_work_extra_at(fwd ? R->sz.work_f_bytes : R->sz.work_bytes);
     }
     if (R->act_mode != EXEC_ACT_ALL && b->act2 >= 0) {
         if (!(c->act2 = buf_ptr(r, b->act2, "the rebuilt activations", e))) return -1;

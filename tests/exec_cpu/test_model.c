@@ -409,117 +409,80 @@ static void test_params_match_cost_model(void)
     base_arena_free(&a);
 }
 
-/* The act buffer of every region kind is, byte for byte, what ir_region_activation_bytes says,
- * its work buffers what ir_region_work_bytes says (F, and the backward's), the MoE route what
- * ir_region_route_bytes says
- * (no sequence parallelism): every zoo model, GPT with and without dropout, Llama with and
- * without QK-norm, fp32 and fp64, the last shard of each TP x EP split; and under selective,
- * full and chained full recompute, F's part is IR_T_SAVED and R's IR_T_RECOMP. */
-static void test_activations_match_cost_model(void)
+static void activations_of_case(const test_zoo_case *z, void *ctx)
 {
-    base_arena a;
-    base_arena_init(&a);
+    int *compared = ctx;
+    const ir_model *m = z->m;
     base_error e;
     base_error_clear(&e);
-    DIR *dir = opendir(test_src_path("configs/models"));
-    CU_ASSERT_FATAL(dir != NULL);
-    struct dirent *de;
-    int compared = 0;
-    while ((de = readdir(dir))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
-        char path[512];
-        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
-        ir_model m0;
-        if (ir_model_load(test_src_path(path), &a, &m0, &e)) continue;
-        for (int variant = 0; variant < 2; variant++) {
-            ir_model m = m0;
-            if (variant == 1 && m.family == IR_FAMILY_GPT) m.dropout = !m.dropout;
-            if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
-            m.flash_attention = false; /* the CPU kernels keep the s x s probabilities */
-            exec_cfg c;
-            CU_ASSERT_FATAL(test_exec_cfg_from_ir(&m, &c, &e) == 0);
-            int n = ir_model_nregions(&m);
-            ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
-            ir_model_regions(&m, &a, rs);
-            const int degrees[] = {1, 2, 4, 8};
-            for (int dt = 0; dt < 2; dt++)
-                for (size_t ti = 0; ti < BASE_COUNT(degrees); ti++)
-                    for (size_t ei = 0; ei < 3; ei++) {
-                        ir_shape s = ir_shape_default();
-                        s.tp = degrees[ti];
-                        s.ep = degrees[ei];
-                        s.micro_batch = 2;
-                        s.act_dtype = dt ? PLAN_FP64 : PLAN_FP32;
-                        s.recompute = IR_RECOMPUTE_NONE;
-                        s.sequence_parallel = false;
-                        base_error ie;
-                        base_error_clear(&ie);
-                        if (ir_shape_validate(&m, &s, &ie)) continue;
-                        if (m.experts == 0 && s.ep > 1) continue;
-                        exec_shard sh;
-                        CU_ASSERT_FATAL(exec_shard_init(&c, (int)s.tp, (int)s.tp - 1, (int)s.ep,
-                                                        (int)s.ep - 1, &sh, &e) == 0);
-                        for (int i = 0; i < n; i++) {
-                            if (i > 0 && rs[i].layer > 1) continue; /* layers repeat */
-                            exec_region_sizes sz;
-                            CU_ASSERT_FATAL(exec_region_sizes_get(&c, &sh, (exec_region_kind)rs[i].kind,
-                                                                  s.act_dtype, &sz, &e) == 0);
-                            double want = ir_region_activation_bytes(&m, &rs[i], &s);
-                            if ((double)sz.act_bytes != want)
-                                fprintf(stderr, "\n  %s%s %s %s tp %d ep %d: act %lld, cost model %.0f\n",
-                                        m.name, variant ? " (variant)" : "", rs[i].name,
-                                        dt ? "fp64" : "fp32", (int)s.tp, (int)s.ep,
-                                        (long long)sz.act_bytes, want);
-                            CU_ASSERT((double)sz.act_bytes == want);
-                            compared++;
-                            /* the workspace of F (and R) and of the backward (B, BI), and the
-                             * route tensor an MoE gate hands its combine, are the plan's too */
-                            double wf = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_F);
-                            double wb = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BI);
-                            if ((double)sz.work_f_bytes != wf || (double)sz.work_bytes != wb)
-                                fprintf(stderr, "\n  %s %s %s tp %d ep %d: work F %lld B %lld, cost model %.0f %.0f\n",
-                                        m.name, rs[i].name, dt ? "fp64" : "fp32", (int)s.tp, (int)s.ep,
-                                        (long long)sz.work_f_bytes, (long long)sz.work_bytes, wf, wb);
-                            CU_ASSERT((double)sz.work_f_bytes == wf && (double)sz.work_bytes == wb);
-                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_R) == wf);
-                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_B) == wb);
-                            CU_ASSERT(ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BW) == 0.0);
-                            if (rs[i].kind == IR_REGION_MOE_GATE)
-                                CU_ASSERT((double)sz.route_bytes == ir_region_route_bytes(&m, &s));
-                            /* recompute: what F keeps and what R rebuilds (IR_T_SAVED, IR_T_RECOMP) */
-                            if (rs[i].kind == IR_REGION_EMBED || rs[i].kind == IR_REGION_HEAD) continue;
-                            const struct {
-                                ir_recompute rc;
-                                bool prev;
-                                exec_act_mode mode;
-                            } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
-                                         {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
-                                         {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
-                            for (size_t q = 0; q < BASE_COUNT(modes); q++) {
-                                ir_shape r = s;
-                                r.recompute = modes[q].rc;
-                                r.recompute_from_prev = modes[q].prev;
-                                double saved = ir_region_activation_bytes(&m, &rs[i], &r);
-                                double recomp = want - saved > 0 ? want - saved : 0;
-                                int64_t kept, rebuilt;
-                                CU_ASSERT_FATAL(exec_region_act_split(&c, &sh, (exec_region_kind)rs[i].kind,
-                                                                      s.act_dtype, modes[q].mode, &kept,
-                                                                      &rebuilt, &e) == 0);
-                                /* selective recompute rebuilds nothing outside attention */
-                                if ((double)kept != saved || (double)rebuilt != recomp)
-                                    fprintf(stderr, "\n  %s %s mode %d: kept %lld rebuilt %lld, cost model %.0f %.0f\n",
-                                            m.name, rs[i].name, (int)modes[q].mode, (long long)kept,
-                                            (long long)rebuilt, saved, recomp);
-                                CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
-                            }
-                        }
-                    }
+    const char *dts = z->s.act_dtype == PLAN_FP64 ? "fp64" : "fp32";
+    for (int i = 0; i < z->nregions; i++) {
+        const ir_region *r = &z->rs[i];
+        exec_region_sizes sz;
+        CU_ASSERT_FATAL(exec_region_sizes_get(z->c, z->sh, (exec_region_kind)r->kind,
+                                              z->s.act_dtype, &sz, &e) == 0);
+        double want = ir_region_activation_bytes(m, r, &z->s);
+        if ((double)sz.act_bytes != want)
+            fprintf(stderr, "\n  %s%s %s %s tp %d ep %d: act %lld, cost model %.0f\n", m->name,
+                    z->variant ? " (variant)" : "", r->name, dts, (int)z->s.tp, (int)z->s.ep,
+                    (long long)sz.act_bytes, want);
+        CU_ASSERT((double)sz.act_bytes == want);
+        (*compared)++;
+        /* the workspace of F (and R) and of the backward (B, BI), and the route tensor an MoE
+         * gate hands its combine, are the plan's too */
+        double wf = ir_region_work_bytes(m, r, &z->s, PLAN_PASS_F);
+        double wb = ir_region_work_bytes(m, r, &z->s, PLAN_PASS_BI);
+        if ((double)sz.work_f_bytes != wf || (double)sz.work_bytes != wb)
+            fprintf(stderr, "\n  %s %s %s tp %d ep %d: work F %lld B %lld, cost model %.0f %.0f\n",
+                    m->name, r->name, dts, (int)z->s.tp, (int)z->s.ep, (long long)sz.work_f_bytes,
+                    (long long)sz.work_bytes, wf, wb);
+        CU_ASSERT((double)sz.work_f_bytes == wf && (double)sz.work_bytes == wb);
+        CU_ASSERT(ir_region_work_bytes(m, r, &z->s, PLAN_PASS_R) == wf);
+        CU_ASSERT(ir_region_work_bytes(m, r, &z->s, PLAN_PASS_B) == wb);
+        CU_ASSERT(ir_region_work_bytes(m, r, &z->s, PLAN_PASS_BW) == 0.0);
+        if (r->kind == IR_REGION_MOE_GATE)
+            CU_ASSERT((double)sz.route_bytes == ir_region_route_bytes(m, &z->s));
+        /* recompute: what F keeps and what R rebuilds (IR_T_SAVED, IR_T_RECOMP) */
+        if (r->kind == IR_REGION_EMBED || r->kind == IR_REGION_HEAD) continue;
+        const struct {
+            ir_recompute rc;
+            bool prev;
+            exec_act_mode mode;
+        } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
+                     {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
+                     {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+        for (size_t q = 0; q < BASE_COUNT(modes); q++) {
+            ir_shape rsh = z->s;
+            rsh.recompute = modes[q].rc;
+            rsh.recompute_from_prev = modes[q].prev;
+            double saved = ir_region_activation_bytes(m, r, &rsh);
+            double recomp = want - saved > 0 ? want - saved : 0;
+            int64_t kept, rebuilt;
+            CU_ASSERT_FATAL(exec_region_act_split(z->c, z->sh, (exec_region_kind)r->kind,
+                                                  z->s.act_dtype, modes[q].mode, &kept, &rebuilt,
+                                                  &e) == 0);
+            /* selective recompute rebuilds nothing outside attention */
+            if ((double)kept != saved || (double)rebuilt != recomp)
+                fprintf(stderr, "\n  %s %s mode %d: kept %lld rebuilt %lld, cost model %.0f %.0f\n",
+                        m->name, r->name, (int)modes[q].mode, (long long)kept, (long long)rebuilt,
+                        saved, recomp);
+            CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
         }
     }
-    closedir(dir);
+}
+
+/* The act buffer of every region kind is, byte for byte, what ir_region_activation_bytes says,
+ * its work buffers what ir_region_work_bytes says (F, and the backward's), the MoE route what
+ * ir_region_route_bytes says (no sequence parallelism): every zoo model, GPT with and without
+ * dropout, Llama with and without QK-norm, fp32 and fp64, the last shard of each TP x EP split
+ * (the CPU kernels keep the s x s probabilities: no flash attention); and under selective, full
+ * and chained full recompute, F's part is IR_T_SAVED and R's IR_T_RECOMP. */
+static void test_activations_match_cost_model(void)
+{
+    int compared = 0;
+    test_for_each_zoo_shard(false, PLAN_FP32, activations_of_case, &compared);
+    test_for_each_zoo_shard(false, PLAN_FP64, activations_of_case, &compared);
     CU_ASSERT(compared > 400);
-    base_arena_free(&a);
 }
 
 static void test_report(void)

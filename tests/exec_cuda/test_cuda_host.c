@@ -294,125 +294,88 @@ static void test_cuda_sizes(void)
  * counters: one byte per hidden element of the embedding's, attention's and MLP's outputs), the
  * work buffers are ir_region_work_bytes of F and of the backward, the MoE route is
  * ir_region_route_bytes. */
-static void test_cuda_layouts_match_cost_model(void)
+typedef struct cuda_layout_counts {
+    int compared, splits; /* splits: the recompute check's */
+} cuda_layout_counts;
+
+static void cuda_layouts_of_case(const test_zoo_case *z, void *ctx)
 {
-    base_arena a;
-    base_arena_init(&a);
+    cuda_layout_counts *n = ctx;
+    const ir_model *m = z->m;
+    const exec_cfg *c = z->c;
     base_error e;
     base_error_clear(&e);
-    DIR *dir = opendir(test_src_path("configs/models"));
-    CU_ASSERT_FATAL(dir != NULL);
-    struct dirent *de;
-    int compared = 0, splits = 0; /* splits: the recompute check's */
-    while ((de = readdir(dir))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".yaml")) continue;
-        char path[512];
-        snprintf(path, sizeof path, "configs/models/%s", de->d_name);
-        ir_model m0;
-        if (ir_model_load(test_src_path(path), &a, &m0, &e)) continue;
-        for (int variant = 0; variant < 2; variant++) {
-            ir_model m = m0;
-            if (variant == 1 && m.family == IR_FAMILY_GPT) m.dropout = !m.dropout;
-            if (variant == 1 && m.family != IR_FAMILY_GPT) m.qk_norm = !m.qk_norm;
-            m.flash_attention = true;
-            exec_cfg c;
-            CU_ASSERT_FATAL(test_exec_cfg_from_ir(&m, &c, &e) == 0);
-            int n = ir_model_nregions(&m);
-            ir_region *rs = base_arena_calloc(&a, (size_t)n, sizeof *rs);
-            ir_model_regions(&m, &a, rs);
-            const int degrees[] = {1, 2, 4, 8};
-            for (size_t ti = 0; ti < BASE_COUNT(degrees); ti++)
-                for (size_t ei = 0; ei < 3; ei++) {
-                    ir_shape s = ir_shape_default();
-                    s.tp = degrees[ti];
-                    s.ep = degrees[ei];
-                    s.micro_batch = 2;
-                    s.act_dtype = PLAN_BF16;
-                    s.recompute = IR_RECOMPUTE_NONE;
-                    s.sequence_parallel = false;
-                    base_error ie;
-                    base_error_clear(&ie);
-                    if (ir_shape_validate(&m, &s, &ie)) continue;
-                    if (m.experts == 0 && s.ep > 1) continue;
-                    exec_shard sh;
-                    CU_ASSERT_FATAL(exec_shard_init(&c, (int)s.tp, (int)s.tp - 1, (int)s.ep,
-                                                    (int)s.ep - 1, &sh, &e) == 0);
-                    for (int i = 0; i < n; i++) {
-                        if (i > 0 && rs[i].layer > 1) continue; /* layers repeat */
-                        exec_cuda_sizes sz;
-                        CU_ASSERT_FATAL(exec_cuda_region_sizes(&c, &sh, (exec_region_kind)rs[i].kind,
-                                                               &sz, &e) == 0);
-                        double want = ir_region_activation_bytes(&m, &rs[i], &s);
-                        const bool masked = rs[i].kind == IR_REGION_EMBED ||
-                                            rs[i].kind == IR_REGION_ATTN || rs[i].kind == IR_REGION_MLP;
-                        if (m.dropout && masked) want -= (double)(c.b * c.s * c.h);
-                        double wf = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_F);
-                        double wb = ir_region_work_bytes(&m, &rs[i], &s, PLAN_PASS_BI);
-                        bool ok = (double)sz.act_bytes == want && (double)sz.work_f_bytes == wf &&
-                                  (double)sz.work_bytes == wb;
-                        if (rs[i].kind == IR_REGION_MOE_GATE || rs[i].kind == IR_REGION_MOE_COMBINE)
-                            ok = ok && (double)sz.route_bytes == ir_region_route_bytes(&m, &s);
-                        if (!ok)
-                            fprintf(stderr, "\n  %s%s %s tp %d ep %d: act %lld work F %lld B %lld route "
-                                            "%lld; cost model %.0f, %.0f, %.0f, %.0f",
-                                    m.name, variant ? " (variant)" : "", rs[i].name, (int)s.tp,
-                                    (int)s.ep, (long long)sz.act_bytes, (long long)sz.work_f_bytes,
-                                    (long long)sz.work_bytes, (long long)sz.route_bytes, want, wf, wb,
-                                    ir_region_route_bytes(&m, &s));
-                        CU_ASSERT(ok);
-                        compared++;
-                        /* ---- recompute: what F keeps (act) and what R rebuilds (act2) under each
-                         * mode are ir/cost.c's IR_T_SAVED and IR_T_RECOMP, as the CPU's
-                         * (tests/exec_cpu/test_model.c). The embedding and the head are never
-                         * recomputed: they keep everything under every mode. */
-                        {
-                            const struct {
-                                ir_recompute rc;
-                                bool prev;
-                                exec_act_mode mode;
-                            } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
-                                         {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
-                                         {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
-                            for (size_t q = 0; q < BASE_COUNT(modes); q++) {
-                                ir_shape r = s;
-                                r.recompute = modes[q].rc;
-                                r.recompute_from_prev = modes[q].prev;
-                                double saved = ir_region_activation_bytes(&m, &rs[i], &r);
-                                /* the dropout mask, regenerated here, where the cost model keeps
-                                 * it: the embedding's always, a layer's under selective
-                                 * recompute (full recompute keeps the input only) */
-                                if (m.dropout && masked &&
-                                    (rs[i].kind == IR_REGION_EMBED || modes[q].mode == EXEC_ACT_SELECTIVE))
-                                    saved -= (double)(c.b * c.s * c.h);
-                                /* the combine under full recompute keeps its input, residual
-                                 * included: more than without recompute, and rebuilds nothing */
-                                double recomp = want - saved > 0 ? want - saved : 0;
-                                int64_t kept = -1, rebuilt = -1;
-                                CU_ASSERT_FATAL(exec_cuda_region_act_split(&c, &sh, (exec_region_kind)rs[i].kind,
-                                                                           modes[q].mode, &kept, &rebuilt,
-                                                                           &e) == 0);
-                                if ((double)kept != saved || (double)rebuilt != recomp)
-                                    fprintf(stderr, "\n  %s%s %s tp %d ep %d mode %d: kept %lld rebuilt %lld; "
-                                                    "cost model %.0f, %.0f",
-                                            m.name, variant ? " (variant)" : "", rs[i].name, (int)s.tp,
-                                            (int)s.ep, (int)modes[q].mode, (long long)kept,
-                                            (long long)rebuilt, saved, recomp);
-                                CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
-                                splits++;
-                            }
-                        }
-                        /* ---- end of the recompute split check */
-                    }
-                }
+    for (int i = 0; i < z->nregions; i++) {
+        const ir_region *r = &z->rs[i];
+        exec_cuda_sizes sz;
+        CU_ASSERT_FATAL(exec_cuda_region_sizes(c, z->sh, (exec_region_kind)r->kind, &sz, &e) == 0);
+        double want = ir_region_activation_bytes(m, r, &z->s);
+        const bool masked = r->kind == IR_REGION_EMBED || r->kind == IR_REGION_ATTN ||
+                            r->kind == IR_REGION_MLP;
+        const double mask = (double)(c->b * c->s * c->h);
+        if (m->dropout && masked) want -= mask;
+        double wf = ir_region_work_bytes(m, r, &z->s, PLAN_PASS_F);
+        double wb = ir_region_work_bytes(m, r, &z->s, PLAN_PASS_BI);
+        bool ok = (double)sz.act_bytes == want && (double)sz.work_f_bytes == wf &&
+                  (double)sz.work_bytes == wb;
+        if (r->kind == IR_REGION_MOE_GATE || r->kind == IR_REGION_MOE_COMBINE)
+            ok = ok && (double)sz.route_bytes == ir_region_route_bytes(m, &z->s);
+        if (!ok)
+            fprintf(stderr, "\n  %s%s %s tp %d ep %d: act %lld work F %lld B %lld route %lld; cost "
+                            "model %.0f, %.0f, %.0f, %.0f",
+                    m->name, z->variant ? " (variant)" : "", r->name, (int)z->s.tp, (int)z->s.ep,
+                    (long long)sz.act_bytes, (long long)sz.work_f_bytes, (long long)sz.work_bytes,
+                    (long long)sz.route_bytes, want, wf, wb, ir_region_route_bytes(m, &z->s));
+        CU_ASSERT(ok);
+        n->compared++;
+        /* recompute: what F keeps (act) and what R rebuilds (act2) under each mode are
+         * ir/cost.c's IR_T_SAVED and IR_T_RECOMP, as the CPU's (tests/exec_cpu/test_model.c).
+         * The embedding and the head are never recomputed: they keep everything under every
+         * mode. */
+        const struct {
+            ir_recompute rc;
+            bool prev;
+            exec_act_mode mode;
+        } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
+                     {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
+                     {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+        for (size_t q = 0; q < BASE_COUNT(modes); q++) {
+            ir_shape rsh = z->s;
+            rsh.recompute = modes[q].rc;
+            rsh.recompute_from_prev = modes[q].prev;
+            double saved = ir_region_activation_bytes(m, r, &rsh);
+            /* the dropout mask, regenerated here, where the cost model keeps it: the
+             * embedding's always, a layer's under selective recompute (full recompute keeps the
+             * input only) */
+            if (m->dropout && masked &&
+                (r->kind == IR_REGION_EMBED || modes[q].mode == EXEC_ACT_SELECTIVE))
+                saved -= mask;
+            /* the combine under full recompute keeps its input, residual included: more than
+             * without recompute, and rebuilds nothing */
+            double recomp = want - saved > 0 ? want - saved : 0;
+            int64_t kept = -1, rebuilt = -1;
+            CU_ASSERT_FATAL(exec_cuda_region_act_split(c, z->sh, (exec_region_kind)r->kind,
+                                                       modes[q].mode, &kept, &rebuilt, &e) == 0);
+            if ((double)kept != saved || (double)rebuilt != recomp)
+                fprintf(stderr, "\n  %s%s %s tp %d ep %d mode %d: kept %lld rebuilt %lld; cost "
+                                "model %.0f, %.0f",
+                        m->name, z->variant ? " (variant)" : "", r->name, (int)z->s.tp,
+                        (int)z->s.ep, (int)modes[q].mode, (long long)kept, (long long)rebuilt,
+                        saved, recomp);
+            CU_ASSERT((double)kept == saved && (double)rebuilt == recomp);
+            n->splits++;
         }
     }
-    closedir(dir);
-    base_arena_free(&a);
+}
+
+static void test_cuda_layouts_match_cost_model(void)
+{
+    cuda_layout_counts n = {0, 0};
+    test_for_each_zoo_shard(true, PLAN_BF16, cuda_layouts_of_case, &n);
     fprintf(stderr, "\n  %d CUDA region layouts compared with the cost model, %d recompute splits\n",
-            compared, splits);
-    CU_ASSERT(splits == 3 * compared);
-    CU_ASSERT(compared > 100);
+            n.compared, n.splits);
+    CU_ASSERT(n.splits == 3 * n.compared);
+    CU_ASSERT(n.compared > 100);
 }
 #endif
 
