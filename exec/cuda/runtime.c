@@ -1898,8 +1898,20 @@ void exec_cuda_rt_print_memory(const exec_cuda_rt *r, FILE *f)
         fprintf(f, " %s %.0f / %.0f;", sched_plan_mem_name((plan_mem)m), plan[m], mine[m]);
     fprintf(f, " (parameters bf16; gradients fp32; optimizer state: fp32 master copy and "
                "moments)\n");
+    /* why the two differ, in the plan's terms, so that a user can make the prediction exact */
     if (r->p->grad_dtype != PLAN_FP32)
         fprintf(f, "device %d: the plan sizes gradients in %s, this runtime accumulates them in "
                    "fp32: compile the program with `grad_dtype: fp32` for the plan to count them\n",
                 r->dev, sched_plan_dtype_name((plan_dtype)r->p->grad_dtype));
+    if (r->p->act_dtype != PLAN_BF16)
+        fprintf(f, "device %d: the plan sizes activations and workspaces in %s, this runtime holds "
+                   "them in bf16: compile the program with `dtype: bf16` for the plan to count "
+                   "them\n",
+                r->dev, sched_plan_dtype_name((plan_dtype)r->p->act_dtype));
+    else if (plan[PLAN_MEM_ACT] > mine[PLAN_MEM_ACT])
+        fprintf(f, "device %d: the plan keeps %.0f activation bytes more than this runtime: its "
+                   "attention keeps each row's log-sum-exp, not the s x s probabilities, and it "
+                   "regenerates dropout masks; a model with `flash_attention: true` and no "
+                   "dropout is counted exactly\n",
+                r->dev, plan[PLAN_MEM_ACT] - mine[PLAN_MEM_ACT]);
 }

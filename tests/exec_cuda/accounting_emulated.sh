@@ -97,6 +97,19 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
     echo "FAIL $p ($out)"; fails=$((fails + 1))
   fi
 done
+# a plan that counts what these kernels do not keep (s x s attention probabilities, dropout
+# masks: gpt_tiny as the zoo has it) is read, and --memory says why its activations differ
+prog="$work/not_flash.yaml"
+sed 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' "$src/tests/exec_mpi/programs/gpt_single.yaml" > "$prog"
+if "$build/piper-compile" -q "$prog" --model "$src/configs/models/gpt_tiny.yaml" \
+     --cluster "$src/configs/clusters/cpu_8.yaml" -o "$work/not_flash.plan" > "$work/not_flash.out" 2>&1 &&
+   "$emu" "$work/not_flash.plan" --check --memory >> "$work/not_flash.out" 2>&1 &&
+   grep -q "activation bytes more than this runtime: .*flash_attention: true. and no dropout" "$work/not_flash.out"; then
+  echo "ok a plan without flash attention: --memory says why its activations differ"
+else
+  echo "FAIL a plan without flash attention: no explanation of the difference"; sed 's/^/    /' "$work/not_flash.out"
+  fails=$((fails + 1))
+fi
 # sequence parallelism with recompute is refused at open, with what to change (as piper-exec)
 prog="$work/sp_recompute.yaml"
 sed -e 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' \
