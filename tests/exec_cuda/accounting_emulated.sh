@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # accounting_emulated.sh — a GPU holds what piper-sim predicts: the CUDA plan runtime over the
-# CPU emulator of its kernels (piper-exec-cuda-emu, one emulated GPU per MPI rank) runs one step of
-# bf16 plans with --memory, and on every rank
+# CPU emulator of its kernels (piper-exec-cuda-emu, one emulated GPU per MPI rank) runs two steps
+# of bf16 plans with --memory, and on every rank
 #   - every memory category of its buffers (params, grads, optimizer, activations, comm,
 #     workspace) holds exactly the plan's bytes: parameters bf16, gradients fp32 (the programs say
 #     grad_dtype: fp32, as the CUDA backend and Megatron's bf16 training accumulate them), the
 #     optimizer state the fp32 master copy and AdamW's moments of the device's piece, the act
 #     buffers what F keeps (ir_region_activation_bytes at bf16), the workspaces
 #     ir_region_work_bytes at bf16;
-#   - the peak of the bytes asked of the caching allocator during the step equals the plan's peak,
-#     byte for byte: nothing is allocated outside the plan's buffers.
+#   - the peak of the bytes asked of the caching allocator during step 1 equals the peak of the
+#     plan's own buffer sizes over the same run's allocations and frees, byte for byte: nothing is
+#     allocated outside the plan's buffers, nor in other sizes.
 # The programs are the CPU executor's test programs (tests/exec_mpi/programs) compiled as
 # `dtype: bf16, grad_dtype: fp32` over the models of tests/exec_cuda/models: flash attention (the
 # CUDA attention keeps the log-sum-exp, not the s x s probabilities) and no dropout (the CUDA
