@@ -444,13 +444,7 @@ static void activations_of_case(const test_zoo_case *z, void *ctx)
             CU_ASSERT((double)sz.route_bytes == ir_region_route_bytes(m, &z->s));
         /* recompute: what F keeps and what R rebuilds (IR_T_SAVED, IR_T_RECOMP) */
         if (r->kind == IR_REGION_EMBED || r->kind == IR_REGION_HEAD) continue;
-        const struct {
-            ir_recompute rc;
-            bool prev;
-            exec_act_mode mode;
-        } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
-                     {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
-                     {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+        const test_recompute_mode modes[] = TEST_RECOMPUTE_MODES;
         for (size_t q = 0; q < BASE_COUNT(modes); q++) {
             ir_shape rsh = z->s;
             rsh.recompute = modes[q].rc;

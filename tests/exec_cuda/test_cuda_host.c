@@ -332,13 +332,7 @@ static void cuda_layouts_of_case(const test_zoo_case *z, void *ctx)
          * ir/cost.c's IR_T_SAVED and IR_T_RECOMP, as the CPU's (tests/exec_cpu/test_model.c).
          * The embedding and the head are never recomputed: they keep everything under every
          * mode. */
-        const struct {
-            ir_recompute rc;
-            bool prev;
-            exec_act_mode mode;
-        } modes[] = {{IR_RECOMPUTE_SELECTIVE, false, EXEC_ACT_SELECTIVE},
-                     {IR_RECOMPUTE_FULL, false, EXEC_ACT_INPUT},
-                     {IR_RECOMPUTE_FULL, true, EXEC_ACT_NONE}};
+        const test_recompute_mode modes[] = TEST_RECOMPUTE_MODES;
         for (size_t q = 0; q < BASE_COUNT(modes); q++) {
             ir_shape rsh = z->s;
             rsh.recompute = modes[q].rc;
