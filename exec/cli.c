@@ -106,24 +106,24 @@ int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e)
     return 0;
 }
 
-int exec_cli_check_ranks(const sched_plan *p, int size, base_error *e)
+int exec_cli_check_ranks(const plan_set *p, int size, base_error *e)
 {
     if (size > p->ndevices)
         return base_errorf(e, "%d ranks run but the plan has %d devices; start at most %d ranks",
                            size, p->ndevices, p->ndevices);
     for (int d = size; d < p->ndevices; d++)
-        if (sched_plan_list(p, d)->n > 0)
+        if (plan_dev_list(p, d)->n > 0)
             return base_errorf(e, "device %d of the plan has work but only %d ranks run; start "
                                   "one rank per device (mpirun -np %d)",
                                d, size, d + 1);
     return 0;
 }
 
-double exec_cli_plan_flops(const sched_plan *p, int ndevices)
+double exec_cli_plan_flops(const plan_set *p, int ndevices)
 {
     double flops = 0;
     for (int d = 0; d < ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n; i++)
             if (L->ins[i].op == PLAN_COMPUTE && L->ins[i].kernels >= 0) {
                 const plan_kernel_list *kl = &p->kernel_lists[L->ins[i].kernels];

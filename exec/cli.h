@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "cpu/kernels.h"
 
 typedef struct exec_cli_common {
@@ -42,10 +42,10 @@ int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_co
 int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e);
 
 /* `size` ranks for the plan: at most one per device, and every device with work has one. */
-int exec_cli_check_ranks(const sched_plan *p, int size, base_error *e);
+int exec_cli_check_ranks(const plan_set *p, int size, base_error *e);
 
 /* The arithmetic of a step on devices [0, ndevices) by the plan's kernel lists (GEMMs exact). */
-double exec_cli_plan_flops(const sched_plan *p, int ndevices);
+double exec_cli_plan_flops(const plan_set *p, int ndevices);
 
 /* Every rank's step figures, `nv` doubles a rank starting with (loss, aux loss, squared gradient
  * norm or -1, seconds): the summed cross-entropy and aux loss, the largest norm, the slowest

@@ -1,7 +1,7 @@
 /* exec.h — piper's executor: the contract between the strategy-agnostic plan interpreter and
  * the backends that run instructions (exec/cpu: MPI + BLAS kernels; exec/cuda later).
  *
- * The interpreter walks one device's instruction list of a plan (sched/plan.h) in launch order.
+ * The interpreter walks one device's instruction list of a plan (plan/plan.h) in launch order.
  * It keeps one queue per logical stream and progresses all of them from a single thread:
  *   - an instruction starts when the previous one on its stream has finished;
  *   - `record e` finishes at once; `wait e` blocks its stream until the record it refers to
@@ -16,7 +16,7 @@
  * It knows nothing of strategies, models or data: what a buffer holds, which kernel a compute
  * runs and what a collective reduces are the backend's business, read from the instruction.
  *
- * exec/ includes only sched/plan.h and base/base.h of the rest of piper (tests/check_includes.sh).
+ * exec/ includes only plan/plan.h and base/base.h of the rest of piper (tests/check_includes.sh).
  * Functions return 0, or -1 with a message in the base_error; none exits. */
 #ifndef PIPER_EXEC_H
 #define PIPER_EXEC_H
@@ -25,13 +25,13 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 
 /* ---------------------------------------------------------------- the backend interface */
 
 /* What a backend does for the interpreter. `instr` is the instruction's index in the device's
  * list and `in` the instruction itself; peers and groups are given resolved to global device and
- * group ids (sched_plan_peer / sched_plan_group). Requests are small integers the backend hands
+ * group ids (plan_dev_peer / plan_dev_group). Requests are small integers the backend hands
  * out and understands; `test` forgets a request once it reports it done, after finishing any work
  * that completes it (e.g. unpacking a gradient bucket). */
 typedef struct exec_backend {
@@ -68,7 +68,7 @@ typedef struct exec_interp exec_interp;
 /* Prepares the interpreter of `device` (streams, event targets, sendrecv groups). Fails on a
  * list the interpreter cannot run (a wait whose event is never recorded, a sendrecv group whose
  * members are not consecutive on their stream). The plan and backend must outlive it. */
-int exec_interp_new(exec_interp **out, const sched_plan *p, int device, const exec_backend *b,
+int exec_interp_new(exec_interp **out, const plan_set *p, int device, const exec_backend *b,
                     base_error *e);
 void exec_interp_free(exec_interp *it);
 /* Runs the device's list once (one training step) to its end. With timeout_s > 0 it fails when
@@ -99,7 +99,7 @@ const exec_stream_stats *exec_interp_stream_stats(const exec_interp *it, int str
 
 /* A one-line description of instruction i of `device`'s list, for messages:
  * "#18 send s=p2p peer=1 tag=54 mb=0 region=L0.mlp". */
-void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size_t n);
+void exec_instr_describe(const plan_set *p, int device, int i, char *buf, size_t n);
 
 /* Monotonic seconds. */
 double exec_now(void);

@@ -34,7 +34,7 @@ typedef struct stream_q {
 } stream_q;
 
 struct exec_interp {
-    const sched_plan *p;
+    const plan_set *p;
     int dev;
     const plan_list *L;
     const exec_backend *b;
@@ -52,15 +52,15 @@ void exec_interp_observe(exec_interp *it, exec_interp_observer fn, void *ctx)
     it->obs_ctx = ctx;
 }
 
-void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size_t n)
+void exec_instr_describe(const plan_set *p, int device, int i, char *buf, size_t n)
 {
-    const plan_list *L = sched_plan_list(p, device);
+    const plan_list *L = plan_dev_list(p, device);
     if (i < 0 || i >= L->n) {
         snprintf(buf, n, "#%d (no such instruction)", i);
         return;
     }
     const plan_instr *in = &L->ins[i];
-    int k = snprintf(buf, n, "#%d %s s=%s", i, sched_plan_op_name((plan_op)in->op),
+    int k = snprintf(buf, n, "#%d %s s=%s", i, plan_op_name((plan_op)in->op),
                      in->stream >= 0 && in->stream < L->nstreams && L->streams[in->stream]
                          ? L->streams[in->stream]
                          : "?");
@@ -76,18 +76,18 @@ void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size
     switch (in->op) {
     case PLAN_COMPUTE:
         ADD(" %s pass=%s", in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : "?",
-            sched_plan_pass_name((plan_pass)in->pass));
+            plan_pass_name((plan_pass)in->pass));
         break;
     case PLAN_SEND:
     case PLAN_RECV:
-        ADD(" peer=%d tag=%d bytes=%lld", sched_plan_peer(p, device, in), in->tag,
+        ADD(" peer=%d tag=%d bytes=%lld", plan_dev_peer(p, device, in), in->tag,
             (long long)in->bytes);
         if (in->sendrecv) ADD(" sendrecv=%d", in->sendrecv);
         break;
     case PLAN_COLL:
-        ADD(" %s group=%d (%s) bytes=%lld", sched_plan_coll_name((plan_coll)in->coll),
-            sched_plan_group(p, device, in),
-            p->groups[sched_plan_group(p, device, in)].name ? p->groups[sched_plan_group(p, device, in)].name : "?",
+        ADD(" %s group=%d (%s) bytes=%lld", plan_coll_name((plan_coll)in->coll),
+            plan_dev_group(p, device, in),
+            p->groups[plan_dev_group(p, device, in)].name ? p->groups[plan_dev_group(p, device, in)].name : "?",
             (long long)in->bytes);
         break;
     case PLAN_RECORD:
@@ -101,7 +101,7 @@ void exec_instr_describe(const sched_plan *p, int device, int i, char *buf, size
 #undef ADD
 }
 
-int exec_interp_new(exec_interp **out, const sched_plan *p, int device, const exec_backend *b,
+int exec_interp_new(exec_interp **out, const plan_set *p, int device, const exec_backend *b,
                     base_error *e)
 {
     *out = NULL;
@@ -110,7 +110,7 @@ int exec_interp_new(exec_interp **out, const sched_plan *p, int device, const ex
     exec_interp *it = base_xcalloc(1, sizeof *it);
     it->p = p;
     it->dev = device;
-    it->L = sched_plan_list(p, device);
+    it->L = plan_dev_list(p, device);
     it->b = b;
     const plan_list *L = it->L;
     it->nstreams = L->nstreams > 0 ? L->nstreams : 1;
@@ -289,8 +289,8 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
                 const plan_instr *m = &L->ins[j];
                 int req = -1;
                 int rc = m->op == PLAN_COLL
-                             ? b->coll_start(b->ctx, j, m, sched_plan_group(it->p, it->dev, m), &req, e)
-                             : b->p2p_start(b->ctx, j, m, sched_plan_peer(it->p, it->dev, m), &req, e);
+                             ? b->coll_start(b->ctx, j, m, plan_dev_group(it->p, it->dev, m), &req, e)
+                             : b->p2p_start(b->ctx, j, m, plan_dev_peer(it->p, it->dev, m), &req, e);
                 if (rc) return fail_at(it, j, e);
                 q->req[q->nreq] = req;
                 q->done_req[q->nreq++] = false;

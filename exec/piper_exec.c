@@ -198,7 +198,7 @@ static void print_step(const double *all, int size, int nv, int64_t step, int64_
 
 /* A checkpoint after `step`: every rank its shard, rank 0 the manifest once all are written.
  * Without --save-every into DIR itself; with it into DIR/stepK, and then DIR/latest names it. */
-static int save_checkpoint(exec_cpu *c, const sched_plan *plan, const args *a, int rank, int size,
+static int save_checkpoint(exec_cpu *c, const plan_set *plan, const args *a, int rank, int size,
                            int64_t step, const char *data_name, const char *optim_name, base_error *e)
 {
     char dir[4400];
@@ -250,8 +250,8 @@ int main(int argc, char **argv)
     }
 
     /* start: every rank reads the plan and its device; any failure stops all, named */
-    sched_plan plan;
-    sched_plan_init(&plan);
+    plan_set plan;
+    plan_init(&plan);
     exec_cpu *c = NULL;
     exec_interp *it = NULL;
     exec_ckpt ck;
@@ -275,7 +275,7 @@ int main(int argc, char **argv)
                         optim_name, a.resume, ck.optimizer, ck.optimizer);
         a.o.seed = ck.seed;
     }
-    if (!e.set && sched_plan_read_file(&plan, a.c.plan, &e) == 0 &&
+    if (!e.set && plan_read_file(&plan, a.c.plan, &e) == 0 &&
         exec_data_open(&data, a.data, plan.model.vocab, plan.model.seq, &e) == 0) {
         exec_data_describe(&data, data_name, sizeof data_name);
         a.o.data = &data;
@@ -302,7 +302,7 @@ int main(int argc, char **argv)
                     rank, bad, bad, msg);
         exec_interp_free(it);
         exec_cpu_close(c);
-        sched_plan_free(&plan);
+        plan_free(&plan);
         exec_ckpt_free(&ck);
         exec_data_close(&data);
         MPI_Finalize();
@@ -321,12 +321,12 @@ int main(int argc, char **argv)
     }
     if (rank == 0 && !a.c.quiet) {
         int used = 0;
-        for (int d = 0; d < plan.ndevices; d++) used += sched_plan_list(&plan, d)->n > 0;
+        for (int d = 0; d < plan.ndevices; d++) used += plan_dev_list(&plan, d)->n > 0;
         printf("piper-exec: %s (%s), %d rank%s for %d device%s with work, %s, %s lr %g, %lld "
                "steps of %lld sequences (micro-batch %lld x %lld x data-parallel %lld) = %lld "
                "tokens\n",
                m->name ? m->name : "?", a.c.plan, size, size == 1 ? "" : "s", used, used == 1 ? "" : "s",
-               sched_plan_dtype_name(c->dt), a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
+               plan_dtype_name(c->dt), a.o.optim.kind == EXEC_SGD ? "SGD" : "AdamW",
                a.o.optim.lr, (long long)a.c.steps, (long long)m->global_batch,
                (long long)m->micro_batch, (long long)m->num_microbatches, (long long)c->dp_size,
                (long long)tokens);
@@ -407,7 +407,7 @@ int main(int argc, char **argv)
     if (log) fclose(log);
     exec_interp_free(it);
     exec_cpu_close(c);
-    sched_plan_free(&plan);
+    plan_free(&plan);
     exec_data_close(&data);
     MPI_Finalize();
     return 0;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int exec_group_pos(const sched_plan *p, int g, int dev)
+int exec_group_pos(const plan_set *p, int g, int dev)
 {
     for (int i = 0; i < p->groups[g].n; i++)
         if (p->groups[g].devices[i] == dev) return i;
@@ -42,12 +42,12 @@ int exec_parse_region(const char *name, int *layer, exec_region_kind *kind)
     return -1;
 }
 
-int exec_region_places(const sched_plan *p, int dev, int nreg, exec_region_place *pl,
+int exec_region_places(const plan_set *p, int dev, int nreg, exec_region_place *pl,
                        base_error *e)
 {
     for (int r = 0; r < nreg; r++)
         pl[r] = (exec_region_place){.tp_group = -1, .ep_group = -1, .tp = 1, .ep = 1};
-    const plan_list *L = sched_plan_list(p, dev);
+    const plan_list *L = plan_dev_list(p, dev);
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE || in->region < 0 || in->region >= nreg) continue;
@@ -83,12 +83,12 @@ int exec_region_places(const sched_plan *p, int dev, int nreg, exec_region_place
     return 0;
 }
 
-bool **exec_holds_new(const sched_plan *p, int nreg)
+bool **exec_holds_new(const plan_set *p, int nreg)
 {
     bool **holds = base_xcalloc((size_t)p->ndevices, sizeof *holds);
     for (int d = 0; d < p->ndevices; d++) {
         holds[d] = base_xcalloc((size_t)(nreg > 0 ? nreg : 1), sizeof **holds);
-        const plan_list *Ld = sched_plan_list(p, d);
+        const plan_list *Ld = plan_dev_list(p, d);
         for (int i = 0; i < Ld->n; i++)
             if (Ld->ins[i].op == PLAN_COMPUTE && Ld->ins[i].region >= 0 && Ld->ins[i].region < nreg)
                 holds[d][Ld->ins[i].region] = true;
@@ -103,14 +103,14 @@ void exec_holds_free(bool **holds, int ndevices)
     free(holds);
 }
 
-bool exec_group_holds(const sched_plan *p, bool *const *holds, int g, int r)
+bool exec_group_holds(const plan_set *p, bool *const *holds, int g, int r)
 {
     bool all = true;
     for (int k = 0; k < p->groups[g].n; k++) all &= holds[p->groups[g].devices[k]][r];
     return all;
 }
 
-const char *exec_compute_kid(const sched_plan *p, const plan_instr *in)
+const char *exec_compute_kid(const plan_set *p, const plan_instr *in)
 {
     return in->kid >= 0 && in->kid < p->nkernel_ids ? p->kernel_ids[in->kid] : NULL;
 }
@@ -230,15 +230,15 @@ int exec_first_forward_region(const plan_list *L)
     return -1;
 }
 
-void exec_coll_sizes(const sched_plan *p, int dev, exec_buf *buf)
+void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf)
 {
-    const plan_list *L = sched_plan_list(p, dev);
+    const plan_list *L = plan_dev_list(p, dev);
     for (int pass = 0; pass < 8; pass++) {
         bool changed = false;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
             if (in->op != PLAN_COLL) continue;
-            int g = sched_plan_group(p, dev, in), n = p->groups[g].n;
+            int g = plan_dev_group(p, dev, in), n = p->groups[g].n;
             int ib = in->nreads > 0 ? in->reads[0] : in->buf;
             int ob = in->nwrites > 0 ? in->writes[0] : ib;
             if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
@@ -261,9 +261,9 @@ void exec_coll_sizes(const sched_plan *p, int dev, exec_buf *buf)
     }
 }
 
-int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf)
+int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf)
 {
-    const plan_list *L = sched_plan_list(p, dev);
+    const plan_list *L = plan_dev_list(p, dev);
     int n = 0;
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
@@ -280,16 +280,16 @@ int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf)
     return n;
 }
 
-int exec_check_bucket_bytes(const sched_plan *p, const plan_instr *in, int64_t total,
+int exec_check_bucket_bytes(const plan_set *p, const plan_instr *in, int64_t total,
                             int64_t copies, const char *who, base_error *e)
 {
-    int gb = sched_plan_dtype_bytes((plan_dtype)p->grad_dtype);
+    int gb = plan_dtype_bytes((plan_dtype)p->grad_dtype);
     if (in->bytes == total * gb || in->bytes == (total - copies) * gb) return 0;
     return base_errorf(e, "the %s sums %lld gradient elements (%lld bytes at the plan's %s) but "
                           "the plan moves %lld bytes; the %s's reading of this collective is "
                           "wrong",
                        who, (long long)total, (long long)(total * gb),
-                       sched_plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes, who);
+                       plan_dtype_name((plan_dtype)p->grad_dtype), (long long)in->bytes, who);
 }
 
 int exec_buf_set_role(exec_buf *B, exec_buf_role role, int region, int64_t bytes)
@@ -308,7 +308,7 @@ const char *exec_buf_name(const plan_list *L, int b)
     return b >= 0 && b < L->nbufs && L->bufs[b].name ? L->bufs[b].name : "?";
 }
 
-int exec_instr_error(const sched_plan *p, int dev, int i, base_error *e)
+int exec_instr_error(const plan_set *p, int dev, int i, base_error *e)
 {
     char d[256];
     exec_instr_describe(p, dev, i, d, sizeof d);
@@ -316,11 +316,11 @@ int exec_instr_error(const sched_plan *p, int dev, int i, base_error *e)
     return -1;
 }
 
-int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error *e)
+int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *e)
 {
-    const plan_instr *in = &sched_plan_list(p, dev)->ins[i];
+    const plan_instr *in = &plan_dev_list(p, dev)->ins[i];
     C->in = C->out = C->comm = -1;
-    C->group = sched_plan_group(p, dev, in);
+    C->group = plan_dev_group(p, dev, in);
     C->gsize = p->groups[C->group].n;
     C->grank = exec_group_pos(p, C->group, dev);
     if (C->grank < 0)
@@ -346,7 +346,7 @@ int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, co
     return piece;
 }
 
-int exec_dp_rank_find(const sched_plan *p, const plan_list *L, const exec_coll *coll,
+int exec_dp_rank_find(const plan_set *p, const plan_list *L, const exec_coll *coll,
                       bool *const *holds, int r0, int tp_group, int ep_group, int grad_buf,
                       int64_t dp_size)
 {
@@ -378,7 +378,7 @@ void exec_slots_note_reads(const exec_bind_slots *s, int i, exec_slot_sizes sz, 
         }
 }
 
-int exec_slots_check_writes(const sched_plan *p, int64_t nmb, int region, const exec_bind_slots *s,
+int exec_slots_check_writes(const plan_set *p, int64_t nmb, int region, const exec_bind_slots *s,
                             exec_slot_sizes sz, const int *slot_last, const int64_t *slot_bytes,
                             base_error *e)
 {
@@ -401,12 +401,12 @@ int exec_slots_check_writes(const sched_plan *p, int64_t nmb, int region, const 
     return 0;
 }
 
-bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group)
+bool exec_sequence_parallel(const plan_set *p, int dev, int r, int tp_group)
 {
-    const plan_list *L = sched_plan_list(p, dev);
+    const plan_list *L = plan_dev_list(p, dev);
     for (int i = 0; i < L->n && tp_group >= 0; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->region != r || sched_plan_group(p, dev, in) != tp_group ||
+        if (in->op != PLAN_COLL || in->region != r || plan_dev_group(p, dev, in) != tp_group ||
             (in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER))
             continue;
         int ib = in->nreads > 0 ? in->reads[0] : in->buf;

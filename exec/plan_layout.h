@@ -6,7 +6,7 @@
  * so that the two backends cannot drift apart in how they read the same plan (the CUDA runtime's
  * losses are checked against the CPU executor's). What each backend keeps for itself is what
  * really differs: its buffer sizes (its own kernels' layouts), what it supports, its messages.
- * Plain C over sched/plan.h and the kernels' model description (exec/cpu/kernels.h). */
+ * Plain C over plan/plan.h and the kernels' model description (exec/cpu/kernels.h). */
 #ifndef PIPER_EXEC_PLAN_LAYOUT_H
 #define PIPER_EXEC_PLAN_LAYOUT_H
 
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "cpu/kernels.h"
 
 /* What a plan buffer of the device is to a backend, and the backend's own size and storage of
@@ -87,11 +87,11 @@ typedef struct exec_coll {
 /* Sequence parallelism's backward re-gathers: marks (exec_buf.saved_gather, role COMM, the
  * all-gather's region) the comm buffer each all-gather of an activation buffer writes; the
  * backend sizes it in its own layout. Returns how many. */
-int exec_mark_saved_gathers(const sched_plan *p, int dev, exec_buf *buf);
+int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf);
 /* Sequence parallelism: a tensor-parallel region r whose boundary tensors the plan all-gathers or
  * reduce-scatters over its TP group (rather than all-reducing them) holds b*s/tp tokens outside
  * its TP-split GEMMs; its kernels then keep that share of their rows (exec_shard.sp). */
-bool exec_sequence_parallel(const sched_plan *p, int dev, int r, int tp_group);
+bool exec_sequence_parallel(const plan_set *p, int dev, int r, int tp_group);
 
 /* A region's recompute mode from the plan: the bytes of its first forward's activation buffer
  * (*fb) and its first recompute's (*rb) on list L, -1 where there is none; then the mode whose
@@ -109,7 +109,7 @@ static inline int64_t exec_work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
 
 /* Starts reading collective instruction i of device dev into C: its group, the group's size and
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */
-int exec_coll_open(const sched_plan *p, int dev, int i, exec_coll *C, base_error *e);
+int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *e);
 
 /* The gradient segments [seg0, C->nseg) of region r that collective `in` reads from buffer bb
  * live there (exec_seg.buf). A ZeRO-2/3 reduce-scatter that writes adds each segment's piece into
@@ -122,7 +122,7 @@ int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, co
 /* The data-parallel rank of the device: its position in the first gradient reduction (sum or
  * reduce-scatter, coll[] per instruction of L) of region r0's gradient buffer over a group of
  * dp_size devices that all run r0, other than r0's TP and EP groups; -1 when there is none. */
-int exec_dp_rank_find(const sched_plan *p, const plan_list *L, const exec_coll *coll,
+int exec_dp_rank_find(const plan_set *p, const plan_list *L, const exec_coll *coll,
                       bool *const *holds, int r0, int tp_group, int ep_group, int grad_buf,
                       int64_t dp_size);
 
@@ -135,10 +135,10 @@ int exec_buf_set_role(exec_buf *B, exec_buf_role role, int region, int64_t bytes
 const char *exec_buf_name(const plan_list *L, int b);
 
 /* Prefixes e with the device and instruction i (exec_instr_describe); returns -1. */
-int exec_instr_error(const sched_plan *p, int dev, int i, base_error *e);
+int exec_instr_error(const plan_set *p, int dev, int i, base_error *e);
 
 /* Device `dev`'s position in plan group g, -1 when it is not a member. */
-int exec_group_pos(const sched_plan *p, int g, int dev);
+int exec_group_pos(const plan_set *p, int g, int dev);
 
 /* The element range [lo, hi) of a region's storage of n elements that group position k of
  * `size` holds under ZeRO: pieces of ceil(n / size), the last one shorter (or empty). */
@@ -160,19 +160,19 @@ typedef struct exec_region_place {
 /* Reads the placement of the plan's `nreg` regions on device `dev` from its computes into
  * pl[nreg]. Fails (naming the region) when a region runs on two TP groups, or on a group the
  * device is not a member of. */
-int exec_region_places(const sched_plan *p, int dev, int nreg, exec_region_place *pl,
+int exec_region_places(const plan_set *p, int dev, int nreg, exec_region_place *pl,
                        base_error *e);
 
 /* holds[d][r]: device d computes region r (for the collectives' reading: which groups hold a
  * region whole). nreg regions; exec_holds_free frees it. */
-bool **exec_holds_new(const sched_plan *p, int nreg);
+bool **exec_holds_new(const plan_set *p, int nreg);
 void exec_holds_free(bool **holds, int ndevices);
 /* Every member of group g holds region r. */
-bool exec_group_holds(const sched_plan *p, bool *const *holds, int g, int r);
+bool exec_group_holds(const plan_set *p, bool *const *holds, int g, int r);
 
 /* The kernel identity a compute names (NULL for none), and whether it is one of the aux
  * identities: 1 aux.grad_norm, 2 aux.aux_loss, 0 a region's kernel. */
-const char *exec_compute_kid(const sched_plan *p, const plan_instr *in);
+const char *exec_compute_kid(const plan_set *p, const plan_instr *in);
 int exec_aux_kind(const char *kid);
 
 /* The boundary slots of a step: one per (region, micro-batch, kind), where a compute leaves a
@@ -225,14 +225,14 @@ int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, i
  * collective (an all-gather multiplies by the group size, a reduce-scatter divides), repeated
  * until nothing changes; a buffer sized here becomes a comm buffer of its partner's region.
  * buf[]: the device's plan buffers (0 bytes: not known yet). */
-void exec_coll_sizes(const sched_plan *p, int dev, exec_buf *buf);
+void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf);
 
 /* A gradient all-reduce sums `total` elements (of which `copies` are stage-local copies of the
  * tied token table): the plan's bytes at its gradient dtype must be that, with or without the
  * copies (the plan counts a stage's copy in its memory but not in its bucket's bytes, a compiler
  * discrepancy; the copy is summed all the same, or the replicas would drift apart). Fails with a
  * message naming `who` ("executor", "runtime") otherwise. */
-int exec_check_bucket_bytes(const sched_plan *p, const plan_instr *in, int64_t total,
+int exec_check_bucket_bytes(const plan_set *p, const plan_instr *in, int64_t total,
                             int64_t copies, const char *who, base_error *e);
 
 /* The bytes of a compute's boundary tensors in a backend's layout: its input, its output (the
@@ -248,7 +248,7 @@ void exec_slots_note_reads(const exec_bind_slots *s, int i, exec_slot_sizes sz, 
 /* After every compute is read: each slot a compute of region `region` writes (s, its tensors of
  * sizes sz) has a reader on the device, which takes it at the size written; otherwise the tensor
  * has nowhere to go (the plan lacks a transfer) or the two regions disagree. */
-int exec_slots_check_writes(const sched_plan *p, int64_t nmb, int region, const exec_bind_slots *s,
+int exec_slots_check_writes(const plan_set *p, int64_t nmb, int region, const exec_bind_slots *s,
                             exec_slot_sizes sz, const int *slot_last, const int64_t *slot_bytes,
                             base_error *e);
 

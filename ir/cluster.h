@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "doc.h"
 
 typedef enum { IR_NET_FAT_TREE, IR_NET_RAIL } ir_net_topology;

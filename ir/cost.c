@@ -475,7 +475,7 @@ int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, con
         /* gradient read (fp32 where grad_dtype says so), parameter written, fp32 master, m and v
          * read and written */
         kb.dt = PLAN_FP32;
-        double ge = sched_plan_dtype_bytes(s->grad_dtype);
+        double ge = plan_dtype_bytes(s->grad_dtype);
         mem(&kb, "optimizer_adamw", p * (ge + d.pe + 24.0), 12.0 * p);
         break;
     }

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "model.h"
 
 typedef enum { IR_KIND_COMPUTE, IR_KIND_P2P, IR_KIND_COLL, IR_KIND_DUMMY } ir_op_kind;

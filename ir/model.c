@@ -54,8 +54,8 @@ void ir_dims_init(const ir_model *m, const ir_shape *s, ir_dims *d)
     memset(d, 0, sizeof *d);
     int64_t t = s->tp > 0 ? s->tp : 1;
     d->gpt = m->family == IR_FAMILY_GPT;
-    d->e = sched_plan_dtype_bytes(s->act_dtype);
-    d->pe = sched_plan_dtype_bytes(s->param_dtype);
+    d->e = plan_dtype_bytes(s->act_dtype);
+    d->pe = plan_dtype_bytes(s->param_dtype);
     d->b = s->micro_batch;
     d->s = m->seq;
     d->h = m->hidden;

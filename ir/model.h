@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "doc.h"
 
 typedef enum { IR_FAMILY_GPT, IR_FAMILY_LLAMA } ir_family;

@@ -977,24 +977,24 @@ static int parse_grad_dtype(ctx *c, const ir_doc *d)
     snprintf(c->what, sizeof c->what, "program");
     if (get_string(c, d, "grad_dtype", &s)) return -1;
     plan_dtype t = c->p->param_dtype;
-    int tb = sched_plan_dtype_bytes(t);
+    int tb = plan_dtype_bytes(t);
     char ok[64];
-    snprintf(ok, sizeof ok, "%s%s%s", sched_plan_dtype_name(t),
+    snprintf(ok, sizeof ok, "%s%s%s", plan_dtype_name(t),
              tb < 4 ? ", fp32" : "", tb < 8 ? " or fp64" : "");
     int g = dtype_of_name(s);
     if (g < 0)
         return ir_doc_error(d, c->e,
                             "unknown grad_dtype '%s'; use %s (not narrower than dtype %s), or "
                             "remove grad_dtype to keep the gradients in the dtype",
-                            s, ok, sched_plan_dtype_name(t));
-    int gb = sched_plan_dtype_bytes((plan_dtype)g);
+                            s, ok, plan_dtype_name(t));
+    int gb = plan_dtype_bytes((plan_dtype)g);
     if (g != (int)t && gb <= tb)
         return ir_doc_error(d, c->e,
                             "grad_dtype %s is %s dtype %s; use grad_dtype %s, or remove it to "
                             "keep the gradients in the dtype",
-                            sched_plan_dtype_name((plan_dtype)g),
+                            plan_dtype_name((plan_dtype)g),
                             gb < tb ? "narrower than" : "a different 16-bit format from",
-                            sched_plan_dtype_name(t), ok);
+                            plan_dtype_name(t), ok);
     c->p->grad_dtype = (plan_dtype)g;
     return 0;
 }

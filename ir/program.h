@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 #include "cluster.h"
 #include "doc.h"
 #include "model.h"

@@ -11,13 +11,13 @@ void sched_compilation_init(sched_compilation *c)
 {
     memset(c, 0, sizeof *c);
     base_arena_init(&c->arena);
-    sched_plan_init(&c->plan);
+    plan_init(&c->plan);
 }
 
 void sched_compilation_free(sched_compilation *c)
 {
-    sched_plan_stats_free(&c->stats);
-    sched_plan_free(&c->plan);
+    plan_stats_free(&c->stats);
+    plan_free(&c->plan);
     base_arena_free(&c->arena);
     memset(c, 0, sizeof *c);
 }
@@ -210,7 +210,7 @@ static int check_memory(sched_compilation *c, const sched_options *o, base_error
     double usable = gpu->mem_bytes - gpu->reserve_bytes;
     if (gpu->mem_bytes <= 0) return 0;
     for (int d = 0; d < c->stats.ndevices; d++) {
-        const sched_plan_device_stats *s = &c->stats.dev[d];
+        const plan_device_stats *s = &c->stats.dev[d];
         if (s->peak_bytes <= usable) continue;
         if (o && o->allow_oom) {
             char a[32], b[32];
@@ -265,7 +265,7 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
         sched_costs_free(x.costs);
         return rc;
     }
-    if (sched_plan_check(&c->plan, &c->stats, e)) {
+    if (plan_check(&c->plan, &c->stats, e)) {
         /* One p2p stream per device with every neighbour's sends and receives on it deadlocks
          * for schedules with several stages per rank (interleaved, V shapes): each rank's lone
          * send waits for a receive its neighbour queued behind its own. With one stream per peer
@@ -275,12 +275,12 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
         base_error_clear(&again);
         sched_options o2 = *o;
         o2.p2p_per_channel = true;
-        sched_plan_stats_free(&c->stats);
-        sched_plan_free(&c->plan);
-        sched_plan_init(&c->plan);
+        plan_stats_free(&c->stats);
+        plan_free(&c->plan);
+        plan_init(&c->plan);
         if (!o->no_sendrecv_groups && !o->p2p_per_channel && strstr(e->msg, "deadlock") &&
             sched_lower_plan(&x, &ord, &o2, &again) == 0 &&
-            sched_plan_check(&c->plan, &c->stats, &again) == 0) {
+            plan_check(&c->plan, &c->stats, &again) == 0) {
             char warn[BASE_WARN_MAX];
             memcpy(warn, e->warnings, sizeof warn);
             int nwarn = e->nwarn;
@@ -308,7 +308,7 @@ int sched_compile(sched_compilation *c, const char *program_path, const char *mo
 
 void sched_print_summary(const sched_compilation *c, FILE *f)
 {
-    const sched_plan *p = &c->plan;
+    const plan_set *p = &c->plan;
     const ir_program *prog = &c->prog;
     fprintf(f, "piper plan: %s on %d x %s (%lld nodes x %lld GPUs)\n",
             p->model.name, p->ndevices, p->gpu.name, (long long)prog->cluster.nodes,
@@ -335,7 +335,7 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
             if (d == 16) fprintf(f, "  ... (%d more devices)\n", p->ndevices - 20);
             continue;
         }
-        const sched_plan_device_stats *s = c->stats.ndevices ? &c->stats.dev[d] : NULL;
+        const plan_device_stats *s = c->stats.ndevices ? &c->stats.dev[d] : NULL;
         if (!s) {
             fprintf(f, "  %-6d (not checked)\n", d);
             continue;

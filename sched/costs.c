@@ -109,7 +109,7 @@ static int32_t entry_for(sched_costs *c, int32_t v)
         if (ir_region_kernels(g->model, &g->regions[n->region], pass, &s, g->arena, &ent.list) != 0)
             ent.list = c->empty;
         ent.kid = base_arena_printf(g->arena, "%s.%s.%s", fam, REGION_KIND_ID[g->regions[n->region].kind],
-                                    sched_plan_pass_name(pass));
+                                    plan_pass_name(pass));
     } else {
         /* Gradient norm: a read of the device's gradients; load-balancing loss: a few scalars. */
         ent.list.n = 1;

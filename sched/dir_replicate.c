@@ -270,7 +270,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             }
             ir_shape s = sched_node_shape(x, upd_of[r]);
             fill += (double)ir_region_params_per_device(g->model, &g->regions[r], &s) *
-                    sched_plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
+                    plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
             if (fill >= bucket_cap) open = false;
         }
     }

@@ -26,7 +26,7 @@ typedef BASE_VEC(int32_t) i32_vec;
 
 typedef struct lowerer {
     sched_ctx *x;
-    sched_plan *plan;
+    plan_set *plan;
     const sched_order *o;
     const sched_options *opt;
     BASE_VEC(plan_group) groups;  /* global groups, interned by member list */
@@ -281,8 +281,8 @@ static int lower_list(lowerer *L, int cls, int rep, group_tpl **tpls_out)
     for (int i = 0; i < nn; i++) L->launch[nodes[i]] = i;
 
     /* tensors: buffers and last uses */
-    int pb = sched_plan_dtype_bytes((plan_dtype)prog->param_dtype);
-    int gb = sched_plan_dtype_bytes((plan_dtype)prog->grad_dtype);
+    int pb = plan_dtype_bytes((plan_dtype)prog->param_dtype);
+    int gb = plan_dtype_bytes((plan_dtype)prog->grad_dtype);
     double opt_per_param = (prog->optimizer == IR_OPT_ADAMW ? 8.0 : 0.0) +
                            (prog->param_dtype != PLAN_FP32 ? 4.0 : 0.0);
     i32_vec touched = {0};
@@ -698,7 +698,7 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
 {
     ir_dag *g = x->g;
     const ir_program *prog = x->prog;
-    sched_plan *plan = &x->c->plan;
+    plan_set *plan = &x->c->plan;
     lowerer L;
     memset(&L, 0, sizeof L);
     L.x = x;

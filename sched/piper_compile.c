@@ -108,7 +108,7 @@ int main(int argc, char **argv)
     }
     if (!rc && emit_directives) rc = sched_write_directives_json(&c, stdout, &e);
     if (!rc) rc = sched_lower(&c, &opt, &e);
-    if (!rc && out) rc = sched_plan_write_file(&c.plan, out, &e);
+    if (!rc && out) rc = plan_write_file(&c.plan, out, &e);
     if (!rc && emit_order) {
         bool to_stdout = !strcmp(emit_order, "-");
         FILE *f = to_stdout ? stdout : fopen(emit_order, "w");

@@ -1,5 +1,5 @@
 /* sched.h — the contract of sched/'s compiler: program -> global DAG -> directives as verified
- * passes -> ordering -> lowering -> one checked plan per device (sched/plan.h has the plan).
+ * passes -> ordering -> lowering -> one checked plan per device (plan/plan.h has the plan).
  * piper-compile is a thin command line over these functions. */
 #ifndef PIPER_SCHED_H
 #define PIPER_SCHED_H
@@ -9,7 +9,7 @@
 
 #include "../base/base.h"
 #include "../ir/ir.h"
-#include "plan.h"
+#include "../plan/plan.h"
 
 typedef struct sched_options {
     bool allow_oom;            /* keep plans whose static peak exceeds usable memory (what-if) */
@@ -25,8 +25,8 @@ typedef struct sched_compilation {
     base_arena arena;          /* the DAG and the program live here */
     ir_program prog;
     ir_dag dag;
-    sched_plan plan;           /* has its own arena, so it can outlive the DAG */
-    sched_plan_stats stats;    /* from the static check */
+    plan_set plan;           /* has its own arena, so it can outlive the DAG */
+    plan_stats stats;    /* from the static check */
     int64_t dp_degree;         /* data-parallel degree the batch is split over */
     const char *default_schedule; /* set when the compiler chose the pipeline schedule */
     bool p2p_per_channel;      /* the plan uses one p2p stream per peer and direction */

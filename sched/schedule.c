@@ -796,7 +796,7 @@ int sched_table_from_plan(const sched_compilation *c, sched_table *t, base_error
     BASE_VEC(sched_action) seq = {0};
     for (int r = 0; r < p; r++) {
         const ir_place *pl = &g->places[rank_place[r]];
-        const plan_list *L = sched_plan_list(&c->plan, pl->devs[0]);
+        const plan_list *L = plan_dev_list(&c->plan, pl->devs[0]);
         seq.n = 0;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];

@@ -95,8 +95,8 @@ void sched_update_sizes(sched_ctx *x)
 {
     ir_dag *g = x->g;
     const ir_model *m = g->model;
-    int gb = sched_plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
-    int pb = sched_plan_dtype_bytes((plan_dtype)x->prog->param_dtype);
+    int gb = plan_dtype_bytes((plan_dtype)x->prog->grad_dtype);
+    int pb = plan_dtype_bytes((plan_dtype)x->prog->param_dtype);
 
     /* Which layers have their attention fully recomputed. */
     bool *attn_full = base_xcalloc((size_t)(m->layers > 0 ? m->layers : 1), sizeof *attn_full);
@@ -214,7 +214,7 @@ void sched_update_sizes(sched_ctx *x)
                  * saved tensor that holds the device's shards of the norm input and output,
                  * 2 * (b*s/t) * h * e bytes, gathered from the t ranks: 2 * b*s * h * e */
                 n->bytes = 2.0 * (double)s.micro_batch * (double)m->seq * (double)m->hidden *
-                           (double)sched_plan_dtype_bytes(s.act_dtype);
+                           (double)plan_dtype_bytes(s.act_dtype);
             } else if (n->op == IR_OP_ALL_GATHER) {
                 n->bytes = in_bytes * nn;
             } else if (n->coll_group == IR_CG_WORLD) {

@@ -47,7 +47,7 @@ static void no_fold(sim_fold *f, int ndev, const char *why)
 typedef struct gindex {
     int32_t *slot;
     size_t mask;
-    const sched_plan *p;
+    const plan_set *p;
 } gindex;
 
 static uint64_t hash_members(const int32_t *m, int n, int32_t shift)
@@ -57,7 +57,7 @@ static uint64_t hash_members(const int32_t *m, int n, int32_t shift)
     return h;
 }
 
-static void gindex_build(gindex *ix, const sched_plan *p)
+static void gindex_build(gindex *ix, const plan_set *p)
 {
     size_t cap = 16;
     while (cap < 2 * (size_t)p->ngroups + 2) cap <<= 1;
@@ -88,7 +88,7 @@ static int gindex_shifted(const gindex *ix, int g, int32_t shift)
 }
 
 /* Are all hops of the ring over sub[0], sub[stride], ... (k members) of one kind? */
-static int ring_uniform(const sched_plan *p, const plan_group *grp, const int32_t *sub, int k, int stride)
+static int ring_uniform(const plan_set *p, const plan_group *grp, const int32_t *sub, int k, int stride)
 {
     if (k <= 1) return 1;
     int kind = -1;
@@ -102,7 +102,7 @@ static int ring_uniform(const sched_plan *p, const plan_group *grp, const int32_
 }
 
 /* The hop kinds of a group's collectives, as replay.c runs them (prepare_group's structure). */
-static int group_rings_uniform(const sched_plan *p, const sim_options *o, int g)
+static int group_rings_uniform(const plan_set *p, const sim_options *o, int g)
 {
     const plan_group *grp = &p->groups[g];
     int n = grp->n;
@@ -126,7 +126,7 @@ static int group_rings_uniform(const sched_plan *p, const sim_options *o, int g)
 }
 
 /* Tries one shift; 0 when the plan folds with it (f filled), else -1 with f->reason. */
-static int try_shift(const sched_plan *p, const sim_options *o, const gindex *ix, int32_t shift, sim_fold *f)
+static int try_shift(const plan_set *p, const sim_options *o, const gindex *ix, int32_t shift, sim_fold *f)
 {
     int nd = p->ndevices;
     uint8_t *linked = base_xcalloc((size_t)nd + 1, 1);
@@ -199,20 +199,20 @@ static int try_shift(const sched_plan *p, const sim_options *o, const gindex *ix
     /* what simulated devices do: p2p inside replica 0, only symmetric collectives on spanning groups */
     for (int d = 0; d < nd && !rc; d++) {
         if (f->index[d] != 0) continue;
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n && !rc; i++) {
             const plan_instr *in = &L->ins[i];
             if (in->op == PLAN_SEND || in->op == PLAN_RECV) {
-                int peer = sched_plan_peer(p, d, in);
+                int peer = plan_dev_peer(p, d, in);
                 if (peer >= 0 && peer < nd && f->index[peer] != 0) {
                     snprintf(f->reason, sizeof f->reason, "device %d exchanges p2p with device %d of another replica",
                              d, peer);
                     rc = -1;
                 }
-            } else if (in->op == PLAN_COLL && f->spanning[sched_plan_group(p, d, in)] &&
+            } else if (in->op == PLAN_COLL && f->spanning[plan_dev_group(p, d, in)] &&
                        in->coll != PLAN_ALL_REDUCE && in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER) {
                 snprintf(f->reason, sizeof f->reason, "%s spans replicas (only all-reduce, reduce-scatter and "
-                         "all-gather fold)", sched_plan_coll_name((plan_coll)in->coll));
+                         "all-gather fold)", plan_coll_name((plan_coll)in->coll));
                 rc = -1;
             }
         }
@@ -261,7 +261,7 @@ static int try_shift(const sched_plan *p, const sim_options *o, const gindex *ix
     return rc;
 }
 
-int sim_fold_plan(const sched_plan *p, const sim_options *o, sim_fold *f)
+int sim_fold_plan(const plan_set *p, const sim_options *o, sim_fold *f)
 {
     int nd = p->ndevices;
     memset(f, 0, sizeof *f);
@@ -325,7 +325,7 @@ int sim_fold_plan(const sched_plan *p, const sim_options *o, sim_fold *f)
 
 /* ---------------------------------------------------------------- hierarchical structure */
 
-void sim_group_grid_init(const sched_plan *p, int g, sim_group_grid *gg)
+void sim_group_grid_init(const plan_set *p, int g, sim_group_grid *gg)
 {
     memset(gg, 0, sizeof *gg);
     const plan_group *grp = &p->groups[g];

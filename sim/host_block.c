@@ -99,7 +99,7 @@ static void list_runs_init(const plan_list *L, list_runs *lr)
     free(occ.v), free(member), free(soff), free(sidx), free(spos);
 }
 
-bool sim_host_can_block_at_p2p(const sched_plan *p)
+bool sim_host_can_block_at_p2p(const plan_set *p)
 {
     int D = p->ndevices;
     list_runs *lr = base_xcalloc((size_t)p->nlists + 1, sizeof *lr);
@@ -118,14 +118,14 @@ bool sim_host_can_block_at_p2p(const sched_plan *p)
         int d = queue[head];
         head = (head + 1) % ((size_t)D + 1);
         queued[d] = 0;
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         const list_runs *r = &lr[p->devices[d].list];
         while (at[d] < r->nruns) {
             int a = r->off[at[d]], b = r->off[at[d] + 1];
             if (!posted[d]) {
                 for (int k = a; k < b; k++) {
                     const plan_instr *in = &L->ins[r->memb[k]];
-                    int peer = sched_plan_peer(p, d, in);
+                    int peer = plan_dev_peer(p, d, in);
                     if (in->op == PLAN_SEND) chan_get(&m, d, peer, in->tag)->sends++;
                     else chan_get(&m, peer, d, in->tag)->recvs++;
                     if (peer >= 0 && peer < D && !queued[peer]) { /* the post may free the peer */
@@ -138,7 +138,7 @@ bool sim_host_can_block_at_p2p(const sched_plan *p)
             bool done = true;
             for (int k = a; k < b && done; k++) {
                 const plan_instr *in = &L->ins[r->memb[k]];
-                int peer = sched_plan_peer(p, d, in);
+                int peer = plan_dev_peer(p, d, in);
                 done = in->op == PLAN_SEND ? chan_get(&m, d, peer, in->tag)->recvs > r->occ[k]
                                            : chan_get(&m, peer, d, in->tag)->sends > r->occ[k];
             }

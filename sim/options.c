@@ -54,7 +54,7 @@ void sim_links_default(sim_links *l, const char *gpu_name)
     l->oversubscription = 1;
 }
 
-void sim_links_from_plan(sim_links *l, const sched_plan *p)
+void sim_links_from_plan(sim_links *l, const plan_set *p)
 {
     sim_links_default(l, p ? p->gpu.name : NULL);
     if (!p) return;
@@ -70,7 +70,7 @@ void sim_links_from_plan(sim_links *l, const sched_plan *p)
     if (pl->oversubscription >= 1) l->oversubscription = pl->oversubscription;
 }
 
-void sim_options_init(sim_options *o, const sched_plan *p)
+void sim_options_init(sim_options *o, const plan_set *p)
 {
     memset(o, 0, sizeof *o);
     sim_links_from_plan(&o->links, p);
@@ -227,7 +227,7 @@ int sim_links_parse(sim_links *l, const char *spec, base_error *e)
 static int pass_by_name(const char *s)
 {
     for (int p = 0; p < PLAN_NPASS; p++)
-        if (!strcmp(s, sched_plan_pass_name((plan_pass)p))) return p;
+        if (!strcmp(s, plan_pass_name((plan_pass)p))) return p;
     return -1;
 }
 
@@ -493,7 +493,7 @@ int sim_calibration_apply(sim_costs *c, const char *gpu_name, const char *name, 
     return rc;
 }
 
-int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e)
+int sim_calibration_apply_plan(sim_costs *c, const plan_set *p, base_error *e)
 {
     for (int i = 0; i < p->ncalib; i++) {
         char item[160];

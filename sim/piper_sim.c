@@ -1,6 +1,6 @@
 /* piper_sim.c — `piper-sim`: simulate one training step of a plan file, or of a program.
  *
- * sim/ may include nothing of the compiler but sched/plan.h, so a program is compiled by running
+ * sim/ may include nothing of the compiler but plan/plan.h, so a program is compiled by running
  * the piper-compile executable that sits next to piper-sim (or the one on PATH) into a temporary
  * plan file, which is then read like any other. Prints the report on stdout (deterministic), and
  * the simulation's wall time on stderr. */
@@ -203,8 +203,8 @@ int main(int argc, char **argv)
 
     base_error e;
     base_error_clear(&e);
-    sched_plan p;
-    int rc = sched_plan_read_file(&p, plan_path, &e);
+    plan_set p;
+    int rc = plan_read_file(&p, plan_path, &e);
     if (tmp_plan[0]) unlink(tmp_plan);
     if (rc) {
         base_error_print(&e, stderr);
@@ -240,26 +240,26 @@ int main(int argc, char **argv)
     }
     if (rc) { /* an invalid calibration file is invalid input */
         base_error_print(&e, stderr);
-        sched_plan_free(&p);
+        plan_free(&p);
         return 1;
     }
     if (links) rc = sim_links_parse(&o.links, links, &e);
     for (int k = 0; !rc && k < ncosts; k++) rc = sim_costs_parse(&o.costs, costs[k], &e);
     if (rc) {
         base_error_print(&e, stderr);
-        sched_plan_free(&p);
+        plan_free(&p);
         return 2;
     }
     if (!no_check) {
-        sched_plan_stats st;
-        rc = sched_plan_check(&p, &st, &e);
-        if (!rc) sched_plan_stats_free(&st);
+        plan_stats st;
+        rc = plan_check(&p, &st, &e);
+        if (!rc) plan_stats_free(&st);
     }
     sim_result r;
     if (!rc) rc = sim_run(&p, &o, &r, &e);
     base_error_print(&e, stderr);
     if (rc) {
-        sched_plan_free(&p);
+        plan_free(&p);
         return 1;
     }
     if (!quiet && !(json && !strcmp(json, "-"))) sim_report_write(&p, &o, &r, stdout); /* JSON alone on stdout */
@@ -283,6 +283,6 @@ int main(int argc, char **argv)
                 r.simulated_devices, r.ndevices);
     fputc('\n', stderr);
     sim_result_free(&r);
-    sched_plan_free(&p);
+    plan_free(&p);
     return rc;
 }

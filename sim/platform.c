@@ -42,12 +42,12 @@ static void put_hop(base_buf *b, const char *src, const char *dst, const char *l
     put_hop2(b, src, dst, link, NULL, dir);
 }
 
-int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e)
+int sim_platform_xml(const plan_set *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e)
 {
     return sim_platform_xml_loops(p, l, nocomm, NULL, out, e);
 }
 
-int sim_platform_xml_loops(const sched_plan *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
+int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
                            base_error *e)
 {
     if (p->ndevices <= 0) return base_errorf(e, "the plan has no devices; compile a program with at least one");

@@ -132,7 +132,7 @@ typedef struct xfer_slot {
 } xfer_slot;
 
 typedef struct sim_state {
-    const sched_plan *p;
+    const plan_set *p;
     const sim_options *o;
     list_rt *li;
     dev_rt *dv;
@@ -324,17 +324,17 @@ static void wait_all_counted(dev_rt *dv, sg_comm_t *comms, int n, const int *cou
 /* A run of `n` p2p instructions starting at stream position `pos`, posted together. */
 static void do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
 {
-    const sched_plan *p = S->p;
+    const plan_set *p = S->p;
     int d = sc->dev;
     dev_rt *dv = &S->dv[d];
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     for (int base = 0; base < n; base += MAX_BATCH) {
         int m = n - base < MAX_BATCH ? n - base : MAX_BATCH;
         sg_comm_t comms[MAX_BATCH];
         int counted[MAX_BATCH];
         for (int k = 0; k < m; k++) {
             const plan_instr *in = &L->ins[order[pos + base + k]];
-            int peer = sched_plan_peer(p, d, in), send = in->op == PLAN_SEND;
+            int peer = plan_dev_peer(p, d, in), send = in->op == PLAN_SEND;
             int src = send ? d : peer, dst = send ? peer : d;
             sg_mailbox_t mb = p2p_mailbox(src, dst, in->tag);
             long size = S->o->costs.nocomm ? 0 : wire_bytes((double)in->bytes);
@@ -532,13 +532,13 @@ static void run_tree(stream_ctx *sc, int g, int skey, int slot, int rank, double
 
 static void do_coll(stream_ctx *sc, int i)
 {
-    const sched_plan *p = S->p;
+    const plan_set *p = S->p;
     int d = sc->dev;
     dev_rt *dv = &S->dv[d];
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     const list_rt *li = &S->li[p->devices[d].list];
     const plan_instr *in = &L->ins[i];
-    int g = sched_plan_group(p, d, in);
+    int g = plan_dev_group(p, d, in);
     const plan_group *grp = &p->groups[g];
     int n = grp->n;
     if (n <= 1) return;
@@ -596,10 +596,10 @@ static void do_coll(stream_ctx *sc, int i)
 
 static void do_wait(stream_ctx *sc, int i)
 {
-    const sched_plan *p = S->p;
+    const plan_set *p = S->p;
     int d = sc->dev;
     dev_rt *dv = &S->dv[d];
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     const list_rt *li = &S->li[p->devices[d].list];
     int r = li->aux[i];
     int rs = L->ins[r].stream;
@@ -621,7 +621,7 @@ static int64_t to_ns(double seconds) { return seconds > 0 ? llround(seconds * NS
  * finished: a stream runs one at a time, so a thread's events never overlap. */
 static void trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0)
 {
-    const sched_plan *p = S->p;
+    const plan_set *p = S->p;
     const plan_instr *in = &L->ins[at[0]];
     char name[512];
     int len = viz_trace_instr_name(p, d, in, name, sizeof name);
@@ -632,7 +632,7 @@ static void trace_event(int d, int s, const plan_list *L, const int32_t *at, int
         if (in->mb >= 0) args[na++] = (viz_trace_arg){"mb", NULL, in->mb};
         args[na++] = (viz_trace_arg){"gemm_flops", NULL, sim_kernel_list_gemm_flops(p, in->kernels)};
     } else if (in->op == PLAN_COLL) {
-        int g = sched_plan_group(p, d, in);
+        int g = plan_dev_group(p, d, in);
         args[na++] = (viz_trace_arg){"bytes", NULL, (double)in->bytes};
         args[na++] = (viz_trace_arg){"group", NULL, g};
         args[na++] = (viz_trace_arg){"members", NULL, p->groups[g].n};
@@ -649,7 +649,7 @@ static void trace_event(int d, int s, const plan_list *L, const int32_t *at, int
         }
         if (n > 1) args[na++] = (viz_trace_arg){"ops", NULL, n};
         args[na++] = (viz_trace_arg){"bytes", NULL, bytes};
-        if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, sched_plan_peer(p, d, in)};
+        if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, plan_dev_peer(p, d, in)};
     }
     int64_t a = to_ns(t0), b = to_ns(simgrid_get_clock());
     viz_trace_complete(S->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
@@ -663,20 +663,20 @@ static void trace_event(int d, int s, const plan_list *L, const int32_t *at, int
             len += 3 + more;
         }
         for (int q = 0; q < na; q++) {
-            if (!strcmp(args[q].key, "peer")) args[q].num = sched_plan_peer(p, dk, in);
-            if (!strcmp(args[q].key, "group")) args[q].num = sched_plan_group(p, dk, in);
+            if (!strcmp(args[q].key, "peer")) args[q].num = plan_dev_peer(p, dk, in);
+            if (!strcmp(args[q].key, "group")) args[q].num = plan_dev_group(p, dk, in);
         }
         viz_trace_complete(S->trace, dk, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
     }
 }
 
-static void trace_names(const sched_plan *p)
+static void trace_names(const plan_set *p)
 {
     char name[32];
     for (int d = 0; d < p->ndevices; d++) {
         snprintf(name, sizeof name, "GPU %d", d);
         viz_trace_process(S->trace, d, name);
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int s = 0; s < L->nstreams; s++) viz_trace_thread(S->trace, d, s, L->streams[s] ? L->streams[s] : "?");
     }
 }
@@ -752,10 +752,10 @@ static void stream_main(int argc, char **argv)
 {
     (void)argc, (void)argv;
     stream_ctx *sc = sg_actor_self_get_data();
-    const sched_plan *p = S->p;
+    const plan_set *p = S->p;
     int d = sc->dev, s = sc->s;
     dev_rt *dv = &S->dv[d];
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     const list_rt *li = &S->li[p->devices[d].list];
     const int32_t *order = li->sidx + li->soff[s];
     int len = li->soff[s + 1] - li->soff[s];
@@ -830,7 +830,7 @@ static int stream_key(sim_state *st, const char *name)
     return st->nskeys++;
 }
 
-double sim_kernel_list_gemm_flops(const sched_plan *p, int kl)
+double sim_kernel_list_gemm_flops(const plan_set *p, int kl)
 {
     if (kl < 0 || kl >= p->nkernel_lists) return 0;
     double f = 0;
@@ -849,7 +849,7 @@ static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const d
 
 static void prepare_list(sim_state *st, int l, const double *kl_dur, const double *kl_lead)
 {
-    const sched_plan *p = st->p;
+    const plan_set *p = st->p;
     const plan_list *L = &p->lists[l];
     list_rt *li = &st->li[l];
     size_t n = (size_t)L->n + 1;
@@ -948,7 +948,7 @@ static void prepare_list(sim_state *st, int l, const double *kl_dur, const doubl
  * on the stream of an `aux.grad_norm` compute after it (the compute itself when none follows
  * before the stream's next compute); a micro-batch's input: the instruction before its first
  * forward compute. */
-static void host_sync_points(const sched_plan *p, const plan_list *L, const list_rt *li, unsigned bits, uint8_t *sync)
+static void host_sync_points(const plan_set *p, const plan_list *L, const list_rt *li, unsigned bits, uint8_t *sync)
 {
     int norm_kid = -1;
     for (int k = 0; k < p->nkernel_ids; k++)
@@ -979,7 +979,7 @@ static void host_sync_points(const sched_plan *p, const plan_list *L, const list
  * at each synchronisation point until the device has done everything launched so far. */
 static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const double *kl_lead)
 {
-    const sched_plan *p = st->p;
+    const plan_set *p = st->p;
     const sim_costs *c = &st->o->costs;
     size_t n = (size_t)L->n + 1, ns = (size_t)L->nstreams;
     uint8_t *sync = base_xcalloc(n, 1);
@@ -1023,7 +1023,7 @@ static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const d
 /* The group's rings: the flat one in rank order, and the hierarchical grid (fold.c). */
 static void prepare_group(sim_state *st, int g)
 {
-    const sched_plan *p = st->p;
+    const plan_set *p = st->p;
     group_rt *gr = &st->gr[g];
     int n = p->groups[g].n;
     gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
@@ -1035,7 +1035,7 @@ static void prepare_group(sim_state *st, int g)
 
 static int prepare(sim_state *st, base_error *e)
 {
-    const sched_plan *p = st->p;
+    const plan_set *p = st->p;
     /* a compute takes its kernels' GPU time G on its stream; the host model adds when it may
      * start (prepare_host), the per-list model the launches (sim_kernel_list_seconds) */
     const sim_costs *c = &st->o->costs;
@@ -1074,7 +1074,7 @@ static int prepare(sim_state *st, base_error *e)
     st->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->goff);
     int32_t *ninst = base_xcalloc((size_t)p->ngroups + 1, sizeof *ninst);
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         const list_rt *li = &st->li[p->devices[d].list];
         const int32_t *slots = p->devices[d].group_slots;
         dev_rt *dv = &st->dv[d];
@@ -1129,7 +1129,7 @@ static int prepare(sim_state *st, base_error *e)
 
 static void state_free(sim_state *st)
 {
-    const sched_plan *p = st->p;
+    const plan_set *p = st->p;
     for (int l = 0; st->li && l < p->nlists; l++) {
         list_rt *li = &st->li[l];
         free(li->soff), free(li->sidx), free(li->spos), free(li->aux), free(li->run), free(li->dur);
@@ -1151,7 +1151,7 @@ static void state_free(sim_state *st)
 
 /* ---------------------------------------------------------------- entry point */
 
-static int write_platform(const sched_plan *p, const sim_options *o, char *path, size_t n, base_error *e)
+static int write_platform(const plan_set *p, const sim_options *o, char *path, size_t n, base_error *e)
 {
     if (o->platform) { /* the user's, checked by sim_run */
         path[0] = 0;
@@ -1193,7 +1193,7 @@ static int write_platform(const sched_plan *p, const sim_options *o, char *path,
     return rc;
 }
 
-int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e)
+int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_error *e)
 {
     memset(r, 0, sizeof *r);
     sim_state st = {.p = p, .o = o};
@@ -1240,7 +1240,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
 
     int nactors = 0;
     for (int d = 0; d < p->ndevices; d++)
-        if (st.fold.index[d] == 0) nactors += sched_plan_list(p, d)->nstreams;
+        if (st.fold.index[d] == 0) nactors += plan_dev_list(p, d)->nstreams;
     stream_ctx *ctx = base_xcalloc((size_t)nactors + 1, sizeof *ctx);
     char name[64];
     int a = 0;
@@ -1255,7 +1255,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
             snprintf(name, sizeof name, "gpu%d~nic", d);
             st.dv[d].loop[1] = sg_host_by_name(name);
         }
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int s = 0; s < L->nstreams; s++, a++) {
             ctx[a].dev = d, ctx[a].s = s;
             snprintf(name, sizeof name, "d%d.%s", d, L->streams[s] ? L->streams[s] : "?");
@@ -1270,7 +1270,7 @@ int sim_replay(const sched_plan *p, const sim_options *o, sim_result *r, base_er
     for (int d = 0; d < p->ndevices && !rc; d++)
         if (st.fold.index[d] == 0 && st.dv[d].streams_left > 0)
             rc = base_errorf(e, "the simulation stopped with device %d unfinished: the plan deadlocks; the static "
-                             "check (sched_plan_check, which piper-sim runs unless --no-check) names the stuck "
+                             "check (plan_check, which piper-sim runs unless --no-check) names the stuck "
                              "instructions", d);
     if (!rc) {
         r->ndevices = p->ndevices;

@@ -10,7 +10,7 @@
 #define SHOW_HEAD 16 /* the report lists this many devices, then the last SHOW_TAIL */
 #define SHOW_TAIL 4
 
-static int nodes_of(const sched_plan *p)
+static int nodes_of(const plan_set *p)
 {
     int n = 0;
     for (int d = 0; d < p->ndevices; d++)
@@ -28,7 +28,7 @@ static void costs_text(const sim_options *o, char *buf, size_t n)
         at += (size_t)snprintf(buf + at, n - at, "unit");
         for (int p = 0; p < PLAN_NPASS && at < n; p++)
             if (c->unit_pass[p] > 0)
-                at += (size_t)snprintf(buf + at, n - at, " %s=%g", sched_plan_pass_name((plan_pass)p), c->unit_pass[p]);
+                at += (size_t)snprintf(buf + at, n - at, " %s=%g", plan_pass_name((plan_pass)p), c->unit_pass[p]);
     } else {
         if (c->launch_model == SIM_LAUNCH_LIST)
             at += (size_t)snprintf(buf + at, n - at, "kernel model (launch %g us per list, %.3g hidden; ",
@@ -48,7 +48,7 @@ static void costs_text(const sim_options *o, char *buf, size_t n)
     if (at < n && c->nocomm) snprintf(buf + at, n - at, "; communication free");
 }
 
-static void device_row(const sched_plan *p, const sim_result *r, int d, FILE *f)
+static void device_row(const plan_set *p, const sim_result *r, int d, FILE *f)
 {
     const sim_device_result *x = &r->dev[d];
     char b[PLAN_NMEM + 1][32];
@@ -61,7 +61,7 @@ static void device_row(const sched_plan *p, const sim_result *r, int d, FILE *f)
     (void)p;
 }
 
-void sim_report_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f)
+void sim_report_write(const plan_set *p, const sim_options *o, const sim_result *r, FILE *f)
 {
     int nodes = nodes_of(p);
     const sim_links *l = &o->links;
@@ -146,14 +146,14 @@ static void json_mem(FILE *f, const double *v)
     fputc('{', f);
     for (int m = 0; m < PLAN_NMEM; m++) {
         fprintf(f, "%s", m ? ", " : "");
-        json_str(f, sched_plan_mem_name((plan_mem)m));
+        json_str(f, plan_mem_name((plan_mem)m));
         fputs(": ", f);
         json_num(f, v[m]);
     }
     fputc('}', f);
 }
 
-void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f)
+void sim_json_write(const plan_set *p, const sim_options *o, const sim_result *r, FILE *f)
 {
     const sim_links *l = &o->links;
     const sim_costs *c = &o->costs;
@@ -183,7 +183,7 @@ void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result 
         fputc('{', f);
         for (int q = 0; q < PLAN_NPASS; q++) {
             fprintf(f, "%s", q ? ", " : "");
-            json_str(f, sched_plan_pass_name((plan_pass)q));
+            json_str(f, plan_pass_name((plan_pass)q));
             fputs(": ", f);
             json_num(f, c->unit_pass[q]);
         }

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static double peak_of_act(const sched_plan *p)
+static double peak_of_act(const plan_set *p)
 {
     const plan_gpu *g = &p->gpu;
     int dt = p->act_dtype < PLAN_NDTYPE ? p->act_dtype : PLAN_BF16;
@@ -24,7 +24,7 @@ static double peak_of_act(const sched_plan *p)
     return g->peak_flops[PLAN_BF16] > 0 ? g->peak_flops[PLAN_BF16] : g->peak_flops[PLAN_FP32];
 }
 
-void sim_result_finish(const sched_plan *p, sim_result *r)
+void sim_result_finish(const plan_set *p, sim_result *r)
 {
     double step = 0;
     r->model_flops = r->hw_flops = 0;
@@ -93,7 +93,7 @@ static void drain(int fd)
     }
 }
 
-int sim_run(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e)
+int sim_run(const plan_set *p, const sim_options *o, sim_result *r, base_error *e)
 {
     memset(r, 0, sizeof *r);
     if (o->platform && sim_platform_check(o->platform, p->ndevices, e)) return -1;

@@ -1,9 +1,9 @@
 /* sim.h — piper's simulator: the contract of sim/ (prefix sim_).
  *
- * sim/ replays the per-device plans of a sched_plan on a SimGrid platform generated from the
+ * sim/ replays the per-device plans of a plan_set on a SimGrid platform generated from the
  * plan's devices and a small link description, and predicts the step time, throughput, MFU/HFU,
  * where each device's time went (compute, exposed communication, idle) and each device's peak
- * memory with its breakdown. It reads plans only through sched/plan.h, never the compiler.
+ * memory with its breakdown. It reads plans only through plan/plan.h, never the compiler.
  *
  * The model, in short (docs/simulator.md has the long form):
  *  - one SimGrid host per GPU; NVLink up/down links into an NVSwitch per node; a NIC per
@@ -28,7 +28,7 @@
 #include <stdio.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 
 /* ---------------------------------------------------------------- options */
 
@@ -114,11 +114,11 @@ typedef struct sim_options {
 /* Options for the plan: its links (sim_links_from_plan) and the cost model's defaults. Defaults
  * per GPU type: A100: NVLink 300 GB/s and HDR 25 GB/s NICs; H100/H200: 450 GB/s and NDR 50 GB/s;
  * H800: 200 GB/s and 50 GB/s; ~1 us NVLink, ~5 us NIC latency. */
-void sim_options_init(sim_options *o, const sched_plan *p);
+void sim_options_init(sim_options *o, const plan_set *p);
 void sim_links_default(sim_links *l, const char *gpu_name);
 /* The plan's `links` figures over the defaults for its GPU (each figure the plan leaves at 0 keeps
  * its default); pcie_bw and nodes_per_leaf are not in plans and keep theirs. */
-void sim_links_from_plan(sim_links *l, const sched_plan *p);
+void sim_links_from_plan(sim_links *l, const plan_set *p);
 /* "nvlink_bw=300GB/s,nic_bw=200Gb/s,nic_lat=5us,gpus_per_nic=2,..." onto *l (see --help). */
 int sim_links_parse(sim_links *l, const char *spec, base_error *e);
 /* "unit:F=1,B=2,BI=1,BW=1", "nocomm", "launch=4us", "gemm_eff=0.8", "gemm_half=128", comma
@@ -142,7 +142,7 @@ int sim_calibration_apply(sim_costs *c, const char *gpu_name, const char *name, 
                           size_t n, base_error *e);
 /* The plan's `calib` keys (the cluster file's calibration map) onto o->costs; names that are not
  * cost-model constants are warnings. */
-int sim_calibration_apply_plan(sim_costs *c, const sched_plan *p, base_error *e);
+int sim_calibration_apply_plan(sim_costs *c, const plan_set *p, base_error *e);
 
 /* ---------------------------------------------------------------- cost model */
 
@@ -171,7 +171,7 @@ double sim_launch_seconds(const sim_costs *c, int pass);
 
 /* The SimGrid platform XML for the plan's devices and nodes (docs/simulator.md): host "gpu<d>"
  * per device. With nocomm every latency is 0. */
-int sim_platform_xml(const sched_plan *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e);
+int sim_platform_xml(const plan_set *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e);
 
 /* Checks a user's platform XML for a plan of `ndevices` devices, loading it with SimGrid in a
  * child process (SimGrid aborts on malformed XML): errors are "file:line: what is wrong; what to
@@ -218,13 +218,13 @@ typedef struct sim_result {
     double wall_seconds;           /* of the simulation (not part of any deterministic output) */
 } sim_result;
 
-/* Simulates one step of the plan. The plan must have passed sched_plan_check (piper-sim runs it
+/* Simulates one step of the plan. The plan must have passed plan_check (piper-sim runs it
  * first). Errors: "what went wrong; what to do". */
-int sim_run(const sched_plan *p, const sim_options *o, sim_result *r, base_error *e);
+int sim_run(const plan_set *p, const sim_options *o, sim_result *r, base_error *e);
 void sim_result_free(sim_result *r);
 
 /* The report for people (deterministic: no wall time), and --json (docs/sim-json.md). */
-void sim_report_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f);
-void sim_json_write(const sched_plan *p, const sim_options *o, const sim_result *r, FILE *f);
+void sim_report_write(const plan_set *p, const sim_options *o, const sim_result *r, FILE *f);
+void sim_json_write(const plan_set *p, const sim_options *o, const sim_result *r, FILE *f);
 
 #endif

@@ -162,9 +162,9 @@ static int cmp_p2p(const void *a, const void *b)
 }
 
 /* One device's instructions as nodes, with the dependencies inside the device. */
-static void device_graph(const sched_plan *p, int d, vg_graph *g, p2p_vec *sends, p2p_vec *recvs)
+static void device_graph(const plan_set *p, int d, vg_graph *g, p2p_vec *sends, p2p_vec *recvs)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int32_t cluster = (int32_t)g->clusters.n;
     BASE_VEC_PUSH(g->clusters, base_arena_printf(&g->arena, "GPU %d", d));
     int32_t *last_on = base_xmalloc(((size_t)L->nstreams + 1) * sizeof *last_on);   /* last node per stream */
@@ -194,12 +194,12 @@ static void device_graph(const sched_plan *p, int d, vg_graph *g, p2p_vec *sends
         case PLAN_COMPUTE:
             n.kind = VG_COMPUTE;
             n.pass = in->pass;
-            n.op = sched_plan_pass_name((plan_pass)in->pass);
+            n.op = plan_pass_name((plan_pass)in->pass);
             n.ident = s;
             break;
         case PLAN_SEND:
         case PLAN_RECV: {
-            int peer = sched_plan_peer(p, d, in);
+            int peer = plan_dev_peer(p, d, in);
             n.kind = VG_P2P;
             n.op = in->op == PLAN_SEND ? "send" : "recv";
             n.detail = base_arena_printf(&g->arena, "%s %d", in->op == PLAN_SEND ? "to" : "from", peer);
@@ -211,9 +211,9 @@ static void device_graph(const sched_plan *p, int d, vg_graph *g, p2p_vec *sends
             break;
         }
         default: {
-            int gr = in->group >= 0 && in->group < L->ngroup_slots ? sched_plan_group(p, d, in) : -1;
+            int gr = in->group >= 0 && in->group < L->ngroup_slots ? plan_dev_group(p, d, in) : -1;
             n.kind = VG_COLL;
-            n.op = sched_plan_coll_name((plan_coll)in->coll);
+            n.op = plan_coll_name((plan_coll)in->coll);
             n.detail = gr >= 0 && gr < p->ngroups && p->groups[gr].name ? p->groups[gr].name : NULL;
             n.ident = gr;
             break;
@@ -242,7 +242,7 @@ static void device_graph(const sched_plan *p, int d, vg_graph *g, p2p_vec *sends
     free(writer);
 }
 
-int viz_dag_from_plan(const sched_plan *p, const viz_dag_options *o, base_buf *dot, base_error *e)
+int viz_dag_from_plan(const plan_set *p, const viz_dag_options *o, base_buf *dot, base_error *e)
 {
     if (o->device >= p->ndevices || o->device < -1)
         return base_errorf(e, "--device %d: the plan has devices 0..%d; pick one of them", o->device, p->ndevices - 1);

@@ -151,11 +151,11 @@ int main(int argc, char **argv)
         if (!rc) rc = viz_timeline(&t, &topt, &dot, &e);
         viz_chrome_free(&t);
     } else if (is_plan_file(input)) {
-        sched_plan p;
-        rc = sched_plan_read_file(&p, input, &e);
+        plan_set p;
+        rc = plan_read_file(&p, input, &e);
         sopt.title = title;
         if (!rc) rc = is_dag ? viz_dag_from_plan(&p, &dopt, &dot, &e) : viz_schedule(&p, &sopt, &dot, &e);
-        sched_plan_free(&p);
+        plan_free(&p);
     } else {
         sched_compilation c;
         sched_compilation_init(&c);

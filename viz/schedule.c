@@ -4,7 +4,7 @@
  * A row is a pipeline rank: the devices whose compute instructions belong to the same stages (data-
  * and tensor-parallel replicas run the same row; the row shows the lowest device). A box is one
  * action of the rank, (stage, pass, micro-batch): all its compute instructions together. Boxes are
- * placed by the plan's static timing, which sched_plan_check_timed computes with the header's GPU
+ * placed by the plan's static timing, which plan_check_timed computes with the header's GPU
  * roofline and nominal links, so a box's width is its cost and gaps are idle time; `--unit`
  * replays the ranks' orders with every action one unit long instead (and so does a plan whose
  * static run fails, with its roofline costs and without communication, so the figure still shows
@@ -34,7 +34,7 @@ typedef struct row {
 } row;
 
 typedef struct grid {
-    const sched_plan *p;
+    const plan_set *p;
     row *rows;
     int nrows;
     BASE_VEC(cell) cells;
@@ -47,7 +47,7 @@ static bool drawn_pass(int pass)
            pass == PLAN_PASS_R;
 }
 
-/* The same roofline as the static check (sched/plan_check.c): a kernel takes the longer of its
+/* The same roofline as the static check (plan/plan_check.c): a kernel takes the longer of its
  * arithmetic at the dtype's peak and its memory traffic at HBM bandwidth. */
 static double kernel_seconds(const plan_gpu *g, const plan_kernel *k)
 {
@@ -73,11 +73,11 @@ static int cmp_row(const void *a, const void *b)
 /* Ranks: distinct sets of stages, each shown by its lowest device, ordered by lowest stage. */
 static void find_rows(grid *gr)
 {
-    const sched_plan *p = gr->p;
+    const plan_set *p = gr->p;
     BASE_VEC(row) rows = {0};
     BASE_VEC(int32_t) st = {0};
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         st.n = 0;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
@@ -121,12 +121,12 @@ static void on_timing(void *ctx, int dev, int ins, double start, double end)
  * of every row got a time. */
 static int static_timing(grid *gr, base_error *e)
 {
-    const sched_plan *p = gr->p;
+    const plan_set *p = gr->p;
     int32_t *row_of_dev = base_xmalloc(((size_t)p->ndevices + 1) * sizeof *row_of_dev);
     for (int d = 0; d < p->ndevices; d++) row_of_dev[d] = -1;
     for (int r = 0; r < gr->nrows; r++) {
         row *rw = &gr->rows[r];
-        const plan_list *L = sched_plan_list(p, rw->dev);
+        const plan_list *L = plan_dev_list(p, rw->dev);
         rw->start = base_xmalloc(((size_t)L->n + 1) * sizeof *rw->start);
         rw->end = base_xmalloc(((size_t)L->n + 1) * sizeof *rw->end);
         for (int i = 0; i < L->n; i++) rw->start[i] = rw->end[i] = NAN;
@@ -134,7 +134,7 @@ static int static_timing(grid *gr, base_error *e)
     }
     timing_ctx t = {gr, row_of_dev};
     base_error quiet = {0};
-    int rc = sched_plan_check_timed(p, NULL, on_timing, &t, &quiet);
+    int rc = plan_check_timed(p, NULL, on_timing, &t, &quiet);
     free(row_of_dev);
     if (rc) {
         /* keep only the first sentence: a deadlock report lists every stuck device */
@@ -150,10 +150,10 @@ static int static_timing(grid *gr, base_error *e)
 
 static void find_cells(grid *gr)
 {
-    const sched_plan *p = gr->p;
+    const plan_set *p = gr->p;
     for (int r = 0; r < gr->nrows; r++) {
         row *rw = &gr->rows[r];
-        const plan_list *L = sched_plan_list(p, rw->dev);
+        const plan_list *L = plan_dev_list(p, rw->dev);
         rw->c0 = (int32_t)gr->cells.n;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
@@ -292,7 +292,7 @@ static int replay(grid *gr, bool unit, base_error *e)
                 const cell *c = &gr->cells.v[next[r]];
                 rc = base_errorf(e, "the ranks' orders wait for each other in a cycle: rank %d (device %d) cannot start "
                                  "%s of stage %d, micro-batch %d; the plan's order is not a pipeline schedule this "
-                                 "figure can draw", r, gr->rows[r].dev, sched_plan_pass_name((plan_pass)c->pass),
+                                 "figure can draw", r, gr->rows[r].dev, plan_pass_name((plan_pass)c->pass),
                                  c->stage, c->mb);
             }
     }
@@ -316,7 +316,7 @@ static double text_pt(const char *s, double size) { return 0.62 * size * (double
 /* `timed`: positions are the static run's; otherwise a replay's, in seconds unless o->unit. */
 static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base_buf *dot)
 {
-    const sched_plan *p = gr->p;
+    const plan_set *p = gr->p;
     double T = 0;
     BASE_VEC(double) widths = {0};
     for (size_t k = 0; k < gr->cells.n; k++) {
@@ -520,7 +520,7 @@ void viz_pairs_from_program(const sched_compilation *c, viz_pair **pairs, int *n
     *n = (int)v.n;
 }
 
-int viz_schedule(const sched_plan *p, const viz_schedule_options *o, base_buf *dot, base_error *e)
+int viz_schedule(const plan_set *p, const viz_schedule_options *o, base_buf *dot, base_error *e)
 {
     grid gr = {.p = p};
     find_rows(&gr);

@@ -131,7 +131,7 @@ const char *viz_trace_instr_cat(const plan_instr *in)
     }
 }
 
-int viz_trace_instr_name(const sched_plan *p, int dev, const plan_instr *in, char *buf, size_t n)
+int viz_trace_instr_name(const plan_set *p, int dev, const plan_instr *in, char *buf, size_t n)
 {
     char mb[32] = "", bytes[32];
     if (in->mb >= 0) snprintf(mb, sizeof mb, " mb%d", in->mb);
@@ -139,20 +139,20 @@ int viz_trace_instr_name(const sched_plan *p, int dev, const plan_instr *in, cha
     switch (in->op) {
     case PLAN_COMPUTE: {
         const char *region = in->region >= 0 && in->region < p->nregions ? p->regions[in->region] : NULL;
-        return snprintf(buf, n, "%s%s%s%s", sched_plan_pass_name((plan_pass)in->pass), region ? " " : "",
+        return snprintf(buf, n, "%s%s%s%s", plan_pass_name((plan_pass)in->pass), region ? " " : "",
                         region ? region : "", mb);
     }
     case PLAN_SEND:
     case PLAN_RECV:
         return snprintf(buf, n, "%s%s %s %d, %s", in->op == PLAN_SEND ? "send" : "recv", mb,
-                        in->op == PLAN_SEND ? "to" : "from", sched_plan_peer(p, dev, in), bytes);
+                        in->op == PLAN_SEND ? "to" : "from", plan_dev_peer(p, dev, in), bytes);
     case PLAN_COLL: {
-        int g = sched_plan_group(p, dev, in);
+        int g = plan_dev_group(p, dev, in);
         const char *gname = g >= 0 && g < p->ngroups && p->groups[g].name ? p->groups[g].name : NULL;
         char gbuf[32];
         if (!gname) snprintf(gbuf, sizeof gbuf, "group %d", g), gname = gbuf;
-        return snprintf(buf, n, "%s %s, %s", sched_plan_coll_name((plan_coll)in->coll), gname, bytes);
+        return snprintf(buf, n, "%s %s, %s", plan_coll_name((plan_coll)in->coll), gname, bytes);
     }
-    default: return snprintf(buf, n, "%s", sched_plan_op_name((plan_op)in->op));
+    default: return snprintf(buf, n, "%s", plan_op_name((plan_op)in->op));
     }
 }

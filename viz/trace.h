@@ -22,7 +22,7 @@
 #include <stdio.h>
 
 #include "../base/base.h"
-#include "../sched/plan.h"
+#include "../plan/plan.h"
 
 typedef struct viz_trace {
     FILE *f;
@@ -52,7 +52,7 @@ int viz_trace_close(viz_trace *t, base_error *e);
 
 /* The event name of instruction `in` of device `dev` (see above) into buf (always terminated);
  * returns the length it wanted, as snprintf. */
-int viz_trace_instr_name(const sched_plan *p, int dev, const plan_instr *in, char *buf, size_t n);
+int viz_trace_instr_name(const plan_set *p, int dev, const plan_instr *in, char *buf, size_t n);
 /* "compute", "p2p" or "coll"; NULL for instructions that are not events (record, wait, alloc,
  * free, nop). */
 const char *viz_trace_instr_cat(const plan_instr *in);

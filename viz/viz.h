@@ -67,7 +67,7 @@ int viz_dag_from_ir(const ir_dag *g, const viz_dag_options *o, base_buf *dot, ba
  * a send to its receive, temporal edges for stream order and record/wait pairs. In both, columns
  * come from data edges (and ORDER dummies); other temporal edges are drawn over the layout
  * without constraining it. */
-int viz_dag_from_plan(const sched_plan *p, const viz_dag_options *o, base_buf *dot, base_error *e);
+int viz_dag_from_plan(const plan_set *p, const viz_dag_options *o, base_buf *dot, base_error *e);
 
 /* ---------------------------------------------------------------- the schedule grid */
 
@@ -95,12 +95,12 @@ void viz_pairs_from_program(const sched_compilation *c, viz_pair **pairs, int *n
  * are one rank; the row shows the lowest of them), one box per (stage, pass, micro-batch) of its
  * compute instructions, labelled with the micro-batch; F, B, BI, BW and R boxes coloured by pass
  * (and told apart in greyscale by lightness and outline), a legend, idle time as gaps. Boxes are
- * placed by the plan's static timing (sched_plan_check_timed: the header's GPU roofline and the
+ * placed by the plan's static timing (plan_check_timed: the header's GPU roofline and the
  * check's nominal links), so widths are costs; with o->unit, by a replay in which every box takes
  * one unit. An overlapped pair (o->pairs, or two actions whose instructions interleave in the
  * launch order) is two half-height boxes in one slot. If the plan's static run fails (a deadlock),
  * boxes are placed by the replay with the roofline costs and a warning says so. */
-int viz_schedule(const sched_plan *p, const viz_schedule_options *o, base_buf *dot, base_error *e);
+int viz_schedule(const plan_set *p, const viz_schedule_options *o, base_buf *dot, base_error *e);
 
 /* ---------------------------------------------------------------- Chrome traces and the timeline */
 

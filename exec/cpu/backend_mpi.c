@@ -58,16 +58,16 @@ static int comm_find(const exec_cpu *c, int group, const char *stream)
  * group's members, else some member would wait on a communicator others never use. */
 static int collect_keys(const exec_cpu *c, comm_key **out, int *nout, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     BASE_VEC(comm_key) k = {0};
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
             int g = -1;
             const char *s = NULL;
             if (in->op == PLAN_COLL) {
-                g = sched_plan_group(p, d, in);
+                g = plan_dev_group(p, d, in);
                 s = L->streams[in->stream] ? L->streams[in->stream] : "";
             } else if (in->op == PLAN_COMPUTE && in->tp_group >= 0 && in->region >= 0 &&
                        in->region == c->head_region && in->pass == PLAN_PASS_F) {
@@ -279,7 +279,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
             return 0;
         default:
             return base_errorf(e, "%s of activations is not supported by the CPU executor",
-                               sched_plan_coll_name((plan_coll)in->coll));
+                               plan_coll_name((plan_coll)in->coll));
         }
     }
     case EXEC_COLL_GRAD_SUM: {
@@ -499,7 +499,7 @@ int exec_cpu_head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_re
 
 int exec_cpu_connect(exec_cpu *c, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     comm_key *keys = NULL;
     int nkeys = 0;
     if (collect_keys(c, &keys, &nkeys, e)) return -1;

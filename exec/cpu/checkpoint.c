@@ -192,7 +192,7 @@ int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t 
     return 0;
 }
 
-int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt,
+int exec_ckpt_write_manifest(const char *dir, const plan_set *p, plan_dtype dt,
                              const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
                              const uint64_t *sums, base_error *e)
 {
@@ -204,7 +204,7 @@ int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt
     model_line(&p->model, ml, sizeof ml);
     fprintf(f, "piper-checkpoint 1\n");
     fprintf(f, "model %s\n", ml);
-    fprintf(f, "dtype %s\n", sched_plan_dtype_name(dt));
+    fprintf(f, "dtype %s\n", plan_dtype_name(dt));
     fprintf(f, "step %lld\n", (long long)meta->step);
     fprintf(f, "seed %llu\n", (unsigned long long)meta->seed);
     fprintf(f, "optimizer %s\n", meta->optimizer);
@@ -363,7 +363,7 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
     return rc;
 }
 
-int exec_ckpt_check_plan(const exec_ckpt *ck, const sched_plan *p, base_error *e)
+int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e)
 {
     char ml[1024], why[1200];
     model_line(&p->model, ml, sizeof ml);

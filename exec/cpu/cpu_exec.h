@@ -151,7 +151,7 @@ typedef struct exec_cpu_options {
 } exec_cpu_options;
 
 typedef struct exec_cpu {
-    const sched_plan *p;
+    const plan_set *p;
     int dev, world;
     const plan_list *L;
     exec_cpu_options o;
@@ -230,7 +230,7 @@ static inline char *cpu_region_grads(const exec_cpu *c, const cpu_region *R, cha
 /* Reads the plan for `device`: regions, shards, buffer roles and sizes, compute bindings,
  * collectives, data-parallel rank. Local: no communication, so that every rank can report a bad
  * plan before the collective setup. */
-int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
+int exec_cpu_open(exec_cpu **out, const plan_set *p, int device, int world,
                   const exec_cpu_options *o, base_error *e);
 void exec_cpu_close(exec_cpu *c);
 int exec_cpu_compute(exec_cpu *c, int instr, const plan_instr *in, base_error *e);
@@ -288,7 +288,7 @@ typedef struct exec_ckpt {
  * are what the manifest records of it. */
 int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t *sum, base_error *e);
 /* Rank 0, once every shard is written: DIR/manifest.txt, which completes the checkpoint. */
-int exec_ckpt_write_manifest(const char *dir, const sched_plan *p, plan_dtype dt,
+int exec_ckpt_write_manifest(const char *dir, const plan_set *p, plan_dtype dt,
                              const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
                              const uint64_t *sums, base_error *e);
 /* Before the first step: creates DIR and checks that this rank can write there, so that a bad
@@ -304,7 +304,7 @@ const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n);
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
 void exec_ckpt_free(exec_ckpt *ck);
 /* Fails, naming the first difference, when the checkpoint's model is not the plan's. */
-int exec_ckpt_check_plan(const exec_ckpt *ck, const sched_plan *p, base_error *e);
+int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e);
 /* Loads the parameters and optimizer state this device holds from every shard (any strategy's),
  * checking sizes, checksums, shapes and that every element it needs is present. Before step 1. */
 int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e);

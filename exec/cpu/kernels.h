@@ -57,7 +57,7 @@
 #include <stdint.h>
 
 #include "../../base/base.h"
-#include "../../sched/plan.h"
+#include "../../plan/plan.h"
 
 /* ---------------------------------------------------------------- model and shard */
 

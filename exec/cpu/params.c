@@ -299,7 +299,7 @@ int exec_param_init(uint64_t seed, const char *full_name, const exec_param *p, p
 {
     if (dt != PLAN_FP32 && dt != PLAN_FP64)
         return base_errorf(e, "initialising '%s': the CPU kernels hold fp32 or fp64, not %s",
-                           full_name, sched_plan_dtype_name(dt));
+                           full_name, plan_dtype_name(dt));
     uint64_t key = exec_rng_key(seed, full_name);
     int64_t i = 0;
     for (int64_t a = 0; a < p->len[0]; a++)

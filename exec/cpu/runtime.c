@@ -61,7 +61,7 @@ static int instr_err(const exec_cpu *c, int i, base_error *e)
 /* Regions: names, kinds, which run here, their TP/EP groups and shards, parameter layouts. */
 static int read_regions(exec_cpu *c, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     c->nreg = p->nregions;
     c->reg = base_xcalloc((size_t)(c->nreg > 0 ? c->nreg : 1), sizeof *c->reg);
     c->embed_region = c->head_region = -1;
@@ -208,7 +208,7 @@ static int64_t pass_work_bytes(const exec_cpu *c, const cpu_region *R, plan_pass
 /* Buffer roles and the bindings of every compute. */
 static int read_computes(exec_cpu *c, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const plan_list *L = c->L;
     const size_t es = c->es;
     /* ZeRO-3: comm buffers that an all-gather of a region's parameter buffer fills hold the
@@ -286,7 +286,7 @@ static int read_computes(exec_cpu *c, base_error *e)
         bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
         bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
         if ((fwd || bwd) && (in->mb < 0 || in->mb >= c->nmb)) {
-            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", sched_plan_pass_name(pass),
+            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", plan_pass_name(pass),
                         (long long)c->nmb);
             rc = instr_err(c, i, e);
             break;
@@ -404,7 +404,7 @@ static int read_computes(exec_cpu *c, base_error *e)
         if (fwd && b->act < 0) {
             base_errorf(e, "the %s pass of %s writes no activation buffer; the kernels keep their "
                            "saved tensors there",
-                        sched_plan_pass_name(pass), R->name);
+                        plan_pass_name(pass), R->name);
             rc = instr_err(c, i, e);
             break;
         }
@@ -477,7 +477,7 @@ static int read_computes(exec_cpu *c, base_error *e)
  * only collectives touch. */
 static int read_collectives(exec_cpu *c, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const plan_list *L = c->L;
     exec_coll_sizes(p, c->dev, c->buf); /* sizes through activation collectives */
     for (int i = 0; i < L->n; i++) {
@@ -489,7 +489,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
             if (in->coll != PLAN_ALL_REDUCE) {
                 base_errorf(e, "a %s without buffers; the CPU executor reads a bufferless "
                                "collective as the sum of a scalar (the gradient norm)",
-                            sched_plan_coll_name((plan_coll)in->coll));
+                            plan_coll_name((plan_coll)in->coll));
                 return instr_err(c, i, e);
             }
             C->kind = EXEC_COLL_SCALAR;
@@ -516,7 +516,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
         if (m != PLAN_MEM_GRAD && m != PLAN_MEM_PARAM) {
             base_errorf(e, "a collective over %s buffers; the CPU executor knows activations, "
                            "gradients and parameters",
-                        sched_plan_mem_name(m));
+                        plan_mem_name(m));
             return instr_err(c, i, e);
         }
         bool grads = m == PLAN_MEM_GRAD;
@@ -563,7 +563,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
             } else if (C->group == R->tp_group || C->group == R->ep_group) {
                 base_errorf(e, "%s of region %s's %s over its own TP/EP group; the CPU executor "
                                "supports ZeRO over data-parallel groups only",
-                            sched_plan_coll_name((plan_coll)in->coll), R->name,
+                            plan_coll_name((plan_coll)in->coll), R->name,
                             grads ? "gradients" : "parameters");
                 return instr_err(c, i, e);
             } else {
@@ -625,7 +625,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
         } else {
             base_errorf(e, "a %s of %s; the CPU executor knows all-reduce and reduce-scatter of "
                            "gradients and all-gather of parameters",
-                        sched_plan_coll_name((plan_coll)in->coll), grads ? "gradients" : "parameters");
+                        plan_coll_name((plan_coll)in->coll), grads ? "gradients" : "parameters");
             return instr_err(c, i, e);
         }
     }
@@ -671,7 +671,7 @@ static int read_collectives(exec_cpu *c, base_error *e)
 /* Which samples the device's micro-batches hold (cpu_exec.h). */
 static int read_dp_rank(exec_cpu *c, base_error *e)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     if (exec_dp_size(&p->model, &c->dp_size, e)) return -1;
     c->dp_rank = 0;
     if (c->dp_size == 1) return 0;
@@ -690,7 +690,7 @@ static int read_dp_rank(exec_cpu *c, base_error *e)
                        c->dev, (long long)c->dp_size, R->name, (long long)c->dp_size);
 }
 
-int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
+int exec_cpu_open(exec_cpu **out, const plan_set *p, int device, int world,
                   const exec_cpu_options *o, base_error *e)
 {
     *out = NULL;
@@ -702,7 +702,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     c->p = p;
     c->dev = device;
     c->world = world;
-    c->L = sched_plan_list(p, device);
+    c->L = plan_dev_list(p, device);
     c->o = *o;
     c->head_comm = -1;
     c->p2p = c->fail = MPI_COMM_NULL;
@@ -712,7 +712,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     if (c->dt != PLAN_FP32 && c->dt != PLAN_FP64) {
         rc = base_errorf(e, "the plan's activations are %s; the CPU executor runs fp32 or fp64: "
                             "compile the program with `dtype: fp32`, or pass --dtype fp32",
-                         sched_plan_dtype_name(c->dt));
+                         plan_dtype_name(c->dt));
         goto done;
     }
     c->es = c->dt == PLAN_FP32 ? 4 : 8;
@@ -722,7 +722,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
     if (device == 0 && p->grad_dtype != c->dt)
         fprintf(stderr, "piper-exec: note: the plan keeps gradients in %s; the CPU executor keeps them "
                         "in %s, its dtype, so its gradient bytes differ from the plan's\n",
-                sched_plan_dtype_name((plan_dtype)p->grad_dtype), sched_plan_dtype_name(c->dt));
+                plan_dtype_name((plan_dtype)p->grad_dtype), plan_dtype_name(c->dt));
     if ((rc = exec_cfg_from_plan(&p->model, o->seed, &c->cfg, e))) goto done;
     c->nmb = p->model.num_microbatches > 0 ? p->model.num_microbatches : 1;
     c->T = c->cfg.b * c->cfg.s;
@@ -768,7 +768,7 @@ int exec_cpu_open(exec_cpu **out, const sched_plan *p, int device, int world,
         if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
             (in->buf < 0 || c->buf[in->buf].role != EXEC_BUF_COMM)) {
             base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
-                        sched_plan_op_name((plan_op)in->op));
+                        plan_op_name((plan_op)in->op));
             rc = instr_err(c, i, e);
             goto done;
         }
@@ -955,7 +955,7 @@ void exec_cpu_print_memory(const exec_cpu *c, FILE *f)
     fprintf(f, "device %d buffers, plan / executor:", c->dev);
     for (int m = 0; m < PLAN_NMEM; m++) {
         char a[32], b[32];
-        fprintf(f, " %s %s / %s;", sched_plan_mem_name((plan_mem)m), base_fmt_bytes(plan[m], a, sizeof a),
+        fprintf(f, " %s %s / %s;", plan_mem_name((plan_mem)m), base_fmt_bytes(plan[m], a, sizeof a),
                 base_fmt_bytes(mine[m], b, sizeof b));
     }
     fprintf(f, " plus boundary tensors between regions (%lld bytes per region and micro-batch)\n",
@@ -1024,7 +1024,7 @@ static int open_dump(exec_cpu *c, const char *dir, const char *what, FILE **f, b
     *f = fopen(path, "w");
     if (!*f) return base_errorf(e, "cannot write %s: %s", path, strerror(errno));
     fprintf(*f, "# piper-exec %s of device %d (%s), step %lld\n", what, c->dev,
-            sched_plan_dtype_name(c->dt), (long long)c->step);
+            plan_dtype_name(c->dt), (long long)c->step);
     return 0;
 }
 

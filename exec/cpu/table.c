@@ -70,7 +70,7 @@ int exec_kernel_run(const exec_kernel *k, const exec_call *c, base_error *e)
     if (c->dtype != PLAN_FP32 && c->dtype != PLAN_FP64)
         return base_errorf(e, "%s: the CPU kernels run fp32 or fp64, not %s; set the program's "
                               "dtype to fp32",
-                           k->id, sched_plan_dtype_name(c->dtype));
+                           k->id, plan_dtype_name(c->dtype));
     if (k->family >= 0 && (k->family == 0) != c->cfg->gpt)
         return base_errorf(e, "%s: the plan's model is of the %s family; the plan and the model "
                               "disagree",
@@ -112,7 +112,7 @@ int exec_region_act_split(const exec_cfg *c, const exec_shard *s, exec_region_ki
     *kept = *rebuilt = 0;
     if (dt != PLAN_FP32 && dt != PLAN_FP64)
         return base_errorf(e, "the CPU kernels run fp32 or fp64, not %s",
-                           sched_plan_dtype_name(dt));
+                           plan_dtype_name(dt));
     if (mode < EXEC_ACT_ALL || mode >= EXEC_NACT_MODES)
         return base_errorf(e, "unknown activation mode %d", (int)mode);
     const bool f32 = dt == PLAN_FP32;
@@ -144,7 +144,7 @@ int exec_region_sizes_get(const exec_cfg *c, const exec_shard *s, exec_region_ki
     memset(out, 0, sizeof *out);
     if (dt != PLAN_FP32 && dt != PLAN_FP64)
         return base_errorf(e, "the CPU kernels run fp32 or fp64, not %s",
-                           sched_plan_dtype_name(dt));
+                           plan_dtype_name(dt));
     const bool f32 = dt == PLAN_FP32;
     const int64_t T = c->b * c->s, h = c->h, slots = c->experts * c->capacity * h;
     switch (k) {

@@ -46,9 +46,9 @@ static int64_t to_ns(double s) { return (int64_t)llround(s * 1e9); }
 
 /* one event of device d (its list L): the name of the first member, then " + " and the others
  * (the stream's next n - 1 instructions) */
-static void write_event(viz_trace *tr, const sched_plan *p, int d, const double *v)
+static void write_event(viz_trace *tr, const plan_set *p, int d, const double *v)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int s = (int)v[0], i = (int)v[1], n = (int)v[2];
     if (i < 0 || i >= L->n) return;
     const plan_instr *in = &L->ins[i];
@@ -61,7 +61,7 @@ static void write_event(viz_trace *tr, const sched_plan *p, int d, const double 
         if (in->stage >= 0) args[na++] = (viz_trace_arg){"stage", NULL, in->stage};
         if (in->mb >= 0) args[na++] = (viz_trace_arg){"mb", NULL, in->mb};
     } else if (in->op == PLAN_COLL) {
-        int g = sched_plan_group(p, d, in);
+        int g = plan_dev_group(p, d, in);
         args[na++] = (viz_trace_arg){"bytes", NULL, (double)in->bytes};
         args[na++] = (viz_trace_arg){"group", NULL, g};
     } else {
@@ -84,7 +84,7 @@ static void write_event(viz_trace *tr, const sched_plan *p, int d, const double 
 int exec_cpu_trace_write(exec_cpu_trace *t, const char *path, base_error *e)
 {
     exec_cpu *c = t->c;
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     int rank = c->dev, size = c->world;
     int mine = (int)(t->n * EV_FIELDS);
     int *counts = rank == 0 ? base_xcalloc((size_t)size, sizeof *counts) : NULL;
@@ -110,7 +110,7 @@ int exec_cpu_trace_write(exec_cpu_trace *t, const char *path, base_error *e)
             for (int d = 0; d < size; d++) {
                 snprintf(name, sizeof name, "rank %d (device %d)", d, d);
                 viz_trace_process(&tr, d, name);
-                const plan_list *L = sched_plan_list(p, d);
+                const plan_list *L = plan_dev_list(p, d);
                 for (int s = 0; s < L->nstreams; s++)
                     viz_trace_thread(&tr, d, s, L->streams[s] ? L->streams[s] : "?");
             }

@@ -61,7 +61,7 @@ typedef struct exec_cuda_rt exec_cuda_rt;
 
 /* Reads the plan for `device` (local: no communication), selects GPU `gpu`, creates the streams,
  * events, kernel contexts and the allocator. */
-int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int world, int gpu,
+int exec_cuda_rt_open(exec_cuda_rt **out, const plan_set *p, int device, int world, int gpu,
                       const exec_cuda_options *o, base_error *e);
 void exec_cuda_rt_close(exec_cuda_rt *r);
 /* The communicators: collective over the world communicator `world_comm` (an NCCL communicator

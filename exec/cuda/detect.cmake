@@ -1,7 +1,8 @@
 # exec/cuda/detect.cmake — included by the top-level CMakeLists.txt before the modules: decides
 # whether the CUDA backend (exec/cuda, library piper_exec_cuda) is built. It needs nvcc (on PATH,
 # or under CUDA_HOME or /usr/local/cuda) and NCCL (nccl.h and libnccl under NCCL_HOME, CUDA_HOME,
-# /usr/local/cuda or the system). Without them it is skipped and everything else builds; the
+# /usr/local/cuda or the system). Without them, or with -DPIPER_WITH_CUDA=OFF (a quicker build
+# for work that does not touch exec/cuda), it is skipped and everything else builds; the
 # sanitizer and fuzz builds always skip it (nvcc's objects carry no ASan instrumentation).
 #
 # The outcome is written to ${CMAKE_BINARY_DIR}/cuda_backend.txt as "built (...)" or
@@ -9,10 +10,13 @@
 # was skipped, so a broken detection cannot pass CI silently.
 set(PIPER_CUDA_ARCHS "80;90" CACHE STRING
     "CUDA architectures of exec/cuda (80 = A100, 90 = H100/H200), e.g. -DPIPER_CUDA_ARCHS=90")
+option(PIPER_WITH_CUDA "Build the CUDA backend when nvcc and NCCL are found" ON)
 set(PIPER_CUDA OFF)
 set(piper_cuda_reason "")
 
-if(PIPER_SANITIZE)
+if(NOT PIPER_WITH_CUDA)
+  set(piper_cuda_reason "left out by -DPIPER_WITH_CUDA=OFF")
+elseif(PIPER_SANITIZE)
   set(piper_cuda_reason "sanitizer build: exec/cuda is left out of -DPIPER_SANITIZE=ON")
 elseif(PIPER_FUZZ)
   set(piper_cuda_reason "fuzz build: exec/cuda is left out of -DPIPER_FUZZ=ON")

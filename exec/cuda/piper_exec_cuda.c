@@ -182,8 +182,8 @@ int main(int argc, char **argv)
         return prc > 0 ? 0 : 2;
     }
 
-    sched_plan plan;
-    sched_plan_init(&plan);
+    plan_set plan;
+    plan_init(&plan);
     exec_data data;
     memset(&data, 0, sizeof data);
     exec_cuda_rt *r = NULL;
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     void *world = NULL;
     char gpu_desc[256] = "?";
     int gpu = -1;
-    if (sched_plan_read_file(&plan, a.c.plan, &e) == 0) {
+    if (plan_read_file(&plan, a.c.plan, &e) == 0) {
         if (a.device >= 0) {
             /* one device of a plan read on its own (--check): this process plays it */
             if (size > 1)
@@ -236,7 +236,7 @@ int main(int argc, char **argv)
         exec_cuda_rt_close(r);
         exec_nccl_destroy(world);
         exec_data_close(&data);
-        sched_plan_free(&plan);
+        plan_free(&plan);
         exec_boot_finalize(&boot);
         return 1;
     }
@@ -339,7 +339,7 @@ int main(int argc, char **argv)
     exec_cuda_rt_close(r);
     exec_nccl_destroy(world);
     exec_data_close(&data);
-    sched_plan_free(&plan);
+    plan_free(&plan);
     exec_boot_finalize(&boot);
     return 0;
 

@@ -163,18 +163,18 @@ int exec_cuda_comm_rank(const exec_cuda_comm_key *k, int device)
     return -1;
 }
 
-const char *exec_cuda_p2p_peer_stream(const sched_plan *p, int device, int i)
+const char *exec_cuda_p2p_peer_stream(const plan_set *p, int device, int i)
 {
-    const plan_list *L = sched_plan_list(p, device);
+    const plan_list *L = plan_dev_list(p, device);
     const plan_instr *in = &L->ins[i];
     if (in->op != PLAN_SEND && in->op != PLAN_RECV) return NULL;
-    int peer = sched_plan_peer(p, device, in);
+    int peer = plan_dev_peer(p, device, in);
     if (peer < 0 || peer >= p->ndevices) return NULL;
-    const plan_list *P = sched_plan_list(p, peer);
+    const plan_list *P = plan_dev_list(p, peer);
     const plan_op want = in->op == PLAN_SEND ? PLAN_RECV : PLAN_SEND;
     for (int j = 0; j < P->n; j++) {
         const plan_instr *m = &P->ins[j];
-        if (m->op == want && m->tag == in->tag && sched_plan_peer(p, peer, m) == device)
+        if (m->op == want && m->tag == in->tag && plan_dev_peer(p, peer, m) == device)
             return stream_name(P, m->stream);
     }
     return NULL;
@@ -187,7 +187,7 @@ void exec_cuda_comm_keys_free(exec_cuda_comm_key *k, int n)
     free(k);
 }
 
-int exec_cuda_comm_keys(const sched_plan *p, int head_region, exec_cuda_comm_key **out, int *nout,
+int exec_cuda_comm_keys(const plan_set *p, int head_region, exec_cuda_comm_key **out, int *nout,
                         base_error *e)
 {
     *out = NULL;
@@ -196,11 +196,11 @@ int exec_cuda_comm_keys(const sched_plan *p, int head_region, exec_cuda_comm_key
     /* users[key][device]: which devices issue operations on a group key */
     BASE_VEC(bool *) users = {0};
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
             if (in->op == PLAN_SEND) {
-                int dst = sched_plan_peer(p, d, in);
+                int dst = plan_dev_peer(p, d, in);
                 const char *rs = exec_cuda_p2p_peer_stream(p, d, i);
                 if (!rs) {
                     base_errorf(e, "device %d's send #%d (tag %d) to device %d has no matching "
@@ -221,7 +221,7 @@ int exec_cuda_comm_keys(const sched_plan *p, int head_region, exec_cuda_comm_key
             int g;
             const char *s;
             if (in->op == PLAN_COLL) {
-                g = sched_plan_group(p, d, in);
+                g = plan_dev_group(p, d, in);
                 s = stream_name(L, in->stream);
             } else if (in->op == PLAN_COMPUTE && in->tp_group >= 0 && head_region >= 0 &&
                        in->region == head_region && in->pass == PLAN_PASS_F) {

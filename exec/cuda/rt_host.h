@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "../../base/base.h"
-#include "../../sched/plan.h"
+#include "../../plan/plan.h"
 
 /* ---------------------------------------------------------------- streams and events */
 
@@ -81,7 +81,7 @@ typedef struct exec_cuda_comm_key {
  * sender, receiver and streams). head_region: the region whose TP-sharded forward needs the
  * vocabulary-parallel reductions (-1: none). Fails when a group's collectives on a stream are not
  * issued by exactly its members, or when a send has no matching receive. */
-int exec_cuda_comm_keys(const sched_plan *p, int head_region, exec_cuda_comm_key **out, int *n,
+int exec_cuda_comm_keys(const plan_set *p, int head_region, exec_cuda_comm_key **out, int *n,
                         base_error *e);
 void exec_cuda_comm_keys_free(exec_cuda_comm_key *k, int n);
 /* The key of a collective (or of the head's reductions with stream "#reduce"), or -1. */
@@ -94,7 +94,7 @@ int exec_cuda_comm_find_p2p(const exec_cuda_comm_key *k, int n, int src, int dst
 int exec_cuda_comm_rank(const exec_cuda_comm_key *k, int device);
 /* For SEND/RECV instruction i of `device`: the peer's matching instruction's stream name (the
  * receive for a send with the same tag, and the other way round), or NULL when none matches. */
-const char *exec_cuda_p2p_peer_stream(const sched_plan *p, int device, int i);
+const char *exec_cuda_p2p_peer_stream(const plan_set *p, int device, int i);
 
 /* ---------------------------------------------------------------- sendrecv groups */
 

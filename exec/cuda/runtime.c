@@ -82,7 +82,7 @@ typedef struct rt_scalars {
 } rt_scalars;
 
 struct exec_cuda_rt {
-    const sched_plan *p;
+    const plan_set *p;
     int dev, world, gpu;
     const plan_list *L;
     exec_cuda_options o;
@@ -172,7 +172,7 @@ static int64_t seg_chunk(const rt_region *R, const exec_seg *S, int g)
 
 static int read_regions(exec_cuda_rt *r, base_error *e)
 {
-    const sched_plan *p = r->p;
+    const plan_set *p = r->p;
     r->nreg = p->nregions;
     r->reg = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof *r->reg);
     r->embed_region = r->head_region = -1;
@@ -308,7 +308,7 @@ static int64_t pass_work_bytes(const rt_region *R, plan_pass pass, const rt_bind
 
 static int read_computes(exec_cuda_rt *r, base_error *e)
 {
-    const sched_plan *p = r->p;
+    const plan_set *p = r->p;
     const plan_list *L = r->L;
     /* ZeRO-3: a comm buffer that an all-gather of a region's parameter buffer fills holds the
      * region's whole bf16 parameters, which the kernels read instead of the device's piece; the
@@ -395,7 +395,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
         bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
         bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
         if ((fwd || bwd) && (in->mb < 0 || in->mb >= r->nmb)) {
-            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", sched_plan_pass_name(pass),
+            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", plan_pass_name(pass),
                         (long long)r->nmb);
             rc = instr_err(r, i, e);
             break;
@@ -511,7 +511,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             break;
         }
         if (fwd && b->act < 0) {
-            base_errorf(e, "the %s pass of %s writes no activation buffer", sched_plan_pass_name(pass),
+            base_errorf(e, "the %s pass of %s writes no activation buffer", plan_pass_name(pass),
                         R->name);
             rc = instr_err(r, i, e);
             break;
@@ -537,7 +537,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
             base_errorf(e, "the %s pass of %s has no workspace in the plan; the CUDA kernels keep "
                            "their statistics and intermediate gradients there: recompile the plan "
                            "with this version of piper-compile",
-                        sched_plan_pass_name(pass), R->name);
+                        plan_pass_name(pass), R->name);
             rc = instr_err(r, i, e);
             break;
         }
@@ -580,7 +580,7 @@ static int read_computes(exec_cuda_rt *r, base_error *e)
 
 static int read_collectives(exec_cuda_rt *r, base_error *e)
 {
-    const sched_plan *p = r->p;
+    const plan_set *p = r->p;
     const plan_list *L = r->L;
     exec_coll_sizes(p, r->dev, r->buf); /* sizes through activation collectives */
     for (int i = 0; i < L->n; i++) {
@@ -592,7 +592,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
             if (in->coll != PLAN_ALL_REDUCE) {
                 base_errorf(e, "a %s without buffers; the CUDA runtime reads a bufferless collective "
                                "as the sum of the gradient norm",
-                            sched_plan_coll_name((plan_coll)in->coll));
+                            plan_coll_name((plan_coll)in->coll));
                 return instr_err(r, i, e);
             }
             C->kind = EXEC_COLL_SCALAR;
@@ -607,7 +607,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
             if (in->nreads > 1 || in->nwrites > 1 || in->coll > PLAN_ALL_TO_ALL) {
                 base_errorf(e, "a %s over %d buffers; the CUDA runtime moves one activation buffer "
                                "with all-reduce, reduce-scatter, all-gather or all-to-all",
-                            sched_plan_coll_name((plan_coll)in->coll), in->nreads);
+                            plan_coll_name((plan_coll)in->coll), in->nreads);
                 return instr_err(r, i, e);
             }
             if (!r->buf[C->in].bytes || !r->buf[C->out].bytes) {
@@ -628,7 +628,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
         else {
             base_errorf(e, "a %s of %s buffers; the CUDA runtime knows all-reduce and "
                            "reduce-scatter of gradients and all-gather of parameters in place",
-                        sched_plan_coll_name((plan_coll)in->coll), sched_plan_mem_name(m));
+                        plan_coll_name((plan_coll)in->coll), plan_mem_name(m));
             return instr_err(r, i, e);
         }
         C->seg = base_xcalloc((size_t)in->nreads * EXEC_MAX_REGION_PARAMS + 1, sizeof *C->seg);
@@ -651,7 +651,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
                 if (C->group == R->tp_group || C->group == R->ep_group || !whole || R->ncopy) {
                     base_errorf(e, "%s of region %s over group %s: the CUDA runtime supports ZeRO "
                                    "over data-parallel groups of regions without a tied copy only",
-                                sched_plan_coll_name((plan_coll)in->coll), R->name,
+                                plan_coll_name((plan_coll)in->coll), R->name,
                                 p->groups[C->group].name ? p->groups[C->group].name : "?");
                     return instr_err(r, i, e);
                 }
@@ -775,7 +775,7 @@ static int read_collectives(exec_cuda_rt *r, base_error *e)
 
 static int read_dp_rank(exec_cuda_rt *r, base_error *e)
 {
-    const sched_plan *p = r->p;
+    const plan_set *p = r->p;
     if (exec_dp_size(&p->model, &r->dp_size, e)) return -1;
     r->dp_rank = 0;
     if (r->dp_size == 1) return 0;
@@ -895,7 +895,7 @@ static int create_cuda(exec_cuda_rt *r, base_error *e)
     return 0;
 }
 
-int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int world, int gpu,
+int exec_cuda_rt_open(exec_cuda_rt **out, const plan_set *p, int device, int world, int gpu,
                       const exec_cuda_options *o, base_error *e)
 {
     *out = NULL;
@@ -908,7 +908,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
     r->dev = device;
     r->world = world;
     r->gpu = gpu;
-    r->L = sched_plan_list(p, device);
+    r->L = plan_dev_list(p, device);
     r->o = *o;
     r->head_comm = -1;
     int rc = 0;
@@ -942,7 +942,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const sched_plan *p, int device, int w
         if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
             (in->buf < 0 || r->buf[in->buf].role != EXEC_BUF_COMM)) {
             base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
-                        sched_plan_op_name((plan_op)in->op));
+                        plan_op_name((plan_op)in->op));
             rc = instr_err(r, i, e);
             goto done;
         }
@@ -1575,7 +1575,7 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, v
     }
     default:
         return base_errorf(e, "a %s of activations is not supported by the CUDA runtime",
-                           sched_plan_coll_name((plan_coll)in->coll));
+                           plan_coll_name((plan_coll)in->coll));
     }
 }
 
@@ -1895,19 +1895,19 @@ void exec_cuda_rt_print_memory(const exec_cuda_rt *r, FILE *f)
     }
     fprintf(f, "device %d buffers, plan / CUDA runtime (bytes):", r->dev);
     for (int m = 0; m < PLAN_NMEM; m++)
-        fprintf(f, " %s %.0f / %.0f;", sched_plan_mem_name((plan_mem)m), plan[m], mine[m]);
+        fprintf(f, " %s %.0f / %.0f;", plan_mem_name((plan_mem)m), plan[m], mine[m]);
     fprintf(f, " (parameters bf16; gradients fp32; optimizer state: fp32 master copy and "
                "moments)\n");
     /* why the two differ, in the plan's terms, so that a user can make the prediction exact */
     if (r->p->grad_dtype != PLAN_FP32)
         fprintf(f, "device %d: the plan sizes gradients in %s, this runtime accumulates them in "
                    "fp32: compile the program with `grad_dtype: fp32` for the plan to count them\n",
-                r->dev, sched_plan_dtype_name((plan_dtype)r->p->grad_dtype));
+                r->dev, plan_dtype_name((plan_dtype)r->p->grad_dtype));
     if (r->p->act_dtype != PLAN_BF16)
         fprintf(f, "device %d: the plan sizes activations and workspaces in %s, this runtime holds "
                    "them in bf16: compile the program with `dtype: bf16` for the plan to count "
                    "them\n",
-                r->dev, sched_plan_dtype_name((plan_dtype)r->p->act_dtype));
+                r->dev, plan_dtype_name((plan_dtype)r->p->act_dtype));
     else if (plan[PLAN_MEM_ACT] > mine[PLAN_MEM_ACT])
         fprintf(f, "device %d: the plan keeps %.0f activation bytes more than this runtime: its "
                    "attention keeps each row's log-sum-exp, not the s x s probabilities, and it "

@@ -266,7 +266,7 @@ static int check_model_ids(const ir_model *m, base_arena *a)
             if (passes[p] == PLAN_PASS_UPD && ir_region_params(m, &rs[i]) == 0) continue;
             char id[64];
             snprintf(id, sizeof id, "%s.%s.%s", fam, IR_KIND_ID[rs[i].kind],
-                     sched_plan_pass_name(passes[p]));
+                     plan_pass_name(passes[p]));
             const exec_kernel *k = exec_kernel_find(id);
             if (!k) fprintf(stderr, "\n  %s (%s) has no kernel\n", id, m->name);
             CU_ASSERT_FATAL(k != NULL);
@@ -299,7 +299,7 @@ static void test_identity_table(void)
         }
         char id[64];
         snprintf(id, sizeof id, "%s.%s.%s", k->family ? "llama" : "gpt",
-                 exec_region_kind_name((exec_region_kind)k->kind), sched_plan_pass_name(k->pass));
+                 exec_region_kind_name((exec_region_kind)k->kind), plan_pass_name(k->pass));
         CU_ASSERT(strcmp(id, k->id) == 0);
         CU_ASSERT((k->f32[1] != NULL) == (k->pass == PLAN_PASS_B));
         if (k->pass == PLAN_PASS_B) {

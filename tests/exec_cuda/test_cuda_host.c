@@ -51,7 +51,7 @@ static int check_model_ids(const ir_model *m, base_arena *a)
             if (passes[p] == PLAN_PASS_UPD && ir_region_params(m, &rs[i]) == 0) continue;
             char id[64];
             snprintf(id, sizeof id, "%s.%s.%s", fam, IR_KIND_ID[rs[i].kind],
-                     sched_plan_pass_name(passes[p]));
+                     plan_pass_name(passes[p]));
             if (!in_cuda_list(id)) fprintf(stderr, "\n  %s (%s) has no CUDA kernel\n", id, m->name);
             CU_ASSERT(in_cuda_list(id));
             found++;
@@ -125,7 +125,7 @@ static void test_compiled_plans_covered(void)
     fprintf(stderr, "\n  %d programs compiled, %d plan identities checked; passes run:", programs,
             ids);
     for (int p = 0; p < PLAN_NPASS; p++)
-        if (seen[p]) fprintf(stderr, " %s", sched_plan_pass_name((plan_pass)p));
+        if (seen[p]) fprintf(stderr, " %s", plan_pass_name((plan_pass)p));
     fprintf(stderr, "\n");
     CU_ASSERT(programs >= 5);
     CU_ASSERT(ids > 0);

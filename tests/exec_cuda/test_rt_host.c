@@ -19,7 +19,7 @@
 static plan_instr ins(plan_op op, int stream, int event)
 {
     plan_instr in;
-    sched_plan_instr_init(&in, op);
+    plan_instr_init(&in, op);
     in.stream = stream;
     in.event = event;
     return in;
@@ -118,7 +118,7 @@ static int compile(const char *rel, sched_compilation *c)
     return 0;
 }
 
-static int head_region_of(const sched_plan *p)
+static int head_region_of(const plan_set *p)
 {
     for (int r = 0; r < p->nregions; r++)
         if (p->regions[r] && strcmp(p->regions[r], "head") == 0) return r;
@@ -127,7 +127,7 @@ static int head_region_of(const sched_plan *p)
 
 /* Every collective and transfer of every device has its key, the device is a member with the
  * rank the group gives it, and the keys are sorted and unique. Returns the number of keys. */
-static int check_keys(const sched_plan *p, int *ngroup_keys, int *np2p_keys, int *nsendrecv)
+static int check_keys(const plan_set *p, int *ngroup_keys, int *np2p_keys, int *nsendrecv)
 {
     exec_cuda_comm_key *k = NULL;
     int n = 0;
@@ -163,16 +163,16 @@ static int check_keys(const sched_plan *p, int *ngroup_keys, int *np2p_keys, int
         }
     }
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
             const char *s = L->streams[in->stream] ? L->streams[in->stream] : "";
             if (in->op == PLAN_COLL) {
-                int at = exec_cuda_comm_find_group(k, n, sched_plan_group(p, d, in), s);
+                int at = exec_cuda_comm_find_group(k, n, plan_dev_group(p, d, in), s);
                 CU_ASSERT(at >= 0);
                 if (at >= 0) CU_ASSERT(exec_cuda_comm_rank(&k[at], d) >= 0);
             } else if (in->op == PLAN_SEND || in->op == PLAN_RECV) {
-                int peer = sched_plan_peer(p, d, in);
+                int peer = plan_dev_peer(p, d, in);
                 const char *ps = exec_cuda_p2p_peer_stream(p, d, i);
                 CU_ASSERT_FATAL(ps != NULL);
                 int at = in->op == PLAN_SEND ? exec_cuda_comm_find_p2p(k, n, d, peer, s, ps)
@@ -231,7 +231,7 @@ static void test_comm_keys_tp_and_1f1b(void)
         CU_ASSERT(pp >= 6); /* three stage boundaries, both directions */
         /* the sendrecv groups of every device: each a consecutive span on its stream */
         for (int d = 0; d < c.plan.ndevices; d++) {
-            const plan_list *L = sched_plan_list(&c.plan, d);
+            const plan_list *L = plan_dev_list(&c.plan, d);
             int *first = calloc((size_t)L->n + 1, sizeof(int)), *last = calloc((size_t)L->n + 1, sizeof(int));
             exec_cuda_sendrecv_spans(L, first, last);
             for (int i = 0; i < L->n; i++) {

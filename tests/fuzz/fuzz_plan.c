@@ -1,4 +1,4 @@
-/* fuzz_plan.c — libFuzzer entry for the plan reader: any bytes go through sched_plan_read; a plan
+/* fuzz_plan.c — libFuzzer entry for the plan reader: any bytes go through plan_read; a plan
  * that reads must write back to a text that reads to the same text again, and must survive the
  * static check. A failed read must say where ("fuzz.plan:..."). Broken promises abort, so the
  * fuzzer hunts logic bugs as well as crashes. Seeds: tests/fuzz/corpus/plan (more from test_plan
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/plan.h"
+#include "plan/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -19,24 +19,24 @@ static void require(int ok, const char *what)
     }
 }
 
-static char *to_text(const sched_plan *p)
+static char *to_text(const plan_set *p)
 {
     char *s = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&s, &n);
     base_error e;
     base_error_clear(&e);
-    require(f && sched_plan_write(p, f, &e) == 0, "a plan that was read can be written");
+    require(f && plan_write(p, f, &e) == 0, "a plan that was read can be written");
     fclose(f);
     return s;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    int rc = sched_plan_read(&p, "fuzz.plan", (const char *)data, size, &e);
+    int rc = plan_read(&p, "fuzz.plan", (const char *)data, size, &e);
     require(rc == 0 || rc == -1, "status is 0 or -1");
     if (rc) {
         require(e.set && strncmp(e.msg, "fuzz.plan", 9) == 0, "a read error names the file");
@@ -44,17 +44,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     char *t1 = to_text(&p);
-    sched_plan q;
-    require(sched_plan_read(&q, "again.plan", t1, strlen(t1), &e) == 0, "written text reads back");
+    plan_set q;
+    require(plan_read(&q, "again.plan", t1, strlen(t1), &e) == 0, "written text reads back");
     char *t2 = to_text(&q);
     require(strcmp(t1, t2) == 0, "write, read, write gives the same text");
-    sched_plan_stats st;
-    rc = sched_plan_check(&q, &st, &e);
+    plan_stats st;
+    rc = plan_check(&q, &st, &e);
     require(rc == 0 || (rc == -1 && e.set && st.dev == NULL), "check returns 0 or -1 with an error");
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
     free(t1);
     free(t2);
-    sched_plan_free(&q);
-    sched_plan_free(&p);
+    plan_free(&q);
+    plan_free(&p);
     return 0;
 }

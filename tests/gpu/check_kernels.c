@@ -38,7 +38,7 @@
 
 #include "exec/cpu/kernels.h"
 #include "exec/cuda/kernels.h"
-#include "sched/plan.h"
+#include "plan/plan.h"
 
 /* ---------------------------------------------------------------- output */
 
@@ -1581,15 +1581,15 @@ fail:
 static int bench(const char *plan_path, const char *pred_path)
 {
     say("== (c) benchmark of a training step's kernels, against piper-sim's prediction\n");
-    sched_plan plan;
-    if (sched_plan_read_file(&plan, plan_path, &E)) {
+    plan_set plan;
+    if (plan_read_file(&plan, plan_path, &E)) {
         result(false, "plan %s: %s", plan_path, E.msg);
         base_error_clear(&E);
         return -1;
     }
     prediction pr;
     if (read_prediction(pred_path, &pr)) {
-        sched_plan_free(&plan);
+        plan_free(&plan);
         return -1;
     }
     exec_cfg cfg;
@@ -1598,7 +1598,7 @@ static int bench(const char *plan_path, const char *pred_path)
         exec_shard_init(&cfg, 1, 0, 1, 0, &sh, &E)) {
         result(false, "model of the plan: %s", E.msg);
         base_error_clear(&E);
-        sched_plan_free(&plan);
+        plan_free(&plan);
         return -1;
     }
     char dev[256] = "?";
@@ -1770,7 +1770,7 @@ cuda_error:
 done:
     for (int k = 0; k < EXEC_NREGION_KINDS; k++)
         if (have[k]) region_free(&rs[k]);
-    sched_plan_free(&plan);
+    plan_free(&plan);
     return rc;
 }
 

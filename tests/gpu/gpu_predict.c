@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/plan.h"
+#include "plan/plan.h"
 #include "sim/sim.h"
 
 int main(int argc, char **argv)
@@ -23,8 +23,8 @@ int main(int argc, char **argv)
     }
     base_error e;
     base_error_clear(&e);
-    sched_plan p;
-    if (sched_plan_read_file(&p, argv[1], &e)) {
+    plan_set p;
+    if (plan_read_file(&p, argv[1], &e)) {
         base_error_print(&e, stderr);
         return 1;
     }
@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     memset(&r, 0, sizeof r);
     if (sim_run(&p, &o, &r, &e)) {
         base_error_print(&e, stderr);
-        sched_plan_free(&p);
+        plan_free(&p);
         return 1;
     }
     FILE *f = fopen(argv[2], "w");
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     fprintf(f, "peak_bf16\t%.9g\n", p.gpu.peak_flops[PLAN_BF16]);
     fprintf(f, "hbm_bw\t%.9g\n", p.gpu.hbm_bw);
     fprintf(f, "# kernel\tidentity\tcount\tflops\tgemm_flops\tbytes\tseconds\n");
-    const plan_list *l = sched_plan_list(&p, 0);
+    const plan_list *l = plan_dev_list(&p, 0);
     for (int k = 0; k < p.nkernel_ids; k++) {
         int count = 0, first = -1;
         for (int i = 0; i < l->n; i++)
@@ -81,6 +81,6 @@ int main(int argc, char **argv)
            p.model.name, p.gpu.name, r.step_seconds * 1e3, r.tokens_per_second, 100 * r.mfu,
            (r.ndevices > 0 ? r.dev[0].peak_bytes : 0.0) / (1024.0 * 1024 * 1024), argv[2]);
     sim_result_free(&r);
-    sched_plan_free(&p);
+    plan_free(&p);
     return 0;
 }

@@ -135,9 +135,9 @@ static void expect_error(const char *what, const char *model_rel, const char *cl
 }
 
 /* Instructions of device d's list with op `op` (and, for collectives, kind `coll`; -1: any). */
-static int count_ops(const sched_plan *p, int d, plan_op op, int coll)
+static int count_ops(const plan_set *p, int d, plan_op op, int coll)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int n = 0;
     for (int i = 0; i < L->n; i++)
         n += L->ins[i].op == op && (coll < 0 || L->ins[i].coll == coll);
@@ -146,22 +146,22 @@ static int count_ops(const sched_plan *p, int d, plan_op op, int coll)
 
 /* SEND (or RECV) instructions of device d to (from) `peer`, of pipeline stage `stage` and
  * micro-batch `mb` (-1: any). */
-static int count_p2p(const sched_plan *p, int d, plan_op op, int peer, int stage, int mb)
+static int count_p2p(const plan_set *p, int d, plan_op op, int peer, int stage, int mb)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int n = 0;
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != op || sched_plan_peer(p, d, in) != peer) continue;
+        if (in->op != op || plan_dev_peer(p, d, in) != peer) continue;
         n += (stage < 0 || in->stage == stage) && (mb < 0 || in->mb == mb);
     }
     return n;
 }
 
 /* Collectives of kind `coll` on device d about region `region` and micro-batch `mb`. */
-static int count_coll_at(const sched_plan *p, int d, plan_coll coll, int region, int mb)
+static int count_coll_at(const plan_set *p, int d, plan_coll coll, int region, int mb)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int n = 0;
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
@@ -190,14 +190,14 @@ static int region_index(const ir_dag *g, const char *name)
     return -1;
 }
 
-static char *plan_text(const sched_plan *p)
+static char *plan_text(const plan_set *p)
 {
     char *s = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&s, &n);
     base_error e;
     base_error_clear(&e);
-    int rc = sched_plan_write(p, f, &e);
+    int rc = plan_write(p, f, &e);
     fclose(f);
     if (rc) fprintf(stderr, "\n  plan write failed: %s\n", e.msg);
     CU_ASSERT_EQUAL(rc, 0);
@@ -253,7 +253,7 @@ static void check_zero_table(const char *head, double gb, const double want[4])
             /* the kept gradient: the region buffers the optimizer reads ("grad.<region>"); ZeRO-2/3
              * also hold micro-batches' whole gradients between their backward and reduce-scatter
              * (grad.<region>.mb<k>), checked below */
-            const plan_list *L = sched_plan_list(&r->c.plan, d);
+            const plan_list *L = plan_dev_list(&r->c.plan, d);
             double kept = 0, embed_whole = 0, largest = 0;
             for (int b = 0; b < L->nbufs; b++) {
                 if (L->bufs[b].mem != PLAN_MEM_GRAD) continue;
@@ -283,7 +283,7 @@ static void check_zero_table(const char *head, double gb, const double want[4])
          * from its own stage on */
         const double *pk = r->c.stats.dev[0].peak_by_mem;
         CU_ASSERT_EQUAL(r->c.plan.param_dtype, PLAN_BF16);
-        CU_ASSERT_EQUAL(sched_plan_dtype_bytes((plan_dtype)r->c.plan.grad_dtype), (int)gb);
+        CU_ASSERT_EQUAL(plan_dtype_bytes((plan_dtype)r->c.plan.grad_dtype), (int)gb);
         CU_ASSERT_DOUBLE_EQUAL(pk[PLAN_MEM_PARAM], z >= 3 ? 15e9 / 64 : 15e9, 4096);
         if (z < 2) CU_ASSERT_DOUBLE_EQUAL(pk[PLAN_MEM_GRAD], grads, 4096);
         CU_ASSERT_DOUBLE_EQUAL(pk[PLAN_MEM_OPT], z >= 1 ? 90e9 / 64 : 90e9, 4096);
@@ -322,7 +322,7 @@ static void test_zero3_prefetch_limit(void)
                                "  - {op: replicate, filter: {}, devices: \"0-7\", zero: 3}\n",
                                NULL);
     ASSERT_COMPILED(r);
-    const plan_list *L = sched_plan_list(&r->c.plan, 0);
+    const plan_list *L = plan_dev_list(&r->c.plan, 0);
     double table = 0, largest = 0;
     for (int b = 0; b < L->nbufs; b++) {
         if (L->bufs[b].mem != PLAN_MEM_GRAD || !strstr(L->bufs[b].name, ".mb0")) continue;
@@ -373,8 +373,8 @@ static void test_oom_rejected_with_breakdown(void)
 static double check_upd_pieces(const compiled *r, int d, int64_t shards, double per_param,
                                double *flops, int *steps)
 {
-    const sched_plan *p = &r->c.plan;
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_set *p = &r->c.plan;
+    const plan_list *L = plan_dev_list(p, d);
     ir_shape sh = ir_shape_default(); /* no TP: the region's parameters are the device's */
     double bytes = 0;
     *flops = 0;
@@ -418,7 +418,7 @@ static void test_zero_expert_state_not_sharded_over_ep(void)
     ASSERT_COMPILED(r);
     int experts = 0, others = 0;
     for (int d = 0; d < 2; d++) {
-        const plan_list *L = sched_plan_list(&r->c.plan, d);
+        const plan_list *L = plan_dev_list(&r->c.plan, d);
         for (int b = 0; b < L->nbufs; b++) {
             if (L->bufs[b].mem != PLAN_MEM_OPT) continue;
             const char *region = L->bufs[b].name + 4; /* "opt.<region>" */
@@ -515,19 +515,19 @@ static void test_dp_bucket_count(void)
 {
     compiled *r = compile_fixture("dp2_buckets.yaml", NULL);
     ASSERT_COMPILED(r);
-    const sched_plan *p = &r->c.plan;
+    const plan_set *p = &r->c.plan;
     CU_ASSERT_EQUAL(p->ndevices, 2);
     for (int d = 0; d < 2; d++) {
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, -1), 2);
         CU_ASSERT_EQUAL(count_ops(p, d, PLAN_COLL, PLAN_ALL_REDUCE), 2);
         CU_ASSERT_EQUAL(r->c.stats.dev[d].count_by_op[PLAN_COLL], 2);
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         int64_t bytes[2] = {0, 0};
         int k = 0;
         for (int i = 0; i < L->n; i++)
             if (L->ins[i].op == PLAN_COLL && k < 2) {
                 bytes[k++] = L->ins[i].bytes;
-                const plan_group *grp = &p->groups[sched_plan_group(p, d, &L->ins[i])];
+                const plan_group *grp = &p->groups[plan_dev_group(p, d, &L->ins[i])];
                 CU_ASSERT_EQUAL(grp->n, 2);
             }
         CU_ASSERT_EQUAL(bytes[0], 100224);
@@ -563,7 +563,7 @@ static void test_dp_bucket_sizes(void)
                                    body, NULL);
         ASSERT_COMPILED(r);
         for (int d = 0; d < 2; d++) {
-            const plan_list *L = sched_plan_list(&r->c.plan, d);
+            const plan_list *L = plan_dev_list(&r->c.plan, d);
             int buckets = 0, norms = 0;
             int64_t total = 0;
             for (int k = 0; k < L->n; k++) {
@@ -593,11 +593,11 @@ typedef struct plan_volumes {
     double upd;
 } plan_volumes;
 
-static plan_volumes volumes_of(const sched_plan *p, int d)
+static plan_volumes volumes_of(const plan_set *p, int d)
 {
     plan_volumes v;
     memset(&v, 0, sizeof v);
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op == PLAN_COLL && in->coll < PLAN_NCOLL) v.coll[in->coll] += (double)in->bytes;
@@ -646,17 +646,17 @@ static void test_grad_dtype_fp32_volumes(void)
                 /* the plan file says so, and what reads back checks with the same peaks */
                 char *text = plan_text(&r->c.plan);
                 CU_ASSERT_PTR_NOT_NULL(strstr(text ? text : "", " grad=fp32"));
-                sched_plan q;
+                plan_set q;
                 base_error e;
                 base_error_clear(&e);
-                CU_ASSERT_EQUAL_FATAL(sched_plan_read(&q, "fp32grad.plan", text, strlen(text), &e), 0);
+                CU_ASSERT_EQUAL_FATAL(plan_read(&q, "fp32grad.plan", text, strlen(text), &e), 0);
                 CU_ASSERT_EQUAL(q.grad_dtype, PLAN_FP32);
-                sched_plan_stats st;
-                CU_ASSERT_EQUAL(sched_plan_check(&q, &st, &e), 0);
+                plan_stats st;
+                CU_ASSERT_EQUAL(plan_check(&q, &st, &e), 0);
                 CU_ASSERT_DOUBLE_EQUAL(st.dev[0].peak_by_mem[PLAN_MEM_GRAD],
                                        r->c.stats.dev[0].peak_by_mem[PLAN_MEM_GRAD], 0.5);
-                sched_plan_stats_free(&st);
-                sched_plan_free(&q);
+                plan_stats_free(&st);
+                plan_free(&q);
                 free(text);
             }
             compiled_free(r);
@@ -692,7 +692,7 @@ static void test_grad_dtype_fp32_volumes(void)
  * no other p2p. gpt_tiny's boundary tensor is s·b·h·2 = 32·1·64·2 = 4096 bytes. */
 static void check_pipeline_sends(compiled *r, int p, int m)
 {
-    const sched_plan *plan = &r->c.plan;
+    const plan_set *plan = &r->c.plan;
     CU_ASSERT_EQUAL_FATAL(plan->ndevices, p);
     for (int d = 0; d < p; d++) {
         int want = (d > 0 ? m : 0) + (d + 1 < p ? m : 0);
@@ -711,7 +711,7 @@ static void check_pipeline_sends(compiled *r, int p, int m)
                 CU_ASSERT_EQUAL(count_p2p(plan, d, PLAN_SEND, q, -1, -1), 0);
             }
         }
-        const plan_list *L = sched_plan_list(plan, d);
+        const plan_list *L = plan_dev_list(plan, d);
         for (int i = 0; i < L->n; i++)
             if (L->ins[i].op == PLAN_SEND || L->ins[i].op == PLAN_RECV) CU_ASSERT_EQUAL(L->ins[i].bytes, 4096);
     }
@@ -754,7 +754,7 @@ static void test_pp4_sends(void)
 /* TP2 on gpt_tiny (2 layers), 2 micro-batches; tp2.yaml and tp2_sp.yaml work out the counts. */
 static void check_tp(compiled *r, bool sp)
 {
-    const sched_plan *p = &r->c.plan;
+    const plan_set *p = &r->c.plan;
     const ir_dag *g = &r->c.dag;
     const int m = 2, layers = 2;
     CU_ASSERT_EQUAL_FATAL(p->ndevices, 2);
@@ -823,9 +823,9 @@ static void check_tp(compiled *r, bool sp)
     }
     /* every TP collective spans the 2 devices */
     for (int d = 0; d < 2; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         for (int i = 0; i < L->n; i++)
-            if (L->ins[i].op == PLAN_COLL) CU_ASSERT_EQUAL(p->groups[sched_plan_group(p, d, &L->ins[i])].n, 2);
+            if (L->ins[i].op == PLAN_COLL) CU_ASSERT_EQUAL(p->groups[plan_dev_group(p, d, &L->ins[i])].n, 2);
     }
 }
 
@@ -858,15 +858,15 @@ static void test_tp2_sp_collectives(void)
  * backwards, BI and BW both read it. */
 static void check_sp_regathers(compiled *r, bool split)
 {
-    const sched_plan *p = &r->c.plan;
+    const plan_set *p = &r->c.plan;
     const ir_dag *g = &r->c.dag;
     const ir_model *mdl = g->model;
     const int m = 2;
     const int64_t want = 2 * (int64_t)r->c.prog.micro_batch * mdl->seq * mdl->hidden *
-                         sched_plan_dtype_bytes((plan_dtype)r->c.prog.act_dtype);
+                         plan_dtype_bytes((plan_dtype)r->c.prog.act_dtype);
     CU_ASSERT_EQUAL(want, 8192);
     for (int d = 0; d < p->ndevices; d++) {
-        const plan_list *L = sched_plan_list(p, d);
+        const plan_list *L = plan_dev_list(p, d);
         int found = 0;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
@@ -875,7 +875,7 @@ static void check_sp_regathers(compiled *r, bool split)
                 continue;
             found++;
             CU_ASSERT_EQUAL(in->bytes, want);
-            CU_ASSERT_EQUAL(p->groups[sched_plan_group(p, d, in)].n, 2);
+            CU_ASSERT_EQUAL(p->groups[plan_dev_group(p, d, in)].n, 2);
             CU_ASSERT(g->regions[in->region].kind != IR_REGION_EMBED);
             CU_ASSERT_EQUAL_FATAL(in->nwrites, 1);
             CU_ASSERT_EQUAL(L->bufs[in->writes[0]].mem, PLAN_MEM_COMM);
@@ -955,7 +955,7 @@ static void test_tp2_sp_backward_regather(void)
                      NULL);
     ASSERT_COMPILED(r);
     for (int d = 0; d < r->c.plan.ndevices; d++) {
-        const plan_list *L = sched_plan_list(&r->c.plan, d);
+        const plan_list *L = plan_dev_list(&r->c.plan, d);
         int found = 0;
         for (int i = 0; i < L->n; i++) {
             const plan_instr *in = &L->ins[i];
@@ -1009,14 +1009,14 @@ static void test_recompute_chains_communicate(void)
         CU_ASSERT_EQUAL(rs, sp ? layers * m : 0);
         CU_ASSERT_EQUAL(ag, sp ? 2 * layers * m : 0);
         /* in launch order: F(mlp) < R(attn) < the copies < R(mlp) < B(mlp), per micro-batch */
-        const sched_plan *p = &r->c.plan;
+        const plan_set *p = &r->c.plan;
         int attn = -1, mlp = -1;
         for (int q = 0; q < p->nregions; q++) {
             if (strcmp(p->regions[q], "L1.attn") == 0) attn = q;
             if (strcmp(p->regions[q], "L1.mlp") == 0) mlp = q;
         }
         CU_ASSERT_FATAL(attn >= 0 && mlp >= 0);
-        const plan_list *L = sched_plan_list(p, 0);
+        const plan_list *L = plan_dev_list(p, 0);
         for (int mb = 0; mb < m; mb++) {
             int f_mlp = -1, r_attn = -1, r_mlp = -1, b_mlp = -1, copies_between = 0;
             for (int i = 0; i < L->n; i++) {
@@ -1111,23 +1111,23 @@ static void test_golden_plans(void)
             CU_ASSERT(same);
             free(got);
             /* write -> read -> write: the golden text reads back to a plan that writes the same */
-            sched_plan q;
+            plan_set q;
             base_error e;
             base_error_clear(&e);
-            int rc = sched_plan_read(&q, rel, golden, glen, &e);
+            int rc = plan_read(&q, rel, golden, glen, &e);
             if (rc) fprintf(stderr, "\n  reading %s: %s\n", rel, e.msg);
             CU_ASSERT_EQUAL(rc, 0);
             if (!rc) {
                 char *again = plan_text(&q);
                 CU_ASSERT(again && strlen(again) == glen && memcmp(again, golden, glen) == 0);
                 /* and the plan read back passes the same check with the same peaks */
-                sched_plan_stats st;
-                CU_ASSERT_EQUAL(sched_plan_check(&q, &st, &e), 0);
+                plan_stats st;
+                CU_ASSERT_EQUAL(plan_check(&q, &st, &e), 0);
                 for (int d = 0; d < st.ndevices && d < r->c.stats.ndevices; d++)
                     CU_ASSERT_DOUBLE_EQUAL(st.dev[d].peak_bytes, r->c.stats.dev[d].peak_bytes, 0.5);
-                sched_plan_stats_free(&st);
+                plan_stats_free(&st);
                 free(again);
-                sched_plan_free(&q);
+                plan_free(&q);
             }
         }
         free(golden);
@@ -1358,7 +1358,7 @@ static void check_needs_sendrecv_groups(const char *path, int p)
     ASSERT_COMPILED(r);
     int grouped = 0;
     for (int d = 0; d < r->c.plan.ndevices; d++) {
-        const plan_list *L = sched_plan_list(&r->c.plan, d);
+        const plan_list *L = plan_dev_list(&r->c.plan, d);
         for (int i = 0; i < L->n; i++) grouped += L->ins[i].sendrecv != 0;
     }
     CU_ASSERT(grouped > 0);
@@ -1527,7 +1527,7 @@ static void test_dag_node_counts(void)
     /* the world all-reduce of the norm spans the devices that hold parameters: only device 0,
      * the cluster's device 1 runs nothing */
     CU_ASSERT_EQUAL(sched_lower(&c, NULL, &e), 0);
-    CU_ASSERT_EQUAL(sched_plan_list(&c.plan, 1)->n, 0);
+    CU_ASSERT_EQUAL(plan_dev_list(&c.plan, 1)->n, 0);
     CU_ASSERT_EQUAL(count_ops(&c.plan, 0, PLAN_COLL, PLAN_ALL_REDUCE), 1);
     for (int i = 0; i < c.plan.ngroups; i++) CU_ASSERT_EQUAL(c.plan.groups[i].n, 1);
     sched_compilation_free(&c);

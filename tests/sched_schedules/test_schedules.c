@@ -812,8 +812,8 @@ static void emit_round_trip(const char *sched_line, const char *model_path)
     char *pa = NULL, *pb = NULL;
     size_t la = 0, lb = 0;
     FILE *fa = open_memstream(&pa, &la), *fb = open_memstream(&pb, &lb);
-    CU_ASSERT_EQUAL(sched_plan_write(&a.c.plan, fa, &e), 0);
-    CU_ASSERT_EQUAL(sched_plan_write(&b.c.plan, fb, &e), 0);
+    CU_ASSERT_EQUAL(plan_write(&a.c.plan, fa, &e), 0);
+    CU_ASSERT_EQUAL(plan_write(&b.c.plan, fb, &e), 0);
     fclose(fa);
     fclose(fb);
     CU_ASSERT_EQUAL(la, lb);

@@ -29,7 +29,7 @@
 
 #include "../testutil.h"
 #include "ir/ir.h"
-#include "sched/plan.h"
+#include "plan/plan.h"
 #include "sched/schedule.h"
 
 #define ASSERT_CLOSE(a, b, tol)                                                                   \
@@ -125,12 +125,12 @@ static double num_at(const ir_doc *map, const char *key)
  * instructions, by stage. */
 static void chunk_bytes(const char *plan_path, sim_out *o)
 {
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
     for (int d = 0; d < p.ndevices && d < 16; d++) {
-        const plan_list *L = sched_plan_list(&p, d);
+        const plan_list *L = plan_dev_list(&p, d);
         double by_stage[64] = {0};
         int first_mb[64]; /* a stage's first forward micro-batch (DualPipe's mirrors start at m/2) */
         for (int s = 0; s < 64; s++) first_mb[s] = -1;
@@ -148,7 +148,7 @@ static void chunk_bytes(const char *plan_path, sim_out *o)
         for (int s = 0; s < 64; s++)
             if (by_stage[s] > 0 && o->nchunks[d] < 2) o->chunk_bytes[d][o->nchunks[d]++] = by_stage[s];
     }
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* Compiles `program` (with `compile_flags`), simulates it with `sim_flags`, reads the JSON. */

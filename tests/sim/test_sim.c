@@ -3,7 +3,7 @@
  * NIC, shared NICs contend), the alpha-beta ring and double-binary-tree formulas for collectives,
  * record/wait and sendrecv semantics, memory by category in simulated time, and the closed forms of a 1F1B
  * pipeline with unit costs (formulas.md) through the real path: program -> piper-compile ->
- * plan -> piper-sim. Hand-built plans come from tests/sched_plan/plan_builder.c. */
+ * plan -> piper-sim. Hand-built plans come from tests/plan/plan_builder.c. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 
 #include "ir/doc.h"
 #include "sim/sim.h"
-#include "tests/sched_plan/plan_builder.h"
+#include "tests/plan/plan_builder.h"
 #include "tests/testutil.h"
 
 #define NEAR(a, b, rel) (fabs((a) - (b)) <= (rel) * fabs(b) + 1e-12)
@@ -76,23 +76,23 @@ static int suite_init(void)
 static int suite_clean(void) { return run_cmdf("rm -rf '%s'", workdir) == 0 ? 0 : -1; }
 
 /* Options for hand-built plans: exact kernel times (no launch overhead, GEMMs at peak). */
-static void exact_options(sim_options *o, const sched_plan *p)
+static void exact_options(sim_options *o, const plan_set *p)
 {
     sim_options_init(o, p);
     o->costs.launch_overhead = 0;
     o->costs.gemm_eff_large = 1;
 }
 
-static int simulate(const sched_plan *p, const sim_options *o, sim_result *r)
+static int simulate(const plan_set *p, const sim_options *o, sim_result *r)
 {
     base_error e;
     base_error_clear(&e);
-    sched_plan_stats st;
-    if (sched_plan_check(p, &st, &e)) {
+    plan_stats st;
+    if (plan_check(p, &st, &e)) {
         fprintf(stderr, "\n  plan check failed: %s\n", e.msg);
         return -1;
     }
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
     int rc = sim_run(p, o, r, &e);
     if (rc) fprintf(stderr, "\n  simulation failed: %s\n", e.msg);
     return rc;
@@ -174,7 +174,7 @@ static void test_kernel_seconds(void)
  * The host issues a kernel every `launch`; a compute starts once issued and once the GPU is free. */
 static double host_queue_step(double launch, const char *sync, int p2p, double *wait)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 2, 2);
     int k = pb_kernels(&b, 1e9, 0); /* 1 ms */
@@ -201,7 +201,7 @@ static double host_queue_step(double launch, const char *sync, int p2p, double *
         sim_result_free(&r);
     }
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
     return step;
 }
 
@@ -231,7 +231,7 @@ static void test_host_queue(void)
  * sending first on one device (a blocking order) keeps them. */
 static void check_host_block(int ahead, int expect_note)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 2, 2);
     int k = pb_kernels(&b, 1e9, 0);
@@ -252,7 +252,7 @@ static void check_host_block(int ahead, int expect_note)
     if (expect_note) TEST_ASSERT_CONTAINS(r.host_note, "posts receives ahead");
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_host_block(void)
@@ -406,8 +406,8 @@ static void test_calibration(void)
     CU_ASSERT_STRING_EQUAL(entry, "A100");
 
     /* the plan's calib keys */
-    sched_plan p;
-    sched_plan_init(&p);
+    plan_set p;
+    plan_init(&p);
     plan_calib cal[] = {{"launch", 2e-5}, {"hbm_eff", 0.9}, {"gemm_efficiency", 0.5}};
     p.calib = cal;
     p.ncalib = 3;
@@ -419,12 +419,12 @@ static void test_calibration(void)
     TEST_ASSERT_CONTAINS(e.warnings, "calibration 'gemm_efficiency' = 0.5 is not a cost-model constant");
     p.calib = NULL;
     p.ncalib = 0;
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_platform_xml(void)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 4, 1);
     pb_stream(&b, 0, "s");
@@ -445,14 +445,14 @@ static void test_platform_xml(void)
     CU_ASSERT(strstr(x.s, "spine") == NULL); /* two nodes fit one leaf */
     base_buf_free(&x);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- routes */
 
 /* Two nodes of two GPUs; device 0 sends `bytes` to device 1 (same node) on one stream while
  * device 3 (other node) sends `bytes` to device 0: different links, no contention. */
-static void build_routes(sched_plan *p, plan_builder *b, int64_t bytes, int cross_only)
+static void build_routes(plan_set *p, plan_builder *b, int64_t bytes, int cross_only)
 {
     pb_init(b, p, 4, 4);
     for (int d = 0; d < 4; d++) {
@@ -471,7 +471,7 @@ static void build_routes(sched_plan *p, plan_builder *b, int64_t bytes, int cros
 
 static void test_routes_nvlink_and_nic(void)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     build_routes(&p, &b, 1000000000, 0);
     sim_options o;
@@ -491,13 +491,13 @@ static void test_routes_nvlink_and_nic(void)
     ASSERT_NEAR(r.dev[1].idle_seconds, r.step_seconds - r.dev[1].end_seconds, 1e-6);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_routes_shared_nic(void)
 {
     /* devices 0 and 1 share node 0's one NIC (gpus_per_nic=2): their sends to node 1 split it */
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 4, 4);
     for (int d = 0; d < 4; d++) {
@@ -527,13 +527,13 @@ static void test_routes_shared_nic(void)
     ASSERT_NEAR(r.dev[2].end_seconds, 6e-6 + 1e9 / 10e9, 1e-9);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_routes_nvlink_when_nic_shared(void)
 {
     /* a shared NIC is a path between the GPUs on it too: it must not win over NVLink */
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     build_routes(&p, &b, 1000000000, 0);
     sim_options o;
@@ -547,12 +547,12 @@ static void test_routes_nvlink_when_nic_shared(void)
     ASSERT_NEAR(r.dev[1].end_seconds, 2e-6 + 1e9 / 100e9, 1e-9);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_nocomm(void)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     build_routes(&p, &b, 1000000000, 0);
     sim_options o;
@@ -563,7 +563,7 @@ static void test_nocomm(void)
     ASSERT_NEAR(r.step_seconds, 0, 0);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- p2p and streams */
@@ -571,7 +571,7 @@ static void test_nocomm(void)
 static void test_sendrecv_exchange(void)
 {
     /* both neighbours send and receive in one sendrecv group: full duplex, one transfer's time */
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 2, 2);
     for (int d = 0; d < 2; d++) {
@@ -589,14 +589,14 @@ static void test_sendrecv_exchange(void)
     ASSERT_NEAR(r.step_seconds, 1e-6 + 3e8 / 300e9, 1e-9); /* A100 defaults: 300 GB/s, 1 us */
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_record_wait_and_sharing(void)
 {
     /* device 0: stream c computes 1 s, records; stream x waits, then sends 3e8 bytes to device 1.
      * device 1: streams c and d each compute 1 s at the same time: they share the GPU (2 s). */
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 2, 2);
     int k = pb_kernels(&b, 1e12, 0); /* 1 s at the builder GPU's 1e12 FLOP/s */
@@ -633,14 +633,14 @@ static void test_record_wait_and_sharing(void)
     ASSERT_NEAR(r.mfu, 3e12 / (2 * 1e12 * 2), 1e-9);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* --costs comm_slowdown=s: compute runs at (1 - s) of its speed while a transfer of its device is
  * in flight. Device 0 computes 1 s while sending for x = 0.1 s: it ends at 1 + s x. */
 static void test_comm_slowdown(void)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 2, 2);
     int k = pb_kernels(&b, 1e12, 0); /* 1 s */
@@ -669,12 +669,12 @@ static void test_comm_slowdown(void)
     CU_ASSERT_EQUAL(sim_costs_parse(&o.costs, "comm_slowdown=0.6", &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "comm_slowdown=0.1 (a fraction, 0 <= x <= 0.5)");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- collectives */
 
-static void build_coll(sched_plan *p, plan_builder *b, int n, plan_coll kind, int64_t bytes)
+static void build_coll(plan_set *p, plan_builder *b, int n, plan_coll kind, int64_t bytes)
 {
     pb_init(b, p, n, 1);
     int32_t members[64];
@@ -687,7 +687,7 @@ static void build_coll(sched_plan *p, plan_builder *b, int n, plan_coll kind, in
 
 static void check_ring(int n, plan_coll kind, sim_coll_algo algo, double factor, int steps)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     int64_t bytes = 1 << 30;
     build_coll(&p, &b, n, kind, bytes);
@@ -704,7 +704,7 @@ static void check_ring(int n, plan_coll kind, sim_coll_algo algo, double factor,
     ASSERT_NEAR(r.dev[0].exposed_comm_seconds, r.step_seconds, 1e-9);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_ring_all_reduce(void)
@@ -725,7 +725,7 @@ static void test_ring_gather_scatter_a2a(void)
 
 static double simulate_ar(int n, int per_node, sim_coll_algo algo, int64_t bytes)
 {
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     build_coll(&p, &b, n, PLAN_ALL_REDUCE, bytes);
     for (int d = 0; d < n; d++) p.devices[d].node = d / per_node;
@@ -741,7 +741,7 @@ static double simulate_ar(int n, int per_node, sim_coll_algo algo, int64_t bytes
     }
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
     return t;
 }
 
@@ -790,7 +790,7 @@ static void test_memory_in_time(void)
 {
     /* stream a: alloc P(100) A(50), compute 1 s, free A; stream b waits for it, allocs C(70):
      * peak 170 = P + C at the end, while A and C never overlap */
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_init(&b, &p, 1, 1);
     p.gpu.mem_bytes = 160, p.gpu.reserve_bytes = 0;
@@ -819,7 +819,7 @@ static void test_memory_in_time(void)
     CU_ASSERT_EQUAL(r.nover_memory, 1);
     sim_result_free(&r);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- program -> plan -> sim */
@@ -830,9 +830,9 @@ static int compile(const char *program, const char *out)
 }
 
 /* Activation bytes of one micro-batch on a list: its activation buffers of micro-batch 0. */
-static double act_per_mb(const sched_plan *p, int dev)
+static double act_per_mb(const plan_set *p, int dev)
 {
-    const plan_list *L = sched_plan_list(p, dev);
+    const plan_list *L = plan_dev_list(p, dev);
     double s = 0;
     for (int i = 0; i < L->nbufs; i++)
         if (L->bufs[i].mem == PLAN_MEM_ACT && L->bufs[i].name && strstr(L->bufs[i].name, ".mb0.")) s += (double)L->bufs[i].bytes;
@@ -847,10 +847,10 @@ static void check_pipeline(const char *program, int m, int gpipe)
     const int pp = 4;
     const char *plan_path = tmp_path("pipeline.plan");
     CU_ASSERT_EQUAL_FATAL(compile(program, plan_path), 0);
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
     CU_ASSERT_EQUAL_FATAL(p.ndevices, pp);
     sim_options o;
     sim_options_init(&o, &p);
@@ -879,7 +879,7 @@ static void check_pipeline(const char *program, int m, int gpipe)
     for (int d = 0; d < pp; d++)
         ASSERT_NEAR(r.dev[d].compute_seconds + r.dev[d].exposed_comm_seconds + r.dev[d].idle_seconds, r.step_seconds, 1e-9);
     sim_result_free(&r);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_1f1b_tiny_closed_form(void) { check_pipeline("tests/fixtures/sim/pp4_1f1b_tiny.yaml", 6, 0); }
@@ -899,10 +899,10 @@ static void test_zero3_bytes(void)
     for (int z = 0; z < 2; z++) {
         const char *plan_path = tmp_path("zero.plan");
         CU_ASSERT_EQUAL_FATAL(compile(programs[z], plan_path), 0);
-        sched_plan p;
+        plan_set p;
         base_error e;
         base_error_clear(&e);
-        CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
         sim_options o;
         sim_options_init(&o, &p);
         sim_result r;
@@ -910,7 +910,7 @@ static void test_zero3_bytes(void)
         sent[z] = r.dev[0].bytes_sent;
         for (int d = 1; d < r.ndevices; d++) ASSERT_NEAR(r.dev[d].bytes_sent, sent[z], 0);
         sim_result_free(&r);
-        sched_plan_free(&p);
+        plan_free(&p);
     }
     CU_ASSERT(sent[0] > 0);
     /* gpt_tiny4: vocab V 256, sequence S 32, hidden h 64, ffn f 256, 4 layers of attention
@@ -940,14 +940,14 @@ static int simulate_dp4(int zero, const char *grad_dtype, sim_result *r)
             grad_dtype ? grad_dtype : "", grad_dtype ? "\n" : "", zero);
     fclose(f);
     if (run_cmdf("'%s' -q '%s' -o '%s'", bin_path("piper-compile"), prog, plan_path)) return -1;
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    if (sched_plan_read_file(&p, plan_path, &e)) return -1;
+    if (plan_read_file(&p, plan_path, &e)) return -1;
     sim_options o;
     sim_options_init(&o, &p);
     int rc = simulate(&p, &o, r);
-    sched_plan_free(&p);
+    plan_free(&p);
     return rc;
 }
 
@@ -1016,10 +1016,10 @@ static void test_links_from_plan(void)
 {
     const char *plan_path = tmp_path("shared.plan");
     CU_ASSERT_EQUAL_FATAL(compile("tests/fixtures/sim/dp4_2x2_shared.yaml", plan_path), 0);
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
     ASSERT_NEAR(p.links.nvlink_bw, 150e9, 0);
     CU_ASSERT_EQUAL(p.links.gpus_per_node, 2);
     sim_options o;
@@ -1038,7 +1038,7 @@ static void test_links_from_plan(void)
     ASSERT_NEAR(o.links.nvlink_bw, 300e9, 0);
     ASSERT_NEAR(o.links.nic_latency, 5e-6, 0);
     CU_ASSERT_EQUAL(o.links.gpus_per_nic, 1);
-    sched_plan_free(&p);
+    plan_free(&p);
 
     char j1[2048];
     snprintf(j1, sizeof j1, "%s", tmp_path("shared.json"));
@@ -1070,9 +1070,9 @@ static int cmp_span(const void *a, const void *b)
 
 /* Events the trace should hold for a device: its computes, its collectives and its p2p runs
  * (a sendrecv group is one event). */
-static int64_t expected_events(const sched_plan *p, int d)
+static int64_t expected_events(const plan_set *p, int d)
 {
-    const plan_list *L = sched_plan_list(p, d);
+    const plan_list *L = plan_dev_list(p, d);
     int64_t n = 0;
     for (int s = 0; s < L->nstreams; s++) {
         int prev_sr = 0; /* sendrecv id of the previous instruction of stream s, if a p2p op */
@@ -1106,10 +1106,10 @@ static void check_trace(const char *program, const char *costs)
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     CU_ASSERT_STRING_EQUAL(a, b);
 
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
     base_arena ar;
     base_arena_init(&ar);
     ir_doc *doc = NULL;
@@ -1133,7 +1133,7 @@ static void check_trace(const char *program, const char *costs)
             break;
         }
         if (ir_doc_get(ev, "tid")) bad |= ir_doc_int(ir_doc_get(ev, "tid"), "tid", &tid, &e);
-        const plan_list *L = sched_plan_list(&p, (int)pid);
+        const plan_list *L = plan_dev_list(&p, (int)pid);
         if (!strcmp(ph, "M")) {
             const char *nm = NULL;
             const ir_doc *args = ir_doc_get(ev, "args");
@@ -1165,7 +1165,7 @@ static void check_trace(const char *program, const char *costs)
     CU_ASSERT_FALSE(bad);
     CU_ASSERT_EQUAL(nproc, p.ndevices);
     int streams = 0;
-    for (int d = 0; d < p.ndevices; d++) streams += sched_plan_list(&p, d)->nstreams;
+    for (int d = 0; d < p.ndevices; d++) streams += plan_dev_list(&p, d)->nstreams;
     CU_ASSERT_EQUAL(nthread, streams);
     for (int d = 0; d < p.ndevices; d++) {
         if (count[d] != expected_events(&p, d))
@@ -1180,7 +1180,7 @@ static void check_trace(const char *program, const char *costs)
     CU_ASSERT(nsp > 0);
     free(sp), free(count), free(a), free(b);
     base_arena_free(&ar);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_trace(void)
@@ -1255,10 +1255,10 @@ static void check_fold(const char *program, const char *links, int replicas, con
 {
     const char *plan_path = tmp_path("fold.plan");
     CU_ASSERT_EQUAL_FATAL(compile(program, plan_path), 0);
-    sched_plan p;
+    plan_set p;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, plan_path, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
     sim_options o;
     sim_options_init(&o, &p);
     if (links) CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, links, &e), 0);
@@ -1291,7 +1291,7 @@ static void check_fold(const char *program, const char *links, int replicas, con
     }
     sim_result_free(&a);
     sim_result_free(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_fold(void)

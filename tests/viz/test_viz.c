@@ -146,7 +146,7 @@ static char *render_svg(const base_buf *dot, const char *engine)
     return out.s;
 }
 
-static svg schedule_svg(const sched_plan *p, const viz_schedule_options *o, base_error *e)
+static svg schedule_svg(const plan_set *p, const viz_schedule_options *o, base_error *e)
 {
     base_buf dot = {0};
     int rc = viz_schedule(p, o, &dot, e);
@@ -253,9 +253,9 @@ static void test_schedule_widths_are_costs(void)
 {
     compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
     CU_ASSERT_EQUAL_FATAL(c->rc, 0);
-    const sched_plan *p = &c->c.plan;
+    const plan_set *p = &c->c.plan;
     double cost[2] = {0, 0};
-    const plan_list *L = sched_plan_list(p, 1);
+    const plan_list *L = plan_dev_list(p, 1);
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE || in->mb != 3 || in->kernels < 0) continue;
@@ -435,9 +435,9 @@ static void test_schedule_from_plan_file(void)
     int fd = mkstemp(path);
     CU_ASSERT_FATAL(fd >= 0);
     close(fd);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_write_file(&c->c.plan, path, &c->e), 0);
-    sched_plan p;
-    CU_ASSERT_EQUAL_FATAL(sched_plan_read_file(&p, path, &c->e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_write_file(&c->c.plan, path, &c->e), 0);
+    plan_set p;
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, path, &c->e), 0);
     unlink(path);
     viz_schedule_options o = {0};
     base_buf a = {0}, b = {0};
@@ -450,7 +450,7 @@ static void test_schedule_from_plan_file(void)
     free(s.b);
     free(a.s);
     free(b.s);
-    sched_plan_free(&p);
+    plan_free(&p);
     compiled_free(c);
 }
 
@@ -474,8 +474,8 @@ static void test_schedule_deadlocked_plan(void)
 
 static void test_schedule_errors(void)
 {
-    sched_plan p;
-    sched_plan_init(&p);
+    plan_set p;
+    plan_init(&p);
     base_error e;
     base_error_clear(&e);
     base_buf dot = {0};
@@ -483,13 +483,13 @@ static void test_schedule_errors(void)
     CU_ASSERT_EQUAL(viz_schedule(&p, &o, &dot, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "no forward or backward compute instructions");
     free(dot.s);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- the static check's timing */
 
 typedef struct timing_log {
-    const sched_plan *p;
+    const plan_set *p;
     int **seen;        /* per device, per instruction: times reported */
     double max_end;
     int bad;           /* start > end, or a compute whose length is not its roofline */
@@ -502,7 +502,7 @@ static void log_timing(void *ctx, int dev, int ins, double start, double end)
     t->seen[dev][ins]++;
     if (end > t->max_end) t->max_end = end;
     if (!(start <= end)) t->bad++;
-    const plan_instr *in = &sched_plan_list(t->p, dev)->ins[ins];
+    const plan_instr *in = &plan_dev_list(t->p, dev)->ins[ins];
     if (in->op == PLAN_COMPUTE && in->kernels >= 0 && fabs((end - start) - t->kl[in->kernels]) > 1e-12) t->bad++;
 }
 
@@ -510,10 +510,10 @@ static void test_check_timing_callback(void)
 {
     compiled *c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", NULL);
     CU_ASSERT_EQUAL_FATAL(c->rc, 0);
-    const sched_plan *p = &c->c.plan;
+    const plan_set *p = &c->c.plan;
     timing_log t = {.p = p};
     t.seen = calloc((size_t)p->ndevices, sizeof *t.seen);
-    for (int d = 0; d < p->ndevices; d++) t.seen[d] = calloc((size_t)sched_plan_list(p, d)->n + 1, sizeof **t.seen);
+    for (int d = 0; d < p->ndevices; d++) t.seen[d] = calloc((size_t)plan_dev_list(p, d)->n + 1, sizeof **t.seen);
     t.kl = calloc((size_t)p->nkernel_lists + 1, sizeof *t.kl);
     for (int i = 0; i < p->nkernel_lists; i++)
         for (int k = 0; k < p->kernel_lists[i].n; k++) {
@@ -522,15 +522,15 @@ static void test_check_timing_callback(void)
             double by = kn->bytes > 0 ? kn->bytes / p->gpu.hbm_bw : 0;
             t.kl[i] += fl > by ? fl : by;
         }
-    sched_plan_stats a, b;
+    plan_stats a, b;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_check_timed(p, &a, log_timing, &t, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(sched_plan_check(p, &b, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_check_timed(p, &a, log_timing, &t, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(plan_check(p, &b, &e), 0);
     /* every instruction of every device exactly once, in time, and the same statistics */
     int missing = 0, twice = 0;
     for (int d = 0; d < p->ndevices; d++)
-        for (int i = 0; i < sched_plan_list(p, d)->n; i++) missing += t.seen[d][i] == 0, twice += t.seen[d][i] > 1;
+        for (int i = 0; i < plan_dev_list(p, d)->n; i++) missing += t.seen[d][i] == 0, twice += t.seen[d][i] > 1;
     CU_ASSERT_EQUAL(missing, 0);
     CU_ASSERT_EQUAL(twice, 0);
     CU_ASSERT_EQUAL(t.bad, 0);
@@ -540,8 +540,8 @@ static void test_check_timing_callback(void)
         CU_ASSERT_DOUBLE_EQUAL(a.dev[d].peak_bytes, b.dev[d].peak_bytes, 0);
         CU_ASSERT_DOUBLE_EQUAL(a.dev[d].end_seconds, b.dev[d].end_seconds, 0);
     }
-    sched_plan_stats_free(&a);
-    sched_plan_stats_free(&b);
+    plan_stats_free(&a);
+    plan_stats_free(&b);
     for (int d = 0; d < p->ndevices; d++) free(t.seen[d]);
     free(t.seen);
     free(t.kl);
@@ -550,7 +550,7 @@ static void test_check_timing_callback(void)
 
 /* ---------------------------------------------------------------- the DAG */
 
-static svg dag_svg(const ir_dag *g, const sched_plan *p, const viz_dag_options *o, char **dot_out)
+static svg dag_svg(const ir_dag *g, const plan_set *p, const viz_dag_options *o, char **dot_out)
 {
     base_buf dot = {0};
     base_error e;
@@ -933,7 +933,7 @@ int piper_tests_register(void)
         {"a plan file draws the same grid", test_schedule_from_plan_file},
         {"a deadlocking plan is drawn from a replay, with a warning", test_schedule_deadlocked_plan},
         {"errors", test_schedule_errors},
-        {"sched_plan_check_timed reports every instruction once", test_check_timing_callback},
+        {"plan_check_timed reports every instruction once", test_check_timing_callback},
         {NULL, NULL},
     };
     static const test_case dag[] = {

@@ -8,12 +8,12 @@
  * Replicas (e.g. the data-parallel copies of a pipeline stage) have identical instruction lists up
  * to device ids, so devices may share one list: a device's `peer_offset` is added to every p2p
  * peer, and instructions name groups through the device's group-slot table. Read peers and groups
- * through sched_plan_peer() and sched_plan_group(), never from the raw fields.
+ * through plan_dev_peer() and plan_dev_group(), never from the raw fields.
  *
  * The file form is text, one instruction per line, versioned, and reads back to an identical plan.
  * Memory is a fact of the plan: alloc/free instructions with sizes and categories. */
-#ifndef PIPER_SCHED_PLAN_H
-#define PIPER_SCHED_PLAN_H
+#ifndef PIPER_PLAN_PLAN_H
+#define PIPER_PLAN_PLAN_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,50 +21,76 @@
 
 #include "../base/base.h"
 
-#define SCHED_PLAN_VERSION 1
+#define PLAN_VERSION 1
 
-typedef enum { PLAN_FP32, PLAN_BF16, PLAN_FP16, PLAN_FP64, PLAN_FP8, PLAN_NDTYPE } plan_dtype;
+/* Every enumeration of the plan is declared once, as a table X(ENUM, "file name", ...): the enum,
+ * its count and its name function are generated from it (plan.c), so names cannot drift from
+ * values. The file form writes the names; appending a row is compatible, reordering is not. */
 
-typedef enum {
-    PLAN_COMPUTE,  /* run a kernel identity (exec) / its kernel list (sim) */
-    PLAN_SEND,     /* p2p to peer; blocks its stream until the peer's matching RECV is posted */
-    PLAN_RECV,
-    PLAN_COLL,     /* collective over a group; every member issues a group's collectives in order */
-    PLAN_RECORD,   /* record event on this stream */
-    PLAN_WAIT,     /* this stream waits for an event recorded on another stream of the device */
-    PLAN_ALLOC,    /* buffer becomes live */
-    PLAN_FREE,
-    PLAN_NOP
-} plan_op;
+/* Element types: X(enum, name, bytes per element). */
+#define PLAN_DTYPE_TABLE(X)  \
+    X(PLAN_FP32, "fp32", 4)  \
+    X(PLAN_BF16, "bf16", 2)  \
+    X(PLAN_FP16, "fp16", 2)  \
+    X(PLAN_FP64, "fp64", 8)  \
+    X(PLAN_FP8, "fp8", 1)
 
-typedef enum {
-    PLAN_ALL_REDUCE,
-    PLAN_REDUCE_SCATTER,
-    PLAN_ALL_GATHER,
-    PLAN_ALL_TO_ALL,
-    PLAN_BROADCAST,
-    PLAN_REDUCE,
-    PLAN_NCOLL
-} plan_coll;
+/* Instructions: X(enum, name). */
+#define PLAN_OP_TABLE(X)                                                                       \
+    X(PLAN_COMPUTE, "compute") /* run a kernel identity (exec) / its kernel list (sim) */       \
+    X(PLAN_SEND, "send")       /* p2p to peer; blocks its stream until the peer's RECV is posted */ \
+    X(PLAN_RECV, "recv")                                                                       \
+    X(PLAN_COLL, "coll")       /* collective over a group; members issue a group's in order */  \
+    X(PLAN_RECORD, "record")   /* record event on this stream */                               \
+    X(PLAN_WAIT, "wait")       /* wait for an event recorded on another stream of the device */ \
+    X(PLAN_ALLOC, "alloc")     /* buffer becomes live */                                       \
+    X(PLAN_FREE, "free")                                                                       \
+    X(PLAN_NOP, "nop")         /* last: count_by_op arrays have PLAN_NOP + 1 entries */
 
-/* Memory categories of the per-device breakdown. WORK holds what lives only around kernels: a
- * compute's workspace (norm statistics, the backward's intermediate gradients), the one a split
- * backward's BI leaves for its BW, and the tensor a region hands to the next one on the same
- * device (its output, or its input gradient) from the compute that makes it to the last that
- * reads it. */
-typedef enum { PLAN_MEM_PARAM, PLAN_MEM_GRAD, PLAN_MEM_OPT, PLAN_MEM_ACT, PLAN_MEM_COMM, PLAN_MEM_WORK, PLAN_NMEM } plan_mem;
+/* Collectives: X(enum, name). */
+#define PLAN_COLL_TABLE(X)                  \
+    X(PLAN_ALL_REDUCE, "all_reduce")         \
+    X(PLAN_REDUCE_SCATTER, "reduce_scatter") \
+    X(PLAN_ALL_GATHER, "all_gather")         \
+    X(PLAN_ALL_TO_ALL, "all_to_all")         \
+    X(PLAN_BROADCAST, "broadcast")           \
+    X(PLAN_REDUCE, "reduce")
 
-/* Passes of a compute instruction (same meaning as in formulas.md). */
-typedef enum {
-    PLAN_PASS_F,    /* forward */
-    PLAN_PASS_B,    /* full backward (BI + BW) */
-    PLAN_PASS_BI,   /* input-gradient backward */
-    PLAN_PASS_BW,   /* weight-gradient backward */
-    PLAN_PASS_R,    /* recompute of a forward before its backward */
-    PLAN_PASS_UPD,  /* optimizer step */
-    PLAN_PASS_AUX,  /* cross-group numerics: grad-norm, loss sums, tied/mirrored gradient sums */
-    PLAN_NPASS
-} plan_pass;
+/* Memory categories of the per-device breakdown: X(enum, name). WORK holds what lives only
+ * around kernels: a compute's workspace (norm statistics, the backward's intermediate
+ * gradients), the one a split backward's BI leaves for its BW, and the tensor a region hands to
+ * the next one on the same device (its output, or its input gradient) from the compute that makes
+ * it to the last that reads it. */
+#define PLAN_MEM_TABLE(X)                  \
+    X(PLAN_MEM_PARAM, "params")             \
+    X(PLAN_MEM_GRAD, "grads")               \
+    X(PLAN_MEM_OPT, "optimizer")            \
+    X(PLAN_MEM_ACT, "activations")          \
+    X(PLAN_MEM_COMM, "comm")                \
+    X(PLAN_MEM_WORK, "workspace")
+
+/* Passes of a compute instruction (same meaning as in formulas.md): X(enum, name). */
+#define PLAN_PASS_TABLE(X)                                                            \
+    X(PLAN_PASS_F, "F")     /* forward */                                               \
+    X(PLAN_PASS_B, "B")     /* full backward (BI + BW) */                               \
+    X(PLAN_PASS_BI, "BI")   /* input-gradient backward */                               \
+    X(PLAN_PASS_BW, "BW")   /* weight-gradient backward */                              \
+    X(PLAN_PASS_R, "R")     /* recompute of a forward before its backward */            \
+    X(PLAN_PASS_UPD, "UPD") /* optimizer step */                                        \
+    X(PLAN_PASS_AUX, "AUX") /* cross-group numerics: grad-norm, loss and gradient sums */
+
+/* How the cluster's nodes are wired across (docs/plan-format.md, `links`): X(enum, name). */
+#define PLAN_TOPOLOGY_TABLE(X)          \
+    X(PLAN_TOPO_FAT_TREE, "fat-tree")   \
+    X(PLAN_TOPO_RAIL, "rail")
+
+#define PLAN_ENUM_ROW(e, ...) e,
+typedef enum { PLAN_DTYPE_TABLE(PLAN_ENUM_ROW) PLAN_NDTYPE } plan_dtype;
+typedef enum { PLAN_OP_TABLE(PLAN_ENUM_ROW) } plan_op;
+typedef enum { PLAN_COLL_TABLE(PLAN_ENUM_ROW) PLAN_NCOLL } plan_coll;
+typedef enum { PLAN_MEM_TABLE(PLAN_ENUM_ROW) PLAN_NMEM } plan_mem;
+typedef enum { PLAN_PASS_TABLE(PLAN_ENUM_ROW) PLAN_NPASS } plan_pass;
+typedef enum { PLAN_TOPOLOGY_TABLE(PLAN_ENUM_ROW) PLAN_NTOPO } plan_topology;
 
 typedef enum { PLAN_KERNEL_GEMM, PLAN_KERNEL_MEM } plan_kernel_kind;
 
@@ -97,8 +123,8 @@ typedef struct plan_instr {
     int32_t stage;       /* pipeline stage the instruction belongs to (-1 when none) */
     int32_t kernels;     /* COMPUTE: index into plan->kernel_lists */
     int32_t kid;         /* COMPUTE: index into plan->kernel_ids (the identity exec runs) */
-    int32_t peer;        /* SEND/RECV: peer device of the list's owner (see sched_plan_peer) */
-    int32_t group;       /* COLL: device group-slot (see sched_plan_group) */
+    int32_t peer;        /* SEND/RECV: peer device of the list's owner (see plan_dev_peer) */
+    int32_t group;       /* COLL: device group-slot (see plan_dev_group) */
     int32_t tag;         /* SEND/RECV: a send matches the peer's recv with the same tag */
     int32_t sendrecv;    /* SEND/RECV: nonzero id shared by p2p ops that must be posted together */
     int32_t event;       /* RECORD/WAIT: device-local event id */
@@ -162,9 +188,6 @@ typedef struct plan_gpu {
     double reserve_bytes;     /* kept free for context, workspaces, NCCL buffers */
 } plan_gpu;
 
-/* How the cluster's nodes are wired across (docs/plan-format.md, `links`). */
-typedef enum { PLAN_TOPO_FAT_TREE, PLAN_TOPO_RAIL, PLAN_NTOPO } plan_topology;
-
 /* The cluster's network as its file describes it, so that a plan is all a simulator needs. A plan
  * without these figures (every field 0, platform NULL: built in memory, or written before they
  * existed) leaves the choice to the consumer (sim/: defaults per GPU type). Bandwidths in bytes/s
@@ -188,7 +211,7 @@ typedef struct plan_calib {
     double value;
 } plan_calib;
 
-typedef struct sched_plan {
+typedef struct plan_set {
     int version;
     uint8_t param_dtype, act_dtype, grad_dtype, opt_dtype; /* plan_dtype */
     plan_gpu gpu;
@@ -209,88 +232,88 @@ typedef struct sched_plan {
     int nregions;
     const char **regions;     /* region names: "embed", "L0.attn", "L0.mlp", ..., "head" */
     base_arena arena;         /* owns everything above */
-} sched_plan;
+} plan_set;
 
 /* ---------------------------------------------------------------- access */
 
-static inline const plan_list *sched_plan_list(const sched_plan *p, int dev)
+static inline const plan_list *plan_dev_list(const plan_set *p, int dev)
 {
     return &p->lists[p->devices[dev].list];
 }
-static inline int sched_plan_peer(const sched_plan *p, int dev, const plan_instr *in)
+static inline int plan_dev_peer(const plan_set *p, int dev, const plan_instr *in)
 {
     return in->peer + p->devices[dev].peer_offset;
 }
-static inline int sched_plan_group(const sched_plan *p, int dev, const plan_instr *in)
+static inline int plan_dev_group(const plan_set *p, int dev, const plan_instr *in)
 {
     return p->devices[dev].group_slots[in->group];
 }
 
-const char *sched_plan_op_name(plan_op op);
-const char *sched_plan_coll_name(plan_coll c);
-const char *sched_plan_mem_name(plan_mem m);
-const char *sched_plan_pass_name(plan_pass p);
-const char *sched_plan_dtype_name(plan_dtype d);
-const char *sched_plan_topology_name(plan_topology t); /* "fat-tree", "rail" */
-int sched_plan_dtype_bytes(plan_dtype d);
+const char *plan_op_name(plan_op op);
+const char *plan_coll_name(plan_coll c);
+const char *plan_mem_name(plan_mem m);
+const char *plan_pass_name(plan_pass p);
+const char *plan_dtype_name(plan_dtype d);
+const char *plan_topology_name(plan_topology t); /* "fat-tree", "rail" */
+int plan_dtype_bytes(plan_dtype d);
 
 /* ---------------------------------------------------------------- file form */
 
-void sched_plan_init(sched_plan *p);
-void sched_plan_free(sched_plan *p);
+void plan_init(plan_set *p);
+void plan_free(plan_set *p);
 /* Sets *in to `op` with every other field at the value the file form leaves unwritten: every
  * index (region, kernels, kid, mb, stage, peer, group, event, buf, tp_group, ep_group) -1 for
  * none; tag, sendrecv, bytes and the rest 0. Builders start from
  * it so that plan files only show what an instruction actually uses (docs/plan-format.md). */
-void sched_plan_instr_init(plan_instr *in, plan_op op);
-int sched_plan_write(const sched_plan *p, FILE *f, base_error *e);
+void plan_instr_init(plan_instr *in, plan_op op);
+int plan_write(const plan_set *p, FILE *f, base_error *e);
 /* Writes path.tmp and renames it over path, so a reader never sees half a plan. */
-int sched_plan_write_file(const sched_plan *p, const char *path, base_error *e);
-/* Reads what sched_plan_write wrote into *p (which it initialises; on failure *p is left empty).
+int plan_write_file(const plan_set *p, const char *path, base_error *e);
+/* Reads what plan_write wrote into *p (which it initialises; on failure *p is left empty).
  * Malformed files fail with "file:line: ...", never crash: any bytes may be handed in. */
-int sched_plan_read(sched_plan *p, const char *name, const char *text, size_t len, base_error *e);
-int sched_plan_read_file(sched_plan *p, const char *path, base_error *e);
+int plan_read(plan_set *p, const char *name, const char *text, size_t len, base_error *e);
+int plan_read_file(plan_set *p, const char *path, base_error *e);
 
 /* ---------------------------------------------------------------- static checks */
 
-typedef struct sched_plan_device_stats {
+typedef struct plan_device_stats {
     double peak_bytes;              /* peak of the live total */
     double at_peak[PLAN_NMEM];      /* breakdown at the moment of the peak */
     double peak_by_mem[PLAN_NMEM];  /* each category's own peak */
     double busy_seconds;            /* compute time by the static cost model */
     double end_seconds;             /* when the device's last instruction finished */
     int64_t count_by_op[PLAN_NOP + 1];
-} sched_plan_device_stats;
+} plan_device_stats;
 
-typedef struct sched_plan_stats {
+typedef struct plan_stats {
     int ndevices;
-    sched_plan_device_stats *dev;   /* malloc'd; free with sched_plan_stats_free */
+    plan_device_stats *dev;   /* malloc'd; free with plan_stats_free */
     double makespan_seconds;
-} sched_plan_stats;
+} plan_stats;
 
 /* Nominal link figures of the abstract run: a transfer of b bytes (p2p, or a collective's ring
  * volume) takes LATENCY + b / BW seconds. They only make the static peak and makespan plausible;
  * sim/ predicts real times. */
-#define SCHED_PLAN_CHECK_BW 50e9
-#define SCHED_PLAN_CHECK_LATENCY 5e-6
+#define PLAN_CHECK_BW 50e9
+#define PLAN_CHECK_LATENCY 5e-6
 
 /* Abstract run in launch order with zero buffering (a send blocks until its receive is posted;
  * sendrecv groups are posted together; collectives complete when every member reaches them),
  * timed with the header's GPU figures. Fails, naming the stuck instructions of each device, if the
  * plan can deadlock, if groups see collectives in inconsistent orders, or if buffers are used or
  * freed when not live. Fills per-device peak memory by category. */
-int sched_plan_check(const sched_plan *p, sched_plan_stats *st, base_error *e);
-void sched_plan_stats_free(sched_plan_stats *st);
+int plan_check(const plan_set *p, plan_stats *st, base_error *e);
+void plan_stats_free(plan_stats *st);
 
 /* When the abstract run ran one instruction of one device: from the moment it reached the head of
  * its stream (a p2p operation or collective: was posted; a wait: began waiting) to the moment it
  * finished, in seconds since the step began; instantaneous instructions have start == end. A
  * sendrecv group's members share their start and end. */
-typedef void (*sched_plan_timing_fn)(void *ctx, int dev, int instr, double start, double end);
-/* sched_plan_check that also tells `timing` (when not NULL) about every instruction as the run
+typedef void (*plan_timing_fn)(void *ctx, int dev, int instr, double start, double end);
+/* plan_check that also tells `timing` (when not NULL) about every instruction as the run
  * finishes it, so that figures (piper-viz schedule) draw the very timing the check computed.
- * Same result, stats and errors as sched_plan_check; a failed run stops reporting where it stops. */
-int sched_plan_check_timed(const sched_plan *p, sched_plan_stats *st, sched_plan_timing_fn timing, void *ctx,
-                           base_error *e);
+ * Same result, stats and errors as plan_check; a failed run stops reporting where it stops. */
+int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
+                     base_error *e);
 
-#endif
+#endif /* PIPER_PLAN_PLAN_H */

@@ -1,604 +1,17 @@
-/* plan_io.c — the plan's file form (docs/plan-format.md): versioned, line-oriented text that people
- * can diff and that reads back to the identical plan.
+/* plan_read.c — reads a plan's file form (docs/plan-format.md) back into memory.
  *
  * The reader is the trust boundary for plans handed between tools and machines: it checks every
  * index that a consumer would follow, bounds every count by what the file can still hold before
  * allocating for it, and never crashes on any bytes (it is fuzzed). Fields an op does not
  * interpret are kept as they are, so that any in-memory plan round-trips exactly. */
 #include "plan.h"
+#include "plan_text.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------- defaults */
-
-void sched_plan_instr_init(plan_instr *in, plan_op op)
-{
-    memset(in, 0, sizeof *in);
-    in->op = (uint8_t)op;
-    in->region = in->kernels = in->kid = in->mb = in->stage = in->buf = in->tp_group = in->ep_group = -1;
-    in->peer = in->group = in->event = -1;
-}
-
-/* ---------------------------------------------------------------- name index */
-
-/* name -> first index with that name. Lets the writer print a stream, region or kernel identity by
- * name only when the name leads back to the same index, and lets the reader resolve it in O(1). */
-typedef struct name_index {
-    int32_t *slot;
-    size_t mask;
-    const char *const *names;
-} name_index;
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static int name_index_find(const name_index *ix, const char *s, size_t n)
-{
-    for (size_t h = hash_bytes(s, n) & ix->mask;; h = (h + 1) & ix->mask) {
-        int32_t i = ix->slot[h];
-        if (i < 0) return -1;
-        const char *nm = ix->names[i];
-        if (strncmp(nm, s, n) == 0 && nm[n] == 0) return i;
-    }
-}
-
-static void name_index_build(name_index *ix, const char *const *names, int n)
-{
-    size_t cap = 16;
-    while (cap < 2 * (size_t)(n > 0 ? n : 0)) cap <<= 1;
-    ix->slot = base_xmalloc(cap * sizeof *ix->slot);
-    memset(ix->slot, 0xff, cap * sizeof *ix->slot);
-    ix->mask = cap - 1;
-    ix->names = names;
-    for (int i = 0; i < n; i++) {
-        if (!names[i]) continue;
-        size_t len = strlen(names[i]);
-        size_t h = hash_bytes(names[i], len) & ix->mask;
-        for (;; h = (h + 1) & ix->mask) {
-            int32_t j = ix->slot[h];
-            if (j < 0) {
-                ix->slot[h] = i;
-                break;
-            }
-            if (strcmp(names[j], names[i]) == 0) break; /* first one wins */
-        }
-    }
-}
-
-static void name_index_free(name_index *ix)
-{
-    free(ix->slot);
-    ix->slot = NULL;
-}
-
-/* ---------------------------------------------------------------- shared lexical rules */
-
-static int is_key_start(int c) { return (c >= 'a' && c <= 'z') || c == '_'; }
-static int is_key_char(int c) { return is_key_start(c) || (c >= '0' && c <= '9'); }
-
-/* A string may be written bare when reading it back cannot mistake it for something else: a
- * quoted string, a key=value pair, the NULL marker `~` or an index reference `#n`. */
-static int str_is_bare(const char *s)
-{
-    if (!s[0] || s[0] == '#' || s[0] == '~') return 0;
-    for (const unsigned char *q = (const unsigned char *)s; *q; q++)
-        if (*q < 0x21 || *q > 0x7e || *q == '"' || *q == '\\') return 0;
-    if (is_key_start((unsigned char)s[0])) {
-        const char *q = s + 1;
-        while (is_key_char((unsigned char)*q)) q++;
-        if (*q == '=') return 0;
-    }
-    return 1;
-}
-
-/* ---------------------------------------------------------------- writer */
-
-typedef struct writer {
-    FILE *f;
-    base_buf b;
-    int io_failed;
-    base_error *e;
-    int failed;
-} writer;
-
-static void w_flush(writer *w)
-{
-    if (w->b.n && fwrite(w->b.s, 1, w->b.n, w->f) != w->b.n) w->io_failed = 1;
-    w->b.n = 0;
-}
-
-static void w_putn(writer *w, const char *s, size_t n) { base_buf_putn(&w->b, s, n); }
-static void w_puts(writer *w, const char *s) { base_buf_putn(&w->b, s, strlen(s)); }
-
-static void w_nl(writer *w)
-{
-    base_buf_putn(&w->b, "\n", 1);
-    if (w->b.n >= (1u << 16)) w_flush(w);
-}
-
-static void w_i64(writer *w, int64_t v)
-{
-    char tmp[24];
-    int n = 0;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[sizeof tmp - 1 - n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) tmp[sizeof tmp - 1 - n++] = '-';
-    w_putn(w, tmp + sizeof tmp - n, (size_t)n);
-}
-
-/* The shortest of %.15g..%.17g that reads back to the same bits: exact, yet 0.1 stays "0.1". */
-static void w_f64(writer *w, double v)
-{
-    char tmp[40];
-    if (isfinite(v)) {
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-            if (strtod(tmp, NULL) == v && (v != 0 || signbit(strtod(tmp, NULL)) == signbit(v))) break;
-        }
-    } else {
-        snprintf(tmp, sizeof tmp, "%.17g", v);
-    }
-    w_puts(w, tmp);
-}
-
-static void w_str(writer *w, const char *s)
-{
-    if (!s) {
-        w_putn(w, "~", 1);
-        return;
-    }
-    if (str_is_bare(s)) {
-        w_puts(w, s);
-        return;
-    }
-    w_putn(w, "\"", 1);
-    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-        char esc[8];
-        switch (*q) {
-        case '"': w_putn(w, "\\\"", 2); break;
-        case '\\': w_putn(w, "\\\\", 2); break;
-        case '\n': w_putn(w, "\\n", 2); break;
-        case '\t': w_putn(w, "\\t", 2); break;
-        case '\r': w_putn(w, "\\r", 2); break;
-        default:
-            if (*q < 0x20 || *q > 0x7e) {
-                snprintf(esc, sizeof esc, "\\x%02x", *q);
-                w_putn(w, esc, 4);
-            } else {
-                w_putn(w, (const char *)q, 1);
-            }
-        }
-    }
-    w_putn(w, "\"", 1);
-}
-
-/* A reference into a name table: the name when it leads back to idx, else `#idx`. */
-static void w_ref(writer *w, const name_index *ix, int n, int32_t idx)
-{
-    if (idx >= 0 && idx < n && ix->names[idx]) {
-        const char *nm = ix->names[idx];
-        if (name_index_find(ix, nm, strlen(nm)) == idx) {
-            w_str(w, nm);
-            return;
-        }
-    }
-    w_putn(w, "#", 1);
-    w_i64(w, idx);
-}
-
-static void w_ilist(writer *w, const int32_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (i) w_putn(w, ",", 1);
-        w_i64(w, v[i]);
-    }
-}
-
-static void w_key_i64(writer *w, const char *key, int64_t v)
-{
-    w_putn(w, " ", 1);
-    w_puts(w, key);
-    w_putn(w, "=", 1);
-    w_i64(w, v);
-}
-
-static void w_key_f64(writer *w, const char *key, double v)
-{
-    w_putn(w, " ", 1);
-    w_puts(w, key);
-    w_putn(w, "=", 1);
-    w_f64(w, v);
-}
-
-static void w_key_str(writer *w, const char *key, const char *v)
-{
-    w_putn(w, " ", 1);
-    w_puts(w, key);
-    w_putn(w, "=", 1);
-    w_str(w, v);
-}
-
-static int w_bad(writer *w, const char *fmt, ...) BASE_PRINTF(2, 3);
-static int w_bad(writer *w, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    w->failed = 1;
-    return base_errorf(w->e, "cannot write the plan: %s; the compiler built an invalid plan", msg);
-}
-
-static int w_dtype(writer *w, const char *what, unsigned d)
-{
-    if (d >= PLAN_NDTYPE) return w_bad(w, "%s dtype %u is not a plan_dtype", what, d);
-    w_puts(w, sched_plan_dtype_name((plan_dtype)d));
-    return 0;
-}
-
-/* Which fields an op interprets: those are always written; the rest only when they differ from
- * sched_plan_instr_init's defaults, which is what keeps lines short and the round trip exact. */
-static int op_is_p2p(int op) { return op == PLAN_SEND || op == PLAN_RECV; }
-static int op_is_mem(int op) { return op == PLAN_ALLOC || op == PLAN_FREE; }
-
-static int w_instr(writer *w, const sched_plan *p, int li, int i, const plan_instr *in,
-                   const name_index *six, const name_index *rix, const name_index *kix)
-{
-    const plan_list *L = &p->lists[li];
-    int op = in->op;
-    if (op > PLAN_NOP) return w_bad(w, "list %d instruction %d has op %d", li, i, op);
-    if (in->pass >= PLAN_NPASS) return w_bad(w, "list %d instruction %d has pass %d", li, i, in->pass);
-    if (in->coll >= PLAN_NCOLL) return w_bad(w, "list %d instruction %d has collective kind %d", li, i, in->coll);
-    if (in->mem >= PLAN_NMEM) return w_bad(w, "list %d instruction %d has memory category %d", li, i, in->mem);
-    if ((in->nreads > 0 && !in->reads) || (in->nwrites > 0 && !in->writes) || in->nreads < 0 || in->nwrites < 0)
-        return w_bad(w, "list %d instruction %d has inconsistent read/write lists", li, i);
-    plan_instr d;
-    sched_plan_instr_init(&d, (plan_op)op);
-    int compute = op == PLAN_COMPUTE, p2p = op_is_p2p(op), coll = op == PLAN_COLL;
-    int ev = op == PLAN_RECORD || op == PLAN_WAIT, mem = op_is_mem(op);
-
-    w_putn(w, "  ", 2);
-    w_i64(w, i);
-    w_putn(w, " ", 1);
-    w_puts(w, sched_plan_op_name((plan_op)op));
-    w_putn(w, " s=", 3);
-    w_ref(w, six, L->nstreams, in->stream);
-    if (compute || in->pass != d.pass) {
-        w_putn(w, " pass=", 6);
-        w_puts(w, sched_plan_pass_name((plan_pass)in->pass));
-    }
-    if (coll || in->coll != d.coll) {
-        w_putn(w, " kind=", 6);
-        w_puts(w, sched_plan_coll_name((plan_coll)in->coll));
-    }
-    if (in->region != d.region) {
-        w_putn(w, " region=", 8);
-        w_ref(w, rix, p->nregions, in->region);
-    }
-    if (compute || in->kid != d.kid) {
-        w_putn(w, " kid=", 5);
-        w_ref(w, kix, p->nkernel_ids, in->kid);
-    }
-    if (compute || in->kernels != d.kernels) w_key_i64(w, "kernels", in->kernels);
-    if (p2p || in->peer != d.peer) w_key_i64(w, "peer", in->peer);
-    if (p2p || in->tag != d.tag) w_key_i64(w, "tag", in->tag);
-    if (in->sendrecv != d.sendrecv) w_key_i64(w, "sendrecv", in->sendrecv);
-    if (coll || in->group != d.group) w_key_i64(w, "group", in->group);
-    if (ev || in->event != d.event) w_key_i64(w, "event", in->event);
-    if (p2p || coll || mem || in->bytes != d.bytes) w_key_i64(w, "bytes", in->bytes);
-    if (mem || in->buf != d.buf) w_key_i64(w, "buf", in->buf);
-    if (mem || in->mem != d.mem) {
-        w_putn(w, " mem=", 5);
-        w_puts(w, sched_plan_mem_name((plan_mem)in->mem));
-    }
-    if (in->mb != d.mb) w_key_i64(w, "mb", in->mb);
-    if (in->stage != d.stage) w_key_i64(w, "stage", in->stage);
-    if (in->tp_group != d.tp_group) w_key_i64(w, "tp_group", in->tp_group);
-    if (in->ep_group != d.ep_group) w_key_i64(w, "ep_group", in->ep_group);
-    if (in->nreads > 0) {
-        w_putn(w, " reads=", 7);
-        w_ilist(w, in->reads, in->nreads);
-    }
-    if (in->nwrites > 0) {
-        w_putn(w, " writes=", 8);
-        w_ilist(w, in->writes, in->nwrites);
-    }
-    w_nl(w);
-    return 0;
-}
-
-static int links_known(const plan_links *l)
-{
-    return l->nvlink_bw != 0 || l->nvlink_latency != 0 || l->nic_bw != 0 || l->nic_latency != 0 ||
-           l->gpus_per_nic != 0 || l->gpus_per_node != 0 || l->topology != 0 || l->oversubscription != 0 ||
-           l->platform != NULL;
-}
-
-static int key_is_valid(const char *k)
-{
-    if (!k || !is_key_start((unsigned char)k[0])) return 0;
-    for (const char *c = k + 1; *c; c++)
-        if (!is_key_char((unsigned char)*c)) return 0;
-    return 1;
-}
-
-/* The optional `links` and `calib` lines: written only when the plan has them, so that plans
- * without network figures (built in memory, or older files) round-trip unchanged. */
-static int w_links(writer *w, const sched_plan *p)
-{
-    const plan_links *l = &p->links;
-    if (links_known(l)) {
-        if (l->topology >= PLAN_NTOPO) return w_bad(w, "links topology %u is not a plan_topology", l->topology);
-        w_puts(w, "links");
-        w_key_f64(w, "nvlink_bw", l->nvlink_bw);
-        w_key_f64(w, "nvlink_latency", l->nvlink_latency);
-        w_key_f64(w, "nic_bw", l->nic_bw);
-        w_key_f64(w, "nic_latency", l->nic_latency);
-        w_key_i64(w, "gpus_per_nic", l->gpus_per_nic);
-        w_key_i64(w, "gpus_per_node", l->gpus_per_node);
-        w_putn(w, " topology=", 10);
-        w_puts(w, sched_plan_topology_name((plan_topology)l->topology));
-        w_key_f64(w, "oversubscription", l->oversubscription);
-        w_key_str(w, "platform", l->platform);
-        w_nl(w);
-    }
-    if (p->ncalib > 0) {
-        w_puts(w, "calib");
-        for (int i = 0; i < p->ncalib; i++) {
-            if (!key_is_valid(p->calib[i].name))
-                return w_bad(w, "calibration name '%s' is not a key ([a-z_][a-z0-9_]*)",
-                             p->calib[i].name ? p->calib[i].name : "(null)");
-            for (int j = 0; j < i; j++)
-                if (!strcmp(p->calib[j].name, p->calib[i].name))
-                    return w_bad(w, "calibration name '%s' appears twice", p->calib[i].name);
-            w_key_f64(w, p->calib[i].name, p->calib[i].value);
-        }
-        w_nl(w);
-    }
-    return 0;
-}
-
-static int w_plan(writer *w, const sched_plan *p)
-{
-    w_puts(w, "piper-plan ");
-    w_i64(w, SCHED_PLAN_VERSION);
-    w_nl(w);
-    w_puts(w, "# piper execution plan; the format is described in docs/plan-format.md");
-    w_nl(w);
-
-    w_puts(w, "dtypes param=");
-    if (w_dtype(w, "param", p->param_dtype)) return -1;
-    w_puts(w, " act=");
-    if (w_dtype(w, "act", p->act_dtype)) return -1;
-    w_puts(w, " grad=");
-    if (w_dtype(w, "grad", p->grad_dtype)) return -1;
-    w_puts(w, " opt=");
-    if (w_dtype(w, "opt", p->opt_dtype)) return -1;
-    w_nl(w);
-
-    const plan_gpu *g = &p->gpu;
-    w_puts(w, "gpu");
-    w_key_str(w, "name", g->name);
-    for (int d = 0; d < PLAN_NDTYPE; d++) {
-        char key[32];
-        snprintf(key, sizeof key, "peak_%s", sched_plan_dtype_name((plan_dtype)d));
-        w_key_f64(w, key, g->peak_flops[d]);
-    }
-    w_key_f64(w, "hbm_bw", g->hbm_bw);
-    w_key_f64(w, "mem_bytes", g->mem_bytes);
-    w_key_f64(w, "reserve_bytes", g->reserve_bytes);
-    w_nl(w);
-    if (w_links(w, p)) return -1;
-
-    const plan_model *m = &p->model;
-    w_puts(w, "model");
-    w_key_str(w, "name", m->name);
-    w_key_str(w, "family", m->family);
-    w_key_i64(w, "layers", m->layers);
-    w_key_i64(w, "hidden", m->hidden);
-    w_key_i64(w, "heads", m->heads);
-    w_key_i64(w, "kv_heads", m->kv_heads);
-    w_key_i64(w, "head_dim", m->head_dim);
-    w_key_i64(w, "ffn", m->ffn);
-    w_key_i64(w, "experts", m->experts);
-    w_key_i64(w, "expert_ffn", m->expert_ffn);
-    w_key_i64(w, "top_k", m->top_k);
-    w_key_f64(w, "capacity_factor", m->capacity_factor);
-    w_key_i64(w, "vocab", m->vocab);
-    w_key_i64(w, "seq", m->seq);
-    w_key_str(w, "tied_embeddings", m->tied_embeddings ? "true" : "false");
-    w_key_str(w, "qk_norm", m->qk_norm ? "true" : "false");
-    w_key_str(w, "dropout", m->dropout ? "true" : "false");
-    w_key_i64(w, "micro_batch", m->micro_batch);
-    w_key_i64(w, "num_microbatches", m->num_microbatches);
-    w_key_i64(w, "global_batch", m->global_batch);
-    w_nl(w);
-
-    w_puts(w, "regions ");
-    w_i64(w, p->nregions);
-    w_nl(w);
-    for (int i = 0; i < p->nregions; i++) {
-        w_putn(w, "  ", 2);
-        w_i64(w, i);
-        w_putn(w, " ", 1);
-        w_str(w, p->regions[i]);
-        w_nl(w);
-    }
-    w_puts(w, "kernel_ids ");
-    w_i64(w, p->nkernel_ids);
-    w_nl(w);
-    for (int i = 0; i < p->nkernel_ids; i++) {
-        w_putn(w, "  ", 2);
-        w_i64(w, i);
-        w_putn(w, " ", 1);
-        w_str(w, p->kernel_ids[i]);
-        w_nl(w);
-    }
-
-    w_puts(w, "kernel_lists ");
-    w_i64(w, p->nkernel_lists);
-    w_nl(w);
-    for (int i = 0; i < p->nkernel_lists; i++) {
-        const plan_kernel_list *kl = &p->kernel_lists[i];
-        if (kl->n < 0 || (kl->n > 0 && !kl->k)) return w_bad(w, "kernel list %d has %d kernels", i, kl->n);
-        w_putn(w, "  ", 2);
-        w_i64(w, i);
-        w_key_i64(w, "kernels", kl->n);
-        w_nl(w);
-        for (int j = 0; j < kl->n; j++) {
-            const plan_kernel *k = &kl->k[j];
-            if (k->kind > PLAN_KERNEL_MEM) return w_bad(w, "kernel list %d kernel %d has kind %d", i, j, k->kind);
-            w_puts(w, k->kind == PLAN_KERNEL_GEMM ? "    gemm " : "    mem ");
-            w_str(w, k->name);
-            w_puts(w, " dtype=");
-            if (w_dtype(w, "kernel", k->dtype)) return -1;
-            w_key_i64(w, "count", k->count);
-            if (k->kind == PLAN_KERNEL_GEMM || k->m || k->n || k->k) {
-                w_key_i64(w, "m", k->m);
-                w_key_i64(w, "n", k->n);
-                w_key_i64(w, "k", k->k);
-            }
-            w_key_f64(w, "flops", k->flops);
-            w_key_f64(w, "bytes", k->bytes);
-            w_nl(w);
-        }
-    }
-
-    w_puts(w, "groups ");
-    w_i64(w, p->ngroups);
-    w_nl(w);
-    for (int i = 0; i < p->ngroups; i++) {
-        const plan_group *gr = &p->groups[i];
-        if (gr->n < 0 || (gr->n > 0 && !gr->devices)) return w_bad(w, "group %d has %d devices", i, gr->n);
-        w_putn(w, "  ", 2);
-        w_i64(w, i);
-        w_putn(w, " ", 1);
-        w_str(w, gr->name);
-        w_puts(w, " devices=");
-        w_ilist(w, gr->devices, gr->n);
-        w_nl(w);
-    }
-
-    w_puts(w, "lists ");
-    w_i64(w, p->nlists);
-    w_nl(w);
-    name_index rix, kix;
-    name_index_build(&rix, p->regions, p->nregions);
-    name_index_build(&kix, p->kernel_ids, p->nkernel_ids);
-    int rc = 0;
-    for (int li = 0; li < p->nlists && rc == 0; li++) {
-        const plan_list *L = &p->lists[li];
-        if (L->n < 0 || L->nbufs < 0 || L->nstreams < 0 || L->nevents < 0 || L->ngroup_slots < 0 ||
-            (L->n > 0 && !L->ins) || (L->nbufs > 0 && !L->bufs) || (L->nstreams > 0 && !L->streams)) {
-            rc = w_bad(w, "list %d has a negative count or a missing array", li);
-            break;
-        }
-        w_puts(w, "list ");
-        w_i64(w, li);
-        w_key_i64(w, "streams", L->nstreams);
-        w_key_i64(w, "bufs", L->nbufs);
-        w_key_i64(w, "events", L->nevents);
-        w_key_i64(w, "group_slots", L->ngroup_slots);
-        w_key_i64(w, "instrs", L->n);
-        w_nl(w);
-        for (int s = 0; s < L->nstreams; s++) {
-            w_puts(w, "  stream ");
-            w_i64(w, s);
-            w_putn(w, " ", 1);
-            w_str(w, L->streams[s]);
-            w_nl(w);
-        }
-        for (int b = 0; b < L->nbufs && rc == 0; b++) {
-            const plan_buffer *bf = &L->bufs[b];
-            if (bf->mem >= PLAN_NMEM) {
-                rc = w_bad(w, "list %d buffer %d has memory category %d", li, b, bf->mem);
-                break;
-            }
-            w_puts(w, "  buf ");
-            w_i64(w, b);
-            w_putn(w, " ", 1);
-            w_str(w, bf->name);
-            w_key_i64(w, "bytes", bf->bytes);
-            w_puts(w, " mem=");
-            w_puts(w, sched_plan_mem_name((plan_mem)bf->mem));
-            w_nl(w);
-        }
-        name_index six;
-        name_index_build(&six, L->streams, L->nstreams);
-        for (int i = 0; i < L->n && rc == 0; i++) rc = w_instr(w, p, li, i, &L->ins[i], &six, &rix, &kix);
-        name_index_free(&six);
-    }
-    name_index_free(&rix);
-    name_index_free(&kix);
-    if (rc) return rc;
-
-    w_puts(w, "devices ");
-    w_i64(w, p->ndevices);
-    w_nl(w);
-    for (int i = 0; i < p->ndevices; i++) {
-        const plan_device *dv = &p->devices[i];
-        if (dv->list < 0 || dv->list >= p->nlists) return w_bad(w, "device %d uses list %d of %d", i, dv->list, p->nlists);
-        int ns = p->lists[dv->list].ngroup_slots;
-        if (ns > 0 && !dv->group_slots) return w_bad(w, "device %d has no group slots", i);
-        w_putn(w, "  ", 2);
-        w_i64(w, i);
-        if (dv->id != i) w_key_i64(w, "id", dv->id);
-        w_key_i64(w, "node", dv->node);
-        w_key_i64(w, "list", dv->list);
-        w_key_i64(w, "peer_offset", dv->peer_offset);
-        w_puts(w, " slots=");
-        w_ilist(w, dv->group_slots, ns);
-        w_nl(w);
-    }
-    w_puts(w, "end");
-    w_nl(w);
-    return 0;
-}
-
-int sched_plan_write(const sched_plan *p, FILE *f, base_error *e)
-{
-    writer w = {.f = f, .e = e};
-    int rc = w_plan(&w, p);
-    w_flush(&w);
-    base_buf_free(&w.b);
-    if (rc) return -1;
-    if (w.io_failed || fflush(f) != 0 || ferror(f))
-        return base_errorf(e, "cannot write the plan: output error; check free disk space and permissions");
-    return 0;
-}
-
-int sched_plan_write_file(const sched_plan *p, const char *path, base_error *e)
-{
-    char *tmp = base_xmalloc(strlen(path) + 5);
-    strcpy(tmp, path);
-    strcat(tmp, ".tmp");
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        base_error_at(e, tmp, 0, 0, "cannot create the plan file; check that the folder exists and is writable");
-        free(tmp);
-        return -1;
-    }
-    int rc = sched_plan_write(p, f, e);
-    if (fclose(f) != 0 && rc == 0)
-        rc = base_error_at(e, tmp, 0, 0, "cannot write the plan file; check free disk space");
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = base_error_at(e, path, 0, 0, "cannot move %s into place; check permissions", tmp);
-    if (rc) remove(tmp);
-    free(tmp);
-    return rc;
-}
 
 /* ---------------------------------------------------------------- reader: lines and tokens */
 
@@ -616,7 +29,7 @@ typedef struct reader {
     int nt, capt;
     base_buf scratch;
     base_error *e;
-    sched_plan *p;
+    plan_set *p;
 } reader;
 
 static int rd_err(reader *r, const char *fmt, ...) BASE_PRINTF(2, 3);
@@ -662,9 +75,9 @@ static int rd_tokenize(reader *r, size_t i, size_t end)
         }
         tok t = {0};
         size_t j = i;
-        if (is_key_start(c)) {
+        if (plan_text_is_key_start(c)) {
             size_t q = i + 1;
-            while (q < end && is_key_char((unsigned char)s[q])) q++;
+            while (q < end && plan_text_is_key_char((unsigned char)s[q])) q++;
             if (q < end && s[q] == '=') {
                 t.k = s + i;
                 t.klen = (uint32_t)(q - i);
@@ -856,7 +269,7 @@ static int rd_str(reader *r, const tok *t, const char **out)
 
 /* A reference: `#n` is the index n (any int32: range is checked where the field is used), any
  * other token a name looked up in ix; -2 (with an error) when the name is unknown. */
-static int rd_ref(reader *r, const tok *t, const char *what, const name_index *ix, int32_t *out)
+static int rd_ref(reader *r, const tok *t, const char *what, const plan_text_name_index *ix, int32_t *out)
 {
     char show[64];
     if (!t->quoted && t->vlen > 0 && t->v[0] == '#') {
@@ -871,7 +284,7 @@ static int rd_ref(reader *r, const tok *t, const char *what, const name_index *i
         if (rd_unescape(r, t)) return -1;
         nm = r->scratch.s, n = r->scratch.n;
     }
-    int i = name_index_find(ix, nm, n);
+    int i = plan_text_name_index_find(ix, nm, n);
     if (i < 0)
         return rd_err(r, "%s: no %s is named '%s'; use a name declared above or #index", what, what,
                       tok_show(t, show, sizeof show));
@@ -898,14 +311,14 @@ static int rd_enum(reader *r, const tok *t, const char *what, const char *(*name
     return rd_err(r, "%s: unknown value '%s'; use one of %s", what, tok_show(t, show, sizeof show), names);
 }
 
-static const char *dtype_of(int i) { return sched_plan_dtype_name((plan_dtype)i); }
-static const char *op_of(int i) { return sched_plan_op_name((plan_op)i); }
-static const char *pass_of(int i) { return sched_plan_pass_name((plan_pass)i); }
-static const char *coll_of(int i) { return sched_plan_coll_name((plan_coll)i); }
-static const char *mem_of(int i) { return sched_plan_mem_name((plan_mem)i); }
+static const char *dtype_of(int i) { return plan_dtype_name((plan_dtype)i); }
+static const char *op_of(int i) { return plan_op_name((plan_op)i); }
+static const char *pass_of(int i) { return plan_pass_name((plan_pass)i); }
+static const char *coll_of(int i) { return plan_coll_name((plan_coll)i); }
+static const char *mem_of(int i) { return plan_mem_name((plan_mem)i); }
 static const char *bool_of(int i) { return i ? "true" : "false"; }
 static const char *kind_of(int i) { return i ? "mem" : "gemm"; }
-static const char *topology_of(int i) { return sched_plan_topology_name((plan_topology)i); }
+static const char *topology_of(int i) { return plan_topology_name((plan_topology)i); }
 
 static int rd_u8enum(reader *r, const tok *t, const char *what, const char *(*name_of)(int), int n, uint8_t *out)
 {
@@ -1062,7 +475,7 @@ static int rd_optional(reader *r, const char *word)
 /* The optional `links` and `calib` lines after `gpu`. */
 static int rd_links(reader *r)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     int rc = rd_optional(r, "links");
     if (rc < 0) return -1;
     if (rc) {
@@ -1097,19 +510,19 @@ static int rd_links(reader *r)
 static int rd_header(reader *r)
 {
     char show[64];
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     int rc = rd_next(r);
     if (rc < 0) return -1;
     if (rc == 0 || !tok_is(&r->t[0], "piper-plan"))
         return rd_err(r, "not a piper plan: the first line must be 'piper-plan %d'; is this the right file?",
-                      SCHED_PLAN_VERSION);
+                      PLAN_VERSION);
     int64_t v;
     if (r->nt != 2 || parse_int(&r->t[1], &v) || v < 0 || v > INT32_MAX)
         return rd_err(r, "bad first line '%s ...'; it must be 'piper-plan %d'", tok_show(&r->t[0], show, sizeof show),
-                      SCHED_PLAN_VERSION);
-    if (v != SCHED_PLAN_VERSION)
+                      PLAN_VERSION);
+    if (v != PLAN_VERSION)
         return rd_err(r, "plan format version %" PRId64 " is not supported; this piper reads version %d only: "
-                         "compile the plan again with this piper's piper-compile", v, SCHED_PLAN_VERSION);
+                         "compile the plan again with this piper's piper-compile", v, PLAN_VERSION);
     p->version = (int)v;
 
     if (rd_expect(r, "dtypes")) return -1;
@@ -1123,7 +536,7 @@ static int rd_header(reader *r)
                                    {"mem_bytes", KV_F64, &g->mem_bytes}, {"reserve_bytes", KV_F64, &g->reserve_bytes}};
     char keys[PLAN_NDTYPE][32];
     for (int d = 0; d < PLAN_NDTYPE; d++) {
-        snprintf(keys[d], sizeof keys[d], "peak_%s", sched_plan_dtype_name((plan_dtype)d));
+        snprintf(keys[d], sizeof keys[d], "peak_%s", plan_dtype_name((plan_dtype)d));
         gs[4 + d] = (kv_spec){keys[d], KV_F64, &g->peak_flops[d]};
     }
     if (rd_kvs(r, 1, "gpu", gs, (int)BASE_COUNT(gs))) return -1;
@@ -1169,7 +582,7 @@ static int rd_names(reader *r, const char *section, const char *what, const char
 
 static int rd_kernel_lists(reader *r)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     if (rd_section(r, "kernel_lists", &p->nkernel_lists)) return -1;
     p->kernel_lists = base_arena_calloc(&p->arena, (size_t)p->nkernel_lists, sizeof *p->kernel_lists);
     for (int i = 0; i < p->nkernel_lists; i++) {
@@ -1213,7 +626,7 @@ static int rd_kernel_lists(reader *r)
 
 static int rd_groups(reader *r, long **group_lines)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     if (rd_section(r, "groups", &p->ngroups)) return -1;
     p->groups = base_arena_calloc(&p->arena, (size_t)p->ngroups, sizeof *p->groups);
     *group_lines = base_xcalloc((size_t)p->ngroups, sizeof **group_lines);
@@ -1267,17 +680,17 @@ typedef struct peer_span {
     int32_t lo, hi, lo_at, hi_at;
 } peer_span;
 
-static int rd_instr(reader *r, int li, int i, const name_index *six, const name_index *rix,
-                    const name_index *kix, peer_span *span)
+static int rd_instr(reader *r, int li, int i, const plan_text_name_index *six, const plan_text_name_index *rix,
+                    const plan_text_name_index *kix, peer_span *span)
 {
     char show[64];
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     plan_list *L = &p->lists[li];
     plan_instr *in = &L->ins[i];
     if (r->nt < 2) return rd_err(r, "instruction %d has no op; write '%d OP s=STREAM ...'", i, i);
     int op;
     if (rd_enum(r, &r->t[1], "op", op_of, PLAN_NOP + 1, &op)) return -1;
-    sched_plan_instr_init(in, (plan_op)op);
+    plan_instr_init(in, (plan_op)op);
     uint32_t seen = 0;
     for (int ti = 2; ti < r->nt; ti++) {
         const tok *t = &r->t[ti];
@@ -1330,7 +743,7 @@ static int rd_instr(reader *r, int li, int i, const name_index *six, const name_
     if (missing) {
         int k = 0;
         while (!(missing & (1u << k))) k++;
-        return rd_err(r, "%s instruction needs %s=...; add it", sched_plan_op_name((plan_op)op), INSTR_KEYS[k]);
+        return rd_err(r, "%s instruction needs %s=...; add it", plan_op_name((plan_op)op), INSTR_KEYS[k]);
     }
     if (in->stream < 0 || in->stream >= L->nstreams)
         return range_err(r, "stream", in->stream, 0, L->nstreams, "declare the stream in the list's stream lines");
@@ -1379,13 +792,13 @@ static int rd_instr(reader *r, int li, int i, const name_index *six, const name_
 
 static int rd_lists(reader *r, peer_span **spans)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     if (rd_section(r, "lists", &p->nlists)) return -1;
     p->lists = base_arena_calloc(&p->arena, (size_t)p->nlists, sizeof *p->lists);
     *spans = base_xcalloc((size_t)p->nlists, sizeof **spans);
-    name_index rix, kix;
-    name_index_build(&rix, p->regions, p->nregions);
-    name_index_build(&kix, p->kernel_ids, p->nkernel_ids);
+    plan_text_name_index rix, kix;
+    plan_text_name_index_build(&rix, p->regions, p->nregions);
+    plan_text_name_index_build(&kix, p->kernel_ids, p->nkernel_ids);
     int rc = 0;
     for (int li = 0; li < p->nlists && rc == 0; li++) {
         plan_list *L = &p->lists[li];
@@ -1462,22 +875,22 @@ static int rd_lists(reader *r, peer_span **spans)
             bf->mem = (uint8_t)mem;
         }
         if (rc) break;
-        name_index six;
-        name_index_build(&six, L->streams, L->nstreams);
+        plan_text_name_index six;
+        plan_text_name_index_build(&six, L->streams, L->nstreams);
         for (int i = 0; i < n && rc == 0; i++) {
             if ((rc = rd_entry(r, "instruction", i, n))) break;
             rc = rd_instr(r, li, i, &six, &rix, &kix, span);
         }
-        name_index_free(&six);
+        plan_text_name_index_free(&six);
     }
-    name_index_free(&rix);
-    name_index_free(&kix);
+    plan_text_name_index_free(&rix);
+    plan_text_name_index_free(&kix);
     return rc;
 }
 
 static int rd_devices(reader *r, const peer_span *spans)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     if (rd_section(r, "devices", &p->ndevices)) return -1;
     p->devices = base_arena_calloc(&p->arena, (size_t)p->ndevices, sizeof *p->devices);
     for (int i = 0; i < p->ndevices; i++) {
@@ -1520,7 +933,7 @@ static int rd_devices(reader *r, const peer_span *spans)
                 const plan_instr *in = &L->ins[at];
                 return rd_err(r, "device %d: peer_offset %d moves the peer of list %d instruction %d (%s peer=%d) to "
                                  "device %" PRId64 ", but the plan has devices 0..%d; fix peer_offset or the peer",
-                              i, off, list, at, sched_plan_op_name((plan_op)in->op), in->peer,
+                              i, off, list, at, plan_op_name((plan_op)in->op), in->peer,
                               (int64_t)in->peer + off, p->ndevices - 1);
             }
         }
@@ -1532,7 +945,7 @@ static int rd_devices(reader *r, const peer_span *spans)
 /* Group members are only known to be devices once the devices section has been read. */
 static int rd_check_groups(reader *r, const long *group_lines)
 {
-    sched_plan *p = r->p;
+    plan_set *p = r->p;
     uint32_t *mark = base_xcalloc((size_t)p->ndevices + 1, sizeof *mark);
     int rc = 0;
     for (int g = 0; g < p->ngroups && rc == 0; g++) {
@@ -1554,9 +967,9 @@ static int rd_check_groups(reader *r, const long *group_lines)
     return rc;
 }
 
-int sched_plan_read(sched_plan *p, const char *name, const char *text, size_t len, base_error *e)
+int plan_read(plan_set *p, const char *name, const char *text, size_t len, base_error *e)
 {
-    sched_plan_init(p);
+    plan_init(p);
     reader r = {.name = name ? name : "<plan>", .s = text ? text : "", .len = text ? len : 0, .e = e, .p = p};
     for (const char *q = r.s, *end = r.s + r.len; q < end;) {
         const char *nl = memchr(q, '\n', (size_t)(end - q));
@@ -1585,20 +998,20 @@ int sched_plan_read(sched_plan *p, const char *name, const char *text, size_t le
     free(r.t);
     base_buf_free(&r.scratch);
     if (rc) {
-        sched_plan_free(p);
+        plan_free(p);
         return -1;
     }
     return 0;
 }
 
-int sched_plan_read_file(sched_plan *p, const char *path, base_error *e)
+int plan_read_file(plan_set *p, const char *path, base_error *e)
 {
     base_buf b = {0};
     if (base_read_file(path, &b, e)) {
-        sched_plan_init(p);
+        plan_init(p);
         return -1;
     }
-    int rc = sched_plan_read(p, path, b.s, b.n, e);
+    int rc = plan_read(p, path, b.s, b.n, e);
     base_buf_free(&b);
     return rc;
 }

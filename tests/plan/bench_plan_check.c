@@ -1,4 +1,4 @@
-/* bench_plan_check.c — times sched_plan_write, _read and _check on a 1,024-device plan: 8
+/* bench_plan_check.c — times plan_write, _read and _check on a 1,024-device plan: 8
  * pipeline stages (1F1B, Megatron's p2p pattern with sendrecv pairs) x 128 data-parallel
  * replicas, compute, p2p and data-parallel streams tied by events, per-layer gradient all-reduces
  * overlapping the last backward, and about 10k instructions per device. Replicas share their
@@ -59,11 +59,11 @@ int main(int argc, char **argv)
     }
     int ndev = P * D;
     double t0 = now();
-    sched_plan p;
+    plan_set p;
     plan_builder b;
     pb_pipeline_1f1b(&b, &p, P, D, M, L, !unshared);
     int64_t total = 0;
-    for (int d = 0; d < ndev; d++) total += sched_plan_list(&p, d)->n;
+    for (int d = 0; d < ndev; d++) total += plan_dev_list(&p, d)->n;
     printf("plan: %d devices (%d stages x %d replicas), %d lists, %d micro-batches, %d layers per stage, "
            "%.0f instructions per device, %.2fM in all\n",
            ndev, P, D, p.nlists, M, L, (double)total / ndev, (double)total / 1e6);
@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     base_error e;
     base_error_clear(&e);
     t0 = now();
-    if (sched_plan_write_file(&p, path, &e)) {
+    if (plan_write_file(&p, path, &e)) {
         base_error_print(&e, stderr);
         return 1;
     }
@@ -85,30 +85,30 @@ int main(int argc, char **argv)
     phase("write", t0);
     printf("       %.1f MiB in %s\n", (double)sb.st_size / (1 << 20), path);
 
-    sched_plan q;
+    plan_set q;
     t0 = now();
-    if (sched_plan_read_file(&q, path, &e)) {
+    if (plan_read_file(&q, path, &e)) {
         base_error_print(&e, stderr);
         return 1;
     }
     phase("read", t0);
     if (!keep) remove(path);
 
-    sched_plan_stats st;
+    plan_stats st;
     t0 = now();
-    if (sched_plan_check(&q, &st, &e)) {
+    if (plan_check(&q, &st, &e)) {
         base_error_print(&e, stderr);
         return 1;
     }
     phase("check", t0);
     char b1[32], b2[32], b3[32];
-    const sched_plan_device_stats *d0 = &st.dev[0], *dl = &st.dev[P - 1];
+    const plan_device_stats *d0 = &st.dev[0], *dl = &st.dev[P - 1];
     printf("result: makespan %.4f s; stage 0 busy %.4f s, peak %s (activations %s at the peak); "
            "last stage peak %s\n", st.makespan_seconds, d0->busy_seconds, base_fmt_bytes(d0->peak_bytes, b1, sizeof b1),
            base_fmt_bytes(d0->at_peak[PLAN_MEM_ACT], b2, sizeof b2), base_fmt_bytes(dl->peak_bytes, b3, sizeof b3));
-    sched_plan_stats_free(&st);
-    sched_plan_free(&q);
+    plan_stats_free(&st);
+    plan_free(&q);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
     return 0;
 }

@@ -69,9 +69,9 @@ typedef struct heap_item {
 } heap_item;
 
 typedef struct checker {
-    const sched_plan *p;
+    const plan_set *p;
     base_error *e;
-    sched_plan_device_stats *ds;
+    plan_device_stats *ds;
     list_info *li;
     dev_state *dv;
     stream_state *ss;
@@ -88,13 +88,13 @@ typedef struct checker {
     int nwork, capwork;
     double now;
     int failed;
-    sched_plan_timing_fn timing; /* optional: told when each instruction ran */
+    plan_timing_fn timing; /* optional: told when each instruction ran */
     void *timing_ctx;
 } checker;
 
 /* ---------------------------------------------------------------- helpers */
 
-static const plan_list *dev_list(const checker *c, int d) { return sched_plan_list(c->p, d); }
+static const plan_list *dev_list(const checker *c, int d) { return plan_dev_list(c->p, d); }
 
 static void heap_push(checker *c, double t, int32_t slot)
 {
@@ -146,25 +146,25 @@ static const char *name_or(const char *s, const char *dflt) { return s ? s : dfl
 /* "#12 send s=pp peer=3 tag=17 mb=2 stage=0": enough to find the line in the plan file. */
 static void describe(base_buf *b, const checker *c, int d, int i)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const plan_list *L = dev_list(c, d);
     const plan_instr *in = &L->ins[i];
-    base_buf_printf(b, "#%d %s s=%s", i, sched_plan_op_name((plan_op)in->op),
+    base_buf_printf(b, "#%d %s s=%s", i, plan_op_name((plan_op)in->op),
                     in->stream >= 0 && in->stream < L->nstreams ? name_or(L->streams[in->stream], "?") : "?");
     switch (in->op) {
     case PLAN_COMPUTE:
-        base_buf_printf(b, " pass=%s", sched_plan_pass_name((plan_pass)in->pass));
+        base_buf_printf(b, " pass=%s", plan_pass_name((plan_pass)in->pass));
         if (in->region >= 0 && in->region < p->nregions) base_buf_printf(b, " region=%s", name_or(p->regions[in->region], "?"));
         break;
     case PLAN_SEND:
     case PLAN_RECV:
-        /* not sched_plan_peer: messages may be about plans whose offsets are not checked yet */
+        /* not plan_dev_peer: messages may be about plans whose offsets are not checked yet */
         base_buf_printf(b, " peer=%" PRId64 " tag=%d", (int64_t)in->peer + p->devices[d].peer_offset, in->tag);
         break;
     case PLAN_COLL: {
         const int32_t *slots = p->devices[d].group_slots;
         int g = slots && in->group >= 0 && in->group < L->ngroup_slots ? slots[in->group] : -1;
-        base_buf_printf(b, " kind=%s group=%d (%s) bytes=%" PRId64, sched_plan_coll_name((plan_coll)in->coll), g,
+        base_buf_printf(b, " kind=%s group=%d (%s) bytes=%" PRId64, plan_coll_name((plan_coll)in->coll), g,
                         g >= 0 && g < p->ngroups ? name_or(p->groups[g].name, "?") : "?", in->bytes);
         break;
     }
@@ -239,7 +239,7 @@ static double kernel_seconds(const plan_gpu *g, const plan_kernel *k)
 
 static int prepare_kernels(checker *c)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     c->kl_dur = base_xcalloc((size_t)p->nkernel_lists + 1, sizeof *c->kl_dur);
     for (int i = 0; i < p->nkernel_lists; i++) {
         const plan_kernel_list *kl = &p->kernel_lists[i];
@@ -260,7 +260,7 @@ static int prepare_kernels(checker *c)
  * device uses are not checked: nothing runs them. */
 static int prepare_list(checker *c, int l)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const plan_list *L = &p->lists[l];
     list_info *li = &c->li[l];
     int d = li->first_dev;
@@ -334,15 +334,15 @@ static int prepare_list(checker *c, int l)
             else if (in->bytes != L->bufs[in->buf].bytes || in->mem != L->bufs[in->buf].mem) {
                 return fail_at(c, d, i, "says %" PRId64 " bytes of %s but buffer %d is declared with %" PRId64
                                " bytes of %s; make the instruction agree with the buffer table", in->bytes,
-                               sched_plan_mem_name((plan_mem)(in->mem < PLAN_NMEM ? in->mem : PLAN_NMEM)), in->buf,
-                               L->bufs[in->buf].bytes, sched_plan_mem_name((plan_mem)L->bufs[in->buf].mem));
+                               plan_mem_name((plan_mem)(in->mem < PLAN_NMEM ? in->mem : PLAN_NMEM)), in->buf,
+                               L->bufs[in->buf].bytes, plan_mem_name((plan_mem)L->bufs[in->buf].mem));
             }
             break;
         default: break;
         }
         if (bad)
             return fail(c, "list %d instruction %d (%s) has an invalid %s field; the compiler built an invalid plan", l, i,
-                        sched_plan_op_name((plan_op)in->op), bad);
+                        plan_op_name((plan_op)in->op), bad);
     }
 
     /* stream orders: a counting sort of launch indices by stream keeps launch order inside each */
@@ -431,7 +431,7 @@ static int is_member(const checker *c, int g, int d)
 
 static int prepare_groups(checker *c)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     c->gmoff = base_xcalloc((size_t)p->ngroups + 1, sizeof *c->gmoff);
     for (int g = 0; g < p->ngroups; g++) {
         const plan_group *gr = &p->groups[g];
@@ -459,7 +459,7 @@ static int prepare_groups(checker *c)
 /* Per device: its list and slots are valid, its peers exist, it belongs to every group it uses. */
 static int prepare_device(checker *c, int d)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const plan_device *dev = &p->devices[d];
     const plan_list *L = &p->lists[dev->list];
     const list_info *li = &c->li[dev->list];
@@ -473,7 +473,7 @@ static int prepare_device(checker *c, int d)
         if (lo < 0 || hi >= p->ndevices) {
             int at = lo < 0 ? li->peer_lo_at : li->peer_hi_at;
             return fail(c, "device %d (list %d) #%d %s: peer %d + peer_offset %d = %" PRId64 " is not a device (0..%d); "
-                        "fix peer_offset or the peer", d, dev->list, at, sched_plan_op_name((plan_op)L->ins[at].op),
+                        "fix peer_offset or the peer", d, dev->list, at, plan_op_name((plan_op)L->ins[at].op),
                         L->ins[at].peer, dev->peer_offset, (int64_t)L->ins[at].peer + dev->peer_offset, p->ndevices - 1);
         }
     }
@@ -529,17 +529,17 @@ static int same_pattern(const checker *c, int d, int r, int g)
 
 static int coll_mismatch(checker *c, int g, int r, int d, int pos, int ri, int di)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     base_buf a = {0}, b = {0};
     if (ri >= 0) {
         const plan_instr *in = &dev_list(c, r)->ins[ri];
-        base_buf_printf(&a, "#%d %s of %" PRId64 " bytes", ri, sched_plan_coll_name((plan_coll)in->coll), in->bytes);
+        base_buf_printf(&a, "#%d %s of %" PRId64 " bytes", ri, plan_coll_name((plan_coll)in->coll), in->bytes);
     } else {
         base_buf_puts(&a, "nothing more");
     }
     if (di >= 0) {
         const plan_instr *in = &dev_list(c, d)->ins[di];
-        base_buf_printf(&b, "#%d %s of %" PRId64 " bytes", di, sched_plan_coll_name((plan_coll)in->coll), in->bytes);
+        base_buf_printf(&b, "#%d %s of %" PRId64 " bytes", di, plan_coll_name((plan_coll)in->coll), in->bytes);
     } else {
         base_buf_puts(&b, "nothing more");
     }
@@ -555,7 +555,7 @@ static int coll_mismatch(checker *c, int g, int r, int d, int pos, int ri, int d
  * of each member then meet as one instance, so the run can count arrivals per (group, k). */
 static int check_sequences(checker *c)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     c->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *c->goff);
     BASE_VEC(int32_t) ref = {0};
     for (int g = 0; g < p->ngroups; g++) {
@@ -612,12 +612,12 @@ static double coll_seconds(int kind, int n, int64_t bytes)
     double f = kind == PLAN_ALL_REDUCE                           ? 2.0 * (n - 1) / n
                : kind == PLAN_BROADCAST || kind == PLAN_REDUCE ? 1.0
                                                                 : (double)(n - 1) / n;
-    return SCHED_PLAN_CHECK_LATENCY + f * (double)bytes / SCHED_PLAN_CHECK_BW;
+    return PLAN_CHECK_LATENCY + f * (double)bytes / PLAN_CHECK_BW;
 }
 
-static double p2p_seconds(int64_t bytes) { return SCHED_PLAN_CHECK_LATENCY + (double)bytes / SCHED_PLAN_CHECK_BW; }
+static double p2p_seconds(int64_t bytes) { return PLAN_CHECK_LATENCY + (double)bytes / PLAN_CHECK_BW; }
 
-/* Reports one finished instruction to the caller of sched_plan_check_timed. */
+/* Reports one finished instruction to the caller of plan_check_timed. */
 static void timed(const checker *c, int d, int i, double start)
 {
     if (c->timing) c->timing(c->timing_ctx, d, i, start, c->now);
@@ -666,7 +666,7 @@ static int do_alloc(checker *c, int d, int i, const plan_instr *in)
     dv->last[b] = i;
     double bytes = (double)L->bufs[b].bytes;
     int m = L->bufs[b].mem;
-    sched_plan_device_stats *ds = &c->ds[d];
+    plan_device_stats *ds = &c->ds[d];
     dv->cur[m] += bytes;
     dv->total += bytes;
     if (dv->cur[m] > ds->peak_by_mem[m]) ds->peak_by_mem[m] = dv->cur[m];
@@ -725,7 +725,7 @@ static void p2p_matched(checker *c, int32_t slot, double t)
  * peer has posted: zero buffering, so a transfer starts only when both sides are posted. */
 static int post_p2p(checker *c, int32_t slot, const int32_t *order, int len)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     stream_state *ss = &c->ss[slot];
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
@@ -745,7 +745,7 @@ static int post_p2p(checker *c, int32_t slot, const int32_t *order, int len)
         int i = order[ss->cur + k];
         const plan_instr *in = &L->ins[i];
         if (in->buf >= 0 && use_buf(c, d, i, in->buf, in->op == PLAN_SEND ? "sends from" : "receives into")) return -1;
-        int peer = sched_plan_peer(p, d, in), send = in->op == PLAN_SEND;
+        int peer = plan_dev_peer(p, d, in), send = in->op == PLAN_SEND;
         dev_state *pv = &c->dv[peer];
         int found = -1;
         for (int q = 0; q < pv->npost && found < 0; q++) {
@@ -781,12 +781,12 @@ static int post_p2p(checker *c, int32_t slot, const int32_t *order, int len)
 
 static int post_coll(checker *c, int32_t slot, int i)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     stream_state *ss = &c->ss[slot];
     int d = ss->dev;
     const plan_instr *in = &dev_list(c, d)->ins[i];
     if (in->buf >= 0 && use_buf(c, d, i, in->buf, "communicates")) return -1;
-    int g = sched_plan_group(p, d, in);
+    int g = plan_dev_group(p, d, in);
     int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : c->li[p->devices[d].list].aux[i];
     int inst = c->goff[g] + k;
     ss->state = ST_COLL;
@@ -933,7 +933,7 @@ static void complete(checker *c, int32_t slot)
 
 static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     const stream_state *ss = &c->ss[slot];
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
@@ -956,7 +956,7 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
         }
     } else if (ss->state == ST_COLL) {
         const plan_instr *in = &L->ins[i];
-        int g = sched_plan_group(p, d, in);
+        int g = plan_dev_group(p, d, in);
         int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : li->aux[i];
         int inst = c->goff[g] + k;
         for (int32_t w = c->ghead[inst]; w >= 0; w = c->ss[w].next) mark[c->ss[w].dev] = 1;
@@ -974,7 +974,7 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
  * are all there is (a cycle of waits). */
 static int report_deadlock(checker *c)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     int blocked = 0;
     for (int d = 0; d < p->ndevices; d++) {
         const plan_list *L = dev_list(c, d);
@@ -1032,7 +1032,7 @@ static int report_deadlock(checker *c)
 
 static int run(checker *c)
 {
-    const sched_plan *p = c->p;
+    const plan_set *p = c->p;
     if (prepare_kernels(c)) return -1;
     for (int d = 0; d < p->ndevices; d++) {
         int l = p->devices[d].list;
@@ -1081,13 +1081,13 @@ static int run(checker *c)
     return 0;
 }
 
-int sched_plan_check(const sched_plan *p, sched_plan_stats *st, base_error *e)
+int plan_check(const plan_set *p, plan_stats *st, base_error *e)
 {
-    return sched_plan_check_timed(p, st, NULL, NULL, e);
+    return plan_check_timed(p, st, NULL, NULL, e);
 }
 
-int sched_plan_check_timed(const sched_plan *p, sched_plan_stats *st, sched_plan_timing_fn timing, void *ctx,
-                           base_error *e)
+int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
+                     base_error *e)
 {
     checker c = {.p = p, .e = e, .timing = timing, .timing_ctx = ctx};
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
@@ -1127,7 +1127,7 @@ int sched_plan_check_timed(const sched_plan *p, sched_plan_stats *st, sched_plan
     return rc;
 }
 
-void sched_plan_stats_free(sched_plan_stats *st)
+void plan_stats_free(plan_stats *st)
 {
     free(st->dev);
     memset(st, 0, sizeof *st);

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pb_init(plan_builder *b, sched_plan *p, int ndevices, int nlists)
+void pb_init(plan_builder *b, plan_set *p, int ndevices, int nlists)
 {
     memset(b, 0, sizeof *b);
-    sched_plan_init(p);
+    plan_init(p);
     b->p = p;
     p->param_dtype = p->act_dtype = PLAN_BF16;
     p->grad_dtype = p->opt_dtype = PLAN_FP32;
@@ -54,7 +54,7 @@ int pb_kernel_id(plan_builder *b, const char *name)
 
 int pb_kernels(plan_builder *b, double flops, double bytes)
 {
-    sched_plan *p = b->p;
+    plan_set *p = b->p;
     p->kernel_lists = base_arena_grow(&p->arena, p->kernel_lists, &b->cap_kl, (size_t)p->nkernel_lists + 1,
                                       sizeof *p->kernel_lists);
     plan_kernel_list *kl = &p->kernel_lists[p->nkernel_lists];
@@ -68,7 +68,7 @@ int pb_kernels(plan_builder *b, double flops, double bytes)
 
 int pb_group(plan_builder *b, const char *name, int n, const int32_t *devices)
 {
-    sched_plan *p = b->p;
+    plan_set *p = b->p;
     p->groups = base_arena_grow(&p->arena, p->groups, &b->cap_groups, (size_t)p->ngroups + 1, sizeof *p->groups);
     plan_group *g = &p->groups[p->ngroups];
     g->n = n;
@@ -107,7 +107,7 @@ int pb_add(plan_builder *b, int l, plan_op op, int stream)
 {
     plan_list *L = &b->p->lists[l];
     L->ins = base_arena_grow(&b->p->arena, L->ins, &b->cap_ins[l], (size_t)L->n + 1, sizeof *L->ins);
-    sched_plan_instr_init(&L->ins[L->n], op);
+    plan_instr_init(&L->ins[L->n], op);
     L->ins[L->n].stream = stream;
     return L->n++;
 }
@@ -384,7 +384,7 @@ static void gen_stage(plan_builder *b, int l, int P, int s, int M, int L, int ba
 }
 
 
-void pb_pipeline_1f1b(plan_builder *b, sched_plan *p, int P, int D, int M, int L, int shared)
+void pb_pipeline_1f1b(plan_builder *b, plan_set *p, int P, int D, int M, int L, int shared)
 {
     int ndev = P * D;
     pb_init(b, p, ndev, shared ? P : ndev);

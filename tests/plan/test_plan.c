@@ -12,36 +12,36 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *plan_text(const sched_plan *p)
+static char *plan_text(const plan_set *p)
 {
     char *s = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&s, &n);
     base_error e;
     base_error_clear(&e);
-    int rc = sched_plan_write(p, f, &e);
+    int rc = plan_write(p, f, &e);
     fclose(f);
     if (rc) fprintf(stderr, "\n  write failed: %s\n", e.msg);
     CU_ASSERT_EQUAL(rc, 0);
     return s;
 }
 
-static int read_text(sched_plan *p, const char *text, base_error *e)
+static int read_text(plan_set *p, const char *text, base_error *e)
 {
     base_error_clear(e);
-    return sched_plan_read(p, "t.plan", text, strlen(text), e);
+    return plan_read(p, "t.plan", text, strlen(text), e);
 }
 
 /* Reads `text`, expecting failure with a message containing `want`. */
 static void expect_read_error(const char *text, const char *want)
 {
-    sched_plan p;
+    plan_set p;
     base_error e;
     int rc = read_text(&p, text, &e);
     CU_ASSERT_EQUAL(rc, -1);
     TEST_ASSERT_CONTAINS(e.msg, want);
     CU_ASSERT_EQUAL(p.nlists, 0); /* a failed read leaves the plan empty */
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* `text` with the first occurrence of `from` replaced by `to` (malloc'd). */
@@ -73,7 +73,7 @@ static int str_eq(const char *a, const char *b) { return a == b || (a && b && st
 static int same_double(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 /* Deep comparison; returns NULL when equal, else what differs. */
-static const char *plan_diff(const sched_plan *a, const sched_plan *b)
+static const char *plan_diff(const plan_set *a, const plan_set *b)
 {
     if (a->version != b->version) return "version";
     if (a->param_dtype != b->param_dtype || a->act_dtype != b->act_dtype || a->grad_dtype != b->grad_dtype ||
@@ -167,10 +167,10 @@ static const char *plan_diff(const sched_plan *a, const sched_plan *b)
 }
 
 /* Write, read back, compare fields, write again: the two texts must be byte-identical. */
-static void assert_round_trip(const sched_plan *p)
+static void assert_round_trip(const plan_set *p)
 {
     char *t1 = plan_text(p);
-    sched_plan q;
+    plan_set q;
     base_error e;
     int rc = read_text(&q, t1, &e);
     if (rc) fprintf(stderr, "\n  read failed: %s\n", e.msg);
@@ -182,14 +182,14 @@ static void assert_round_trip(const sched_plan *p)
     CU_ASSERT_STRING_EQUAL(t1, t2);
     free(t1);
     free(t2);
-    sched_plan_free(&q);
+    plan_free(&q);
 }
 
 /* ---------------------------------------------------------------- plans */
 
 /* Every section, every op, names that need quoting, awkward doubles, uninterpreted fields away from
  * their defaults, and two lists each shared by two devices through peer_offset and group slots. */
-static void build_rich(plan_builder *b, sched_plan *p)
+static void build_rich(plan_builder *b, plan_set *p)
 {
     pb_init(b, p, 4, 2);
     p->param_dtype = PLAN_FP8;
@@ -283,7 +283,7 @@ static void build_rich(plan_builder *b, sched_plan *p)
 }
 
 /* PIPER_PLAN_CORPUS=DIR: the tests' plans are also written there, as seeds for fuzz_plan. */
-static void dump_seed(const sched_plan *p, const char *name)
+static void dump_seed(const plan_set *p, const char *name)
 {
     const char *dir = getenv("PIPER_PLAN_CORPUS");
     if (!dir) return;
@@ -291,22 +291,22 @@ static void dump_seed(const sched_plan *p, const char *name)
     base_error e;
     base_error_clear(&e);
     snprintf(path, sizeof path, "%s/%s.plan", dir, name);
-    if (sched_plan_write_file(p, path, &e)) fprintf(stderr, "\n  %s\n", e.msg);
+    if (plan_write_file(p, path, &e)) fprintf(stderr, "\n  %s\n", e.msg);
 }
 
 static void test_round_trip_rich(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     build_rich(&b, &p);
     dump_seed(&p, "rich");
     assert_round_trip(&p);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* A small two-stage pipeline whose text the reader-error tests edit. */
-static void build_small(plan_builder *b, sched_plan *p)
+static void build_small(plan_builder *b, plan_set *p)
 {
     pb_init(b, p, 2, 2);
     pb_region(b, "L0");
@@ -338,12 +338,12 @@ static void build_small(plan_builder *b, sched_plan *p)
 static char *small_text(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     build_small(&b, &p);
     dump_seed(&p, "small");
     char *t = plan_text(&p);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
     return t;
 }
 
@@ -369,7 +369,7 @@ static void test_format_is_readable(void)
 static void test_round_trip_small_and_quoting(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     build_rich(&b, &p);
     char *t = plan_text(&p);
     /* names that would read back as something else are quoted; doubles are exact yet short */
@@ -385,31 +385,31 @@ static void test_round_trip_small_and_quoting(void)
     TEST_ASSERT_CONTAINS(t, "    mem mem dtype=bf16 count=1 m=7 n=0 k=0 flops=0 bytes=3000000000\n");
     free(t);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_round_trip_files(void)
 {
     plan_builder b;
-    sched_plan p, q;
+    plan_set p, q;
     base_error e;
     build_small(&b, &p);
     char path[512];
     const char *dir = getenv("PIPER_BINARY_DIR");
     snprintf(path, sizeof path, "%s/test_plan_round_trip.plan", dir ? dir : ".");
     base_error_clear(&e);
-    CU_ASSERT_EQUAL(sched_plan_write_file(&p, path, &e), 0);
-    CU_ASSERT_EQUAL(sched_plan_read_file(&q, path, &e), 0);
+    CU_ASSERT_EQUAL(plan_write_file(&p, path, &e), 0);
+    CU_ASSERT_EQUAL(plan_read_file(&q, path, &e), 0);
     CU_ASSERT_PTR_NULL(plan_diff(&p, &q));
-    sched_plan_free(&q);
+    plan_free(&q);
     remove(path);
-    CU_ASSERT_EQUAL(sched_plan_read_file(&q, path, &e), -1);
+    CU_ASSERT_EQUAL(plan_read_file(&q, path, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "test_plan_round_trip.plan: cannot open file");
     base_error_clear(&e);
-    CU_ASSERT_EQUAL(sched_plan_write_file(&p, "/nonexistent-dir/x.plan", &e), -1);
+    CU_ASSERT_EQUAL(plan_write_file(&p, "/nonexistent-dir/x.plan", &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "/nonexistent-dir/x.plan.tmp: cannot create the plan file");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* The cluster's links and calibration ride in the header: written when present, absent from plans
@@ -417,7 +417,7 @@ static void test_round_trip_files(void)
 static void test_links_and_calib(void)
 {
     plan_builder b;
-    sched_plan p, q;
+    plan_set p, q;
     base_error e;
     build_rich(&b, &p);
     char *t = plan_text(&p);
@@ -436,10 +436,10 @@ static void test_links_and_calib(void)
     CU_ASSERT_EQUAL(read_text(&q, t3, &e), 0);
     CU_ASSERT_EQUAL(q.ncalib, 2);
     CU_ASSERT_EQUAL(q.links.nvlink_bw, 0);
-    sched_plan_free(&q);
+    plan_free(&q);
     free(t2), free(t3), free(t);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 
     /* a plan without links or calibration: no such lines, and zeros after reading */
     build_small(&b, &p);
@@ -450,40 +450,40 @@ static void test_links_and_calib(void)
     CU_ASSERT_PTR_NULL(plan_diff(&p, &q));
     CU_ASSERT_EQUAL(q.links.gpus_per_nic, 0);
     CU_ASSERT_PTR_NULL(q.links.platform);
-    sched_plan_free(&q);
+    plan_free(&q);
     free(t);
     /* the writer refuses what it could not read back */
     p.links.topology = 9;
     base_error_clear(&e);
     FILE *f = fopen("/dev/null", "w");
-    CU_ASSERT_EQUAL(sched_plan_write(&p, f, &e), -1);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "links topology 9 is not a plan_topology");
     p.links.topology = 0;
     plan_calib bad[] = {{"Gemm", 1}};
     p.calib = bad, p.ncalib = 1;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL(sched_plan_write(&p, f, &e), -1);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "calibration name 'Gemm' is not a key");
     p.calib = NULL, p.ncalib = 0;
     fclose(f);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_writer_rejects_invalid_enums(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     base_error e;
     build_small(&b, &p);
     p.lists[0].ins[2].op = 77;
     base_error_clear(&e);
     FILE *f = fopen("/dev/null", "w");
-    CU_ASSERT_EQUAL(sched_plan_write(&p, f, &e), -1);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
     fclose(f);
     TEST_ASSERT_CONTAINS(e.msg, "cannot write the plan: list 0 instruction 2 has op 77");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* ---------------------------------------------------------------- reader errors */
@@ -537,13 +537,13 @@ static void test_read_missing_and_truncated(void)
     size_t n = strlen(t);
     for (size_t k = 0; k + 1 < n; k++) {
         char *pre = strndup(t, k);
-        sched_plan p;
+        plan_set p;
         base_error e;
         int rc = read_text(&p, pre, &e);
         if (rc == 0) fprintf(stderr, "\n  prefix of %zu bytes was accepted\n", k);
         CU_ASSERT_EQUAL(rc, -1);
         CU_ASSERT_EQUAL(strncmp(e.msg, "t.plan", 6), 0);
-        sched_plan_free(&p);
+        plan_free(&p);
         free(pre);
     }
     free(cut);
@@ -592,11 +592,11 @@ static void test_read_counts_and_indices(void)
 static void test_read_survives_mutations(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     build_rich(&b, &p);
     char *t = plan_text(&p);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
     size_t n = strlen(t);
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     static const char pool[] = "0123456789-#~\"\\= \n\t,:/xazAZ\x01\x7f\xff";
@@ -617,24 +617,24 @@ static void test_read_survives_mutations(void)
         }
         base_error e;
         base_error_clear(&e);
-        int rc = sched_plan_read(&p, "m.plan", m, len, &e);
+        int rc = plan_read(&p, "m.plan", m, len, &e);
         if (rc == 0) {
             accepted++;
             char *t1 = plan_text(&p);
-            sched_plan q;
+            plan_set q;
             CU_ASSERT_EQUAL_FATAL(read_text(&q, t1, &e), 0);
             char *t2 = plan_text(&q);
             CU_ASSERT_STRING_EQUAL(t1, t2);
-            sched_plan_stats st;
-            sched_plan_check(&q, &st, &e); /* any outcome, but no crash */
-            sched_plan_stats_free(&st);
+            plan_stats st;
+            plan_check(&q, &st, &e); /* any outcome, but no crash */
+            plan_stats_free(&st);
             free(t1);
             free(t2);
-            sched_plan_free(&q);
+            plan_free(&q);
         } else {
             CU_ASSERT_EQUAL(strncmp(e.msg, "m.plan:", 7), 0);
         }
-        sched_plan_free(&p);
+        plan_free(&p);
         free(m);
     }
     CU_ASSERT(accepted > 0); /* some damage lands in names or numbers and still reads */
@@ -643,29 +643,29 @@ static void test_read_survives_mutations(void)
 
 /* ---------------------------------------------------------------- static checks */
 
-static int check(const sched_plan *p, sched_plan_stats *st, base_error *e)
+static int check(const plan_set *p, plan_stats *st, base_error *e)
 {
     base_error_clear(e);
     memset(st, 0, sizeof *st);
-    return sched_plan_check(p, st, e);
+    return plan_check(p, st, e);
 }
 
-static void expect_check_error(const sched_plan *p, const char *want)
+static void expect_check_error(const plan_set *p, const char *want)
 {
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     int rc = check(p, &st, &e);
     CU_ASSERT_EQUAL(rc, -1);
     TEST_ASSERT_CONTAINS(e.msg, want);
     CU_ASSERT_PTR_NULL(st.dev);
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
 }
 
-#define P2P_SECONDS(bytes) (SCHED_PLAN_CHECK_LATENCY + (double)(bytes) / SCHED_PLAN_CHECK_BW)
+#define P2P_SECONDS(bytes) (PLAN_CHECK_LATENCY + (double)(bytes) / PLAN_CHECK_BW)
 
 /* The 1F1B steady state of two neighbours: each sends to the other and then receives from it.
  * Both lists are one shared list: device 1 reaches device 0 through peer_offset -1. */
-static void build_exchange(plan_builder *b, sched_plan *p, int sendrecv)
+static void build_exchange(plan_builder *b, plan_set *p, int sendrecv)
 {
     pb_init(b, p, 2, 1);
     int pp = pb_stream(b, 0, "pp");
@@ -680,32 +680,32 @@ static void build_exchange(plan_builder *b, sched_plan *p, int sendrecv)
 static void test_check_exchange_deadlocks_without_sendrecv(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     build_exchange(&b, &p, 0);
     expect_check_error(&p, "deadlock: at t=0 s nothing can progress and 2 of 2 devices are not finished; stuck: "
                            "device 0 (list 0): #0 send s=pp peer=1 tag=7 mb=3 stage=0 [no recv with tag 7 posted by "
                            "device 1]; device 1 (list 0): #0 send s=pp peer=0 tag=7 mb=3 stage=0 [no recv with tag 7 "
                            "posted by device 0]. Post each send's receive");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 
     build_exchange(&b, &p, 1);
     dump_seed(&p, "exchange");
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL_FATAL(check(&p, &st, &e), 0);
     CU_ASSERT_DOUBLE_EQUAL(st.makespan_seconds, P2P_SECONDS(1000000), 1e-15);
     CU_ASSERT_EQUAL(st.dev[1].count_by_op[PLAN_SEND], 1);
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
     assert_round_trip(&p);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_check_wait_cycle(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 1, 1);
     int x = pb_stream(&b, 0, "x"), y = pb_stream(&b, 0, "y");
     pb_wait(&b, 0, x, 0);   /* #0: x waits for y's record of event 0 ... */
@@ -713,7 +713,7 @@ static void test_check_wait_cycle(void)
     pb_record(&b, 0, x, 1); /* #2 */
     pb_record(&b, 0, y, 0); /* #3 */
     pb_device(&b, 0, 0, 0, 0, NULL);
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL(check(&p, &st, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "deadlock: at t=0 s nothing can progress and 1 of 1 devices are not finished; stuck: "
@@ -722,14 +722,14 @@ static void test_check_wait_cycle(void)
     /* #0 waits before any record of event 0 in launch order: an executor would not wait at all */
     TEST_ASSERT_CONTAINS(e.warnings, "device 0 (list 0) #0 wait s=x event=0: waits for event 0 before any record of it in launch order");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* Two groups over the same two devices; device 0 issues A then B, device 1 B then A. */
 static void test_check_collective_order_across_groups(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 2, 2);
     pb_group(&b, "A", 2, (int32_t[]){0, 1});
     pb_group(&b, "B", 2, (int32_t[]){0, 1});
@@ -746,20 +746,20 @@ static void test_check_collective_order_across_groups(void)
                            "members arrived; device 0 has not]");
     /* the same order on both devices runs, through shared slots or not */
     p.lists[1].ins[0].group = 0, p.lists[1].ins[1].group = 1;
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL(check(&p, &st, &e), 0);
     /* each all-reduce of 1 MiB over 2 members moves 2(n-1)/n = 1 x its bytes */
     CU_ASSERT_DOUBLE_EQUAL(st.makespan_seconds, 2 * P2P_SECONDS(1 << 20), 1e-15);
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_check_collective_sequences_differ(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 3, 2);
     pb_group(&b, "dp", 3, (int32_t[]){0, 1, 2});
     int s = pb_stream(&b, 0, "dp");
@@ -777,7 +777,7 @@ static void test_check_collective_sequences_differ(void)
     p.lists[1].n = 1; /* device 2 stops after the first */
     expect_check_error(&p, "at position 1: device 0 issues #1 all_gather of 512 bytes, device 2 issues nothing more");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* Memory, by hand. GPU: 1e12 FLOP/s, so kernel list k1 takes 1 s and k2 2 s.
@@ -790,7 +790,7 @@ static void test_check_collective_sequences_differ(void)
 static void test_check_memory_peaks(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 1, 1);
     int k1 = pb_kernels(&b, 1e12, 0), k2 = pb_kernels(&b, 2e12, 0);
     int c = pb_stream(&b, 0, "c"), x = pb_stream(&b, 0, "x");
@@ -817,10 +817,10 @@ static void test_check_memory_peaks(void)
     pb_device(&b, 0, 0, 0, 0, NULL);
     dump_seed(&p, "memory");
 
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL_FATAL(check(&p, &st, &e), 0);
-    const sched_plan_device_stats *d = &st.dev[0];
+    const plan_device_stats *d = &st.dev[0];
     CU_ASSERT_DOUBLE_EQUAL(d->peak_bytes, 1180, 0);
     CU_ASSERT_DOUBLE_EQUAL(d->at_peak[PLAN_MEM_PARAM], 1000, 0);
     CU_ASSERT_DOUBLE_EQUAL(d->at_peak[PLAN_MEM_ACT], 150, 0);
@@ -838,27 +838,27 @@ static void test_check_memory_peaks(void)
     CU_ASSERT_EQUAL(d->count_by_op[PLAN_FREE], 3);
     CU_ASSERT_EQUAL(d->count_by_op[PLAN_COMPUTE], 3);
     CU_ASSERT_EQUAL(d->count_by_op[PLAN_WAIT], 1);
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
 
     /* a read plan checks the same */
     char *t = plan_text(&p);
-    sched_plan q;
+    plan_set q;
     int rc = read_text(&q, t, &e);
     if (rc) fprintf(stderr, "\n  %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     CU_ASSERT_EQUAL_FATAL(check(&q, &st, &e), 0);
     CU_ASSERT_DOUBLE_EQUAL(st.dev[0].peak_bytes, 1180, 0);
-    sched_plan_stats_free(&st);
-    sched_plan_free(&q);
+    plan_stats_free(&st);
+    plan_free(&q);
     free(t);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_check_buffer_lifetimes(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 1, 1);
     int k = pb_kernels(&b, 2e12, 0);
     int c = pb_stream(&b, 0, "c"), x = pb_stream(&b, 0, "x");
@@ -899,13 +899,13 @@ static void test_check_buffer_lifetimes(void)
     p.lists[0].bufs[A].bytes = 64;
     expect_check_error(&p, "#0 alloc s=c buf=0 (act.A): says 100 bytes of activations but buffer 0 is declared with 64 bytes");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 static void test_check_static_errors(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     /* a sendrecv group split by another instruction */
     pb_init(&b, &p, 2, 1);
     int s = pb_stream(&b, 0, "pp");
@@ -926,7 +926,7 @@ static void test_check_static_errors(void)
     p.devices[1].peer_offset = 5;
     expect_check_error(&p, "device 1 (list 0) #0 send: peer 1 + peer_offset 5 = 6 is not a device (0..1)");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 
     /* a wait nobody records; a collective on a group the device is not in */
     pb_init(&b, &p, 2, 1);
@@ -937,7 +937,7 @@ static void test_check_static_errors(void)
     pb_device(&b, 1, 0, 0, 1, (int32_t[]){0});
     expect_check_error(&p, "device 0 (list 0) #0 wait s=c event=0: waits for event 0, which no instruction of the list records");
     p.lists[0].ins[0] = (plan_instr){0};
-    sched_plan_instr_init(&p.lists[0].ins[0], PLAN_COLL);
+    plan_instr_init(&p.lists[0].ins[0], PLAN_COLL);
     p.lists[0].ins[0].group = 0, p.lists[0].ins[0].bytes = 4;
     expect_check_error(&p, "device 1 (list 0) #0 coll s=c kind=all_reduce group=0 (just0) bytes=4: uses group slot 0, "
                            "which this device maps to group 0 (just0), but the device is not a member");
@@ -945,7 +945,7 @@ static void test_check_static_errors(void)
     p.lists[0].ins[0].stream = 3;
     expect_check_error(&p, "list 0 instruction 0 runs on stream 3 of 1; the compiler built an invalid plan");
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* Two stages, one stream each, GPipe over two micro-batches. F takes 1 s, B 2 s, and each
@@ -958,7 +958,7 @@ static void test_check_static_errors(void)
 static void test_check_pipeline_timing(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 2, 2);
     int kf = pb_kernels(&b, 1e12, 0), kb = pb_kernels(&b, 2e12, 0);
     const int64_t bytes = 50000000;
@@ -984,7 +984,7 @@ static void test_check_pipeline_timing(void)
     dump_seed(&p, "pipeline");
     const double T = P2P_SECONDS(bytes);
     CU_ASSERT_DOUBLE_EQUAL(T, 0.001005, 1e-15);
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL_FATAL(check(&p, &st, &e), 0);
     CU_ASSERT_DOUBLE_EQUAL(st.makespan_seconds, 9 + 4 * T, 1e-12);
@@ -994,16 +994,16 @@ static void test_check_pipeline_timing(void)
     CU_ASSERT_DOUBLE_EQUAL(st.dev[1].busy_seconds, 6, 0);
     CU_ASSERT_EQUAL(st.dev[0].count_by_op[PLAN_SEND], 2);
     CU_ASSERT_EQUAL(st.dev[0].count_by_op[PLAN_RECV], 2);
-    sched_plan_stats_free(&st);
+    plan_stats_free(&st);
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* Compute is a roofline per kernel; collectives cost a ring's volume. */
 static void test_check_cost_figures(void)
 {
     plan_builder b;
-    sched_plan p;
+    plan_set p;
     pb_init(&b, &p, 4, 1);
     p.gpu.hbm_bw = 1e9;
     /* 1e12 FLOPs at 1e12 FLOP/s (1 s) then 2e9 bytes at 1e9 B/s (2 s) */
@@ -1019,21 +1019,21 @@ static void test_check_cost_figures(void)
     pb_coll(&b, 0, c, PLAN_ALL_GATHER, 0, 50000000000LL, -1);    /* 3/4 * 1 s */
     pb_coll(&b, 0, c, PLAN_BROADCAST, 0, 50000000000LL, -1);     /* 1 s */
     for (int d = 0; d < 4; d++) pb_device(&b, d, 0, 0, 1, (int32_t[]){0});
-    sched_plan_stats st;
+    plan_stats st;
     base_error e;
     CU_ASSERT_EQUAL_FATAL(check(&p, &st, &e), 0);
     CU_ASSERT_DOUBLE_EQUAL(st.dev[2].busy_seconds, 3 + 3, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(st.makespan_seconds, 6 + 1.5 + 0.75 + 1 + 3 * SCHED_PLAN_CHECK_LATENCY, 1e-12);
-    sched_plan_stats_free(&st);
+    CU_ASSERT_DOUBLE_EQUAL(st.makespan_seconds, 6 + 1.5 + 0.75 + 1 + 3 * PLAN_CHECK_LATENCY, 1e-12);
+    plan_stats_free(&st);
     /* no figures, no time */
     memset(p.gpu.peak_flops, 0, sizeof p.gpu.peak_flops);
     p.gpu.hbm_bw = 0;
     CU_ASSERT_EQUAL_FATAL(check(&p, &st, &e), 0);
     CU_ASSERT_DOUBLE_EQUAL(st.dev[0].busy_seconds, 0, 0);
-    sched_plan_stats_free(&st);
-    CU_ASSERT_EQUAL(sched_plan_check(&p, NULL, &e), 0); /* stats are optional */
+    plan_stats_free(&st);
+    CU_ASSERT_EQUAL(plan_check(&p, NULL, &e), 0); /* stats are optional */
     pb_done(&b);
-    sched_plan_free(&p);
+    plan_free(&p);
 }
 
 /* A real schedule: 1F1B over 4 stages x 2 replicas, 6 micro-batches, 2 layers per stage. It must
@@ -1044,19 +1044,19 @@ static void test_check_1f1b_pipeline(void)
 {
     enum { P = 4, D = 2, M = 6, L = 2 };
     plan_builder b1, b2;
-    sched_plan shared, own;
+    plan_set shared, own;
     pb_pipeline_1f1b(&b1, &shared, P, D, M, L, 1);
     pb_pipeline_1f1b(&b2, &own, P, D, M, L, 0);
     CU_ASSERT_EQUAL(shared.nlists, P);
     CU_ASSERT_EQUAL(own.nlists, P * D);
-    sched_plan_stats a, c, r;
+    plan_stats a, c, r;
     base_error e;
     int rc = check(&shared, &a, &e);
     if (rc) fprintf(stderr, "\n  %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     CU_ASSERT_EQUAL_FATAL(check(&own, &c, &e), 0);
     char *t = plan_text(&shared);
-    sched_plan q;
+    plan_set q;
     CU_ASSERT_EQUAL_FATAL(read_text(&q, t, &e), 0);
     CU_ASSERT_EQUAL_FATAL(check(&q, &r, &e), 0);
     const double act = 64.0 * (1 << 20) * L;
@@ -1071,10 +1071,10 @@ static void test_check_1f1b_pipeline(void)
     CU_ASSERT_DOUBLE_EQUAL(a.makespan_seconds, c.makespan_seconds, 0);
     /* (M + P - 1) slots of F + B per stage at least: 9 x 2 layers x (2.4 + 4.8) ms */
     CU_ASSERT(a.makespan_seconds > (M + P - 1) * L * 7.2e12 / 989e12);
-    sched_plan_stats_free(&a);
-    sched_plan_stats_free(&c);
-    sched_plan_stats_free(&r);
-    sched_plan_free(&q);
+    plan_stats_free(&a);
+    plan_stats_free(&c);
+    plan_stats_free(&r);
+    plan_free(&q);
     free(t);
     /* swapping the sendrecv pairs for plain send-then-recv deadlocks the steady state */
     for (int l = 0; l < shared.nlists; l++)
@@ -1082,8 +1082,8 @@ static void test_check_1f1b_pipeline(void)
     expect_check_error(&shared, "deadlock: ");
     pb_done(&b1);
     pb_done(&b2);
-    sched_plan_free(&shared);
-    sched_plan_free(&own);
+    plan_free(&shared);
+    plan_free(&own);
 }
 
 int piper_tests_register(void)
