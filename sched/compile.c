@@ -58,11 +58,162 @@ static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
     }
 }
 
+/* ---------------------------------------------------------------- the compiler */
+
+static int pass_build(sched_ctx *x, base_error *e);
+static int pass_directives(sched_ctx *x, base_error *e);
+static int pass_mirror(sched_ctx *x, base_error *e);
+static int pass_p2p(sched_ctx *x, base_error *e);
+static int pass_orders(sched_ctx *x, base_error *e);
+static int pass_default_schedule(sched_ctx *x, base_error *e);
+static int pass_batch(sched_ctx *x, base_error *e);
+static int pass_launch(sched_ctx *x, base_error *e);
+static int pass_lower(sched_ctx *x, base_error *e);
+static int pass_check(sched_ctx *x, base_error *e);
+
+/* What a pass leaves: the global DAG, the launch order of each device class, or the plans.
+ * SCHED_IRS says how each is verified and dumped. */
+typedef enum { SCHED_IR_DAG, SCHED_IR_ORDER, SCHED_IR_PLANS } sched_ir;
+
+typedef struct sched_pass {
+    const char *name;
+    int (*run)(sched_ctx *x, base_error *e);
+    sched_ir leaves;
+    const char *what;
+} sched_pass;
+
+static const sched_pass PASSES[] = {
+    {"build", pass_build, SCHED_IR_DAG,
+     "the training step's DAG from the model: forward, backward and optimizer step of every "
+     "region for one micro-batch, the gradient norm when clipping"},
+    {"directives", pass_directives, SCHED_IR_DAG,
+     "the directives before the first order or schedule (place, replicate, shard, "
+     "shard_tensor, split, recompute), in program order, each verified"},
+    {"mirror", pass_mirror, SCHED_IR_DAG,
+     "DualPipe (schedule dualpipe, or mirror: true on the first order): stages 0..p-1 copied as "
+     "p..2p-1 for the second half of the micro-batches"},
+    {"p2p", pass_p2p, SCHED_IR_DAG,
+     "placements are final: sends and receives on every edge between placements; "
+     "gradient-norm and balancing-loss nodes, tied-embedding sums, TP gradient all-reduces, "
+     "expert gradient groups, recompute inputs and SP backward gathers"},
+    {"orders", pass_orders, SCHED_IR_DAG,
+     "the order and schedule directives, in program order, each verified (a schedule expands "
+     "into orders)"},
+    {"default-schedule", pass_default_schedule, SCHED_IR_DAG,
+     "1F1B for a pipeline that orders nothing"},
+    {"batch", pass_batch, SCHED_IR_DAG,
+     "every stage has the same data-parallel degree, and micro-batch x micro-batches x "
+     "data-parallel degree = the global batch"},
+    {"launch", pass_launch, SCHED_IR_ORDER,
+     "the launch order of each class of devices with the same placements (ordering.c)"},
+    {"lower", pass_lower, SCHED_IR_PLANS,
+     "one plan per device: streams, instructions, buffers and events (lower.c)"},
+    {"check", pass_check, SCHED_IR_PLANS,
+     "the static check: no deadlock, buffers live when used, each device's peak within its "
+     "memory (a deadlock on the one p2p stream lowers again with a stream per channel)"},
+};
+enum { NPASSES = (int)BASE_COUNT(PASSES) };
+
+int sched_pass_count(void) { return NPASSES; }
+const char *sched_pass_name(int i) { return i >= 0 && i < NPASSES ? PASSES[i].name : NULL; }
+const char *sched_pass_what(int i) { return i >= 0 && i < NPASSES ? PASSES[i].what : NULL; }
+
+int sched_dump_after(sched_compilation *c, const char *pass, FILE *f, base_error *e)
+{
+    for (int i = 0; i < NPASSES; i++)
+        if (!strcmp(PASSES[i].name, pass)) {
+            c->dump_pass = i;
+            c->dump_to = f;
+            return 0;
+        }
+    base_buf names = {0};
+    for (int i = 0; i < NPASSES; i++) base_buf_printf(&names, "%s%s", i ? ", " : "", PASSES[i].name);
+    base_errorf(e, "no compiler pass is named '%s'; name one of %s", pass, names.s);
+    base_buf_free(&names);
+    return -1;
+}
+
+static int verify_dag(sched_ctx *x, const sched_pass *p, base_error *e)
+{
+    char where[64];
+    snprintf(where, sizeof where, "after the %s pass", p->name);
+    return ir_dag_verify(x->g, where, e);
+}
+
+static int dump_dag(const sched_ctx *x, FILE *f, base_error *e)
+{
+    (void)e;
+    ir_dag_dump_text(x->g, f);
+    return 0;
+}
+
+/* The launch order as node ids of the DAG's text dump, a block per class of devices. */
+static int dump_launch_order(const sched_ctx *x, FILE *f, base_error *e)
+{
+    (void)e;
+    const sched_order *o = &x->order;
+    char lbl[96];
+    fprintf(f, "# piper launch order: %d device classes\n", o->nclasses);
+    for (int k = 0; k < o->nclasses; k++) {
+        fprintf(f, "class %d devices", k);
+        for (int d = 0, shown = 0; d < x->g->world; d++)
+            if (o->class_of_device[d] == k && shown++ < 8) fprintf(f, "%s%d", shown > 1 ? "," : " ", d);
+        fprintf(f, ": %d nodes\n", o->class_nnodes[k]);
+        for (int i = 0; i < o->class_nnodes[k]; i++) {
+            int32_t v = o->class_nodes[k][i];
+            fprintf(f, "  n%d %s\n", v, ir_node_label(x->g, v, lbl, sizeof lbl));
+        }
+    }
+    return 0;
+}
+
+static int dump_plans(const sched_ctx *x, FILE *f, base_error *e) { return plan_write(&x->c->plan, f, e); }
+
+/* The verifier after a pass, and the dump, by what the pass leaves. The launch order has no
+ * verifier of its own: the ordering fails on a cycle itself. The plans' verifier is the check
+ * pass, run once: its verdict picks the p2p streams and its statistics are the summary's. */
+static const struct {
+    int (*verify)(sched_ctx *x, const sched_pass *p, base_error *e);
+    int (*dump)(const sched_ctx *x, FILE *f, base_error *e);
+} SCHED_IRS[] = {
+    [SCHED_IR_DAG] = {verify_dag, dump_dag},
+    [SCHED_IR_ORDER] = {NULL, dump_launch_order},
+    [SCHED_IR_PLANS] = {NULL, dump_plans},
+};
+
+/* The pass scratch, emptied; base_arena_free leaves an arena as base_arena_init makes it. */
+static void reset_scratch(sched_ctx *x) { base_arena_free(&x->scratch); }
+
+/* Passes [from, to): each runs, its scratch is emptied, and what it left is verified and, when
+ * asked, dumped. */
+static int run_passes(sched_ctx *x, int from, int to, base_error *e)
+{
+    for (int i = from; i < to; i++) {
+        const sched_pass *p = &PASSES[i];
+        int rc = p->run(x, e);
+        reset_scratch(x);
+        if (rc) return -1;
+        if (SCHED_IRS[p->leaves].verify && SCHED_IRS[p->leaves].verify(x, p, e)) return -1;
+        if (x->c->dump_pass == i && SCHED_IRS[p->leaves].dump(x, x->c->dump_to, e)) return -1;
+    }
+    return 0;
+}
+
+/* sched_build_dag runs the passes that leave the DAG, sched_lower the rest. */
+static int dag_passes(void)
+{
+    int n = 0;
+    while (n < NPASSES && PASSES[n].leaves == SCHED_IR_DAG) n++;
+    return n;
+}
+
+/* ---------------------------------------------------------------- the passes */
+
 /* Every node that runs on several devices must say how it divides the work: the placement's
  * devices are its tensor-parallel degree (the largest of its nodes') times its replicas, and
  * replicas need a replicate directive. All placements must agree on the replica count, since
  * the global batch is split over it. */
-static int check_parallel_structure(sched_ctx *x, base_error *e)
+static int pass_batch(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
     int *maxtp = base_xcalloc((size_t)g->nplaces, sizeof *maxtp);
@@ -138,8 +289,6 @@ static bool default_pipeline(const sched_ctx *x)
     return ok;
 }
 
-/* ---------------------------------------------------------------- the passes */
-
 /* The directives before the first order or schedule directive shape the DAG; the ones from it
  * on order it (ndirectives when nothing is ordered). */
 static int first_ordering_directive(const ir_program *p)
@@ -148,9 +297,6 @@ static int first_ordering_directive(const ir_program *p)
         if (p->directives[i].op == IR_DIR_ORDER || p->directives[i].op == IR_DIR_SCHEDULE) return i;
     return p->ndirectives;
 }
-
-/* The pass scratch, emptied; base_arena_free leaves an arena as base_arena_init makes it. */
-static void reset_scratch(sched_ctx *x) { base_arena_free(&x->scratch); }
 
 static int pass_build(sched_ctx *x, base_error *e)
 {
@@ -315,125 +461,6 @@ static int pass_check(sched_ctx *x, base_error *e)
         }
     }
     return check_memory(c, o, e);
-}
-
-/* ---------------------------------------------------------------- the table and its driver */
-
-/* What a pass leaves, which says how the driver verifies and dumps it. */
-typedef enum { IR_LEVEL_DAG, IR_LEVEL_ORDER, IR_LEVEL_PLANS } ir_level;
-
-typedef struct sched_pass {
-    const char *name;
-    int (*run)(sched_ctx *x, base_error *e);
-    ir_level leaves;
-    const char *what;
-} sched_pass;
-
-static const sched_pass PASSES[] = {
-    {"build", pass_build, IR_LEVEL_DAG,
-     "the training step's DAG from the model: forward, backward and optimizer step of every "
-     "region for one micro-batch, the gradient norm when clipping"},
-    {"directives", pass_directives, IR_LEVEL_DAG,
-     "the directives before the first order or schedule (place, replicate, shard, "
-     "shard_tensor, split, recompute), in program order, each verified"},
-    {"mirror", pass_mirror, IR_LEVEL_DAG,
-     "DualPipe (schedule dualpipe, or mirror: true on the first order): stages 0..p-1 copied as "
-     "p..2p-1 for the second half of the micro-batches"},
-    {"p2p", pass_p2p, IR_LEVEL_DAG,
-     "placements are final: sends and receives on every edge between placements; "
-     "gradient-norm and balancing-loss nodes, tied-embedding sums, TP gradient all-reduces, "
-     "expert gradient groups, recompute inputs and SP backward gathers"},
-    {"orders", pass_orders, IR_LEVEL_DAG,
-     "the order and schedule directives, in program order, each verified (a schedule expands "
-     "into orders)"},
-    {"default-schedule", pass_default_schedule, IR_LEVEL_DAG,
-     "1F1B for a pipeline that orders nothing"},
-    {"batch", check_parallel_structure, IR_LEVEL_DAG,
-     "every stage has the same data-parallel degree, and micro-batch x micro-batches x "
-     "data-parallel degree = the global batch"},
-    {"launch", pass_launch, IR_LEVEL_ORDER,
-     "the launch order of each class of devices with the same placements (ordering.c)"},
-    {"lower", pass_lower, IR_LEVEL_PLANS,
-     "one plan per device: streams, instructions, buffers and events (lower.c)"},
-    {"check", pass_check, IR_LEVEL_PLANS,
-     "the static check: no deadlock, buffers live when used, each device's peak within its "
-     "memory (a deadlock on the one p2p stream lowers again with a stream per channel)"},
-};
-enum { NPASSES = (int)BASE_COUNT(PASSES) };
-
-int sched_pass_count(void) { return NPASSES; }
-const char *sched_pass_name(int i) { return i >= 0 && i < NPASSES ? PASSES[i].name : NULL; }
-const char *sched_pass_what(int i) { return i >= 0 && i < NPASSES ? PASSES[i].what : NULL; }
-
-int sched_dump_after(sched_compilation *c, const char *pass, FILE *f, base_error *e)
-{
-    for (int i = 0; i < NPASSES; i++)
-        if (!strcmp(PASSES[i].name, pass)) {
-            c->dump_pass = i;
-            c->dump_to = f;
-            return 0;
-        }
-    base_buf names = {0};
-    for (int i = 0; i < NPASSES; i++) base_buf_printf(&names, "%s%s", i ? ", " : "", PASSES[i].name);
-    base_errorf(e, "no compiler pass is named '%s'; name one of %s", pass, names.s);
-    base_buf_free(&names);
-    return -1;
-}
-
-/* The launch order as node ids of the DAG's text dump, one line per class of devices. */
-static void dump_launch_order(const sched_ctx *x, FILE *f)
-{
-    const sched_order *o = &x->order;
-    char lbl[96];
-    fprintf(f, "# piper launch order: %d device classes\n", o->nclasses);
-    for (int k = 0; k < o->nclasses; k++) {
-        fprintf(f, "class %d devices", k);
-        for (int d = 0, shown = 0; d < x->g->world; d++)
-            if (o->class_of_device[d] == k && shown++ < 8) fprintf(f, "%s%d", shown > 1 ? "," : " ", d);
-        fprintf(f, ": %d nodes\n", o->class_nnodes[k]);
-        for (int i = 0; i < o->class_nnodes[k]; i++) {
-            int32_t v = o->class_nodes[k][i];
-            fprintf(f, "  n%d %s\n", v, ir_node_label(x->g, v, lbl, sizeof lbl));
-        }
-    }
-}
-
-static int dump(const sched_ctx *x, ir_level level, FILE *f, base_error *e)
-{
-    switch (level) {
-    case IR_LEVEL_DAG: ir_dag_dump_text(x->g, f); return 0;
-    case IR_LEVEL_ORDER: dump_launch_order(x, f); return 0;
-    case IR_LEVEL_PLANS: return plan_write(&x->c->plan, f, e);
-    }
-    return 0;
-}
-
-/* Passes [from, to): each runs, its scratch is emptied, and what it left is verified (the DAG by
- * ir_dag_verify; the launch order by the ordering itself, which fails on a cycle; the plans by
- * the check pass) and dumped when asked. */
-static int run_passes(sched_ctx *x, int from, int to, base_error *e)
-{
-    for (int i = from; i < to; i++) {
-        const sched_pass *p = &PASSES[i];
-        int rc = p->run(x, e);
-        reset_scratch(x);
-        if (rc) return -1;
-        if (p->leaves == IR_LEVEL_DAG) {
-            char where[64];
-            snprintf(where, sizeof where, "after the %s pass", p->name);
-            if (ir_dag_verify(x->g, where, e)) return -1;
-        }
-        if (x->c->dump_pass == i && dump(x, p->leaves, x->c->dump_to, e)) return -1;
-    }
-    return 0;
-}
-
-/* sched_build_dag runs the passes that leave the DAG, sched_lower the rest. */
-static int dag_passes(void)
-{
-    int n = 0;
-    while (n < NPASSES && PASSES[n].leaves == IR_LEVEL_DAG) n++;
-    return n;
 }
 
 static void ctx_init(sched_ctx *x, sched_compilation *c)
