@@ -1,6 +1,20 @@
-/* compile.c — the compiler driver: load the program, build the global DAG, run every directive
- * as a pass (sizes recomputed and the DAG verified after each), check the batch arithmetic,
- * order, lower, and prove the plans deadlock-free and within memory (sched.h). */
+/* compile.c — the compiler driver. The compiler is the table PASSES below, read top to bottom:
+ * each pass takes the IR its predecessor left (the global training DAG, then the launch order,
+ * then one plan per device) and the driver runs them in order, verifying after each: ir's DAG
+ * verifier while the DAG is the IR, and the plan check, which is itself the last pass, once plans
+ * exist. `piper-compile --dump-after=PASS` prints the IR after any of them (sched_dump_after).
+ *
+ * The program's directives run as two passes, split at the first order or schedule directive:
+ * everything before it shapes the DAG (place, replicate, shard, shard_tensor, split, recompute),
+ * everything from it on orders it, and between the two the placements are final, so the sends
+ * and receives are made there, once. Each directive is still a pass of its own inside its entry
+ * (program order, the verifier after each, naming the directive), but the table has two entries
+ * rather than one per directive: its rows are the compiler's fixed structure, the same for every
+ * program, and the split point is where the p2p pass belongs.
+ *
+ * Each pass gets a scratch arena (sched_ctx.scratch) that the driver empties after it (and after
+ * every directive), so passes allocate their temporary arrays there and return from any error
+ * without freeing by hand. */
 #include "sched_internal.h"
 #include "schedule.h"
 
@@ -12,6 +26,7 @@ void sched_compilation_init(sched_compilation *c)
     memset(c, 0, sizeof *c);
     base_arena_init(&c->arena);
     plan_init(&c->plan);
+    c->dump_pass = -1;
 }
 
 void sched_compilation_free(sched_compilation *c)
@@ -43,11 +58,162 @@ static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
     }
 }
 
+/* ---------------------------------------------------------------- the compiler */
+
+static int pass_build(sched_ctx *x, base_error *e);
+static int pass_directives(sched_ctx *x, base_error *e);
+static int pass_mirror(sched_ctx *x, base_error *e);
+static int pass_p2p(sched_ctx *x, base_error *e);
+static int pass_orders(sched_ctx *x, base_error *e);
+static int pass_default_schedule(sched_ctx *x, base_error *e);
+static int pass_batch(sched_ctx *x, base_error *e);
+static int pass_launch(sched_ctx *x, base_error *e);
+static int pass_lower(sched_ctx *x, base_error *e);
+static int pass_check(sched_ctx *x, base_error *e);
+
+/* What a pass leaves: the global DAG, the launch order of each device class, or the plans.
+ * SCHED_IRS says how each is verified and dumped. */
+typedef enum { SCHED_IR_DAG, SCHED_IR_ORDER, SCHED_IR_PLANS } sched_ir;
+
+typedef struct sched_pass {
+    const char *name;
+    int (*run)(sched_ctx *x, base_error *e);
+    sched_ir leaves;
+    const char *what;
+} sched_pass;
+
+static const sched_pass PASSES[] = {
+    {"build", pass_build, SCHED_IR_DAG,
+     "the training step's DAG from the model: forward, backward and optimizer step of every "
+     "region for one micro-batch, the gradient norm when clipping"},
+    {"directives", pass_directives, SCHED_IR_DAG,
+     "the directives before the first order or schedule (place, replicate, shard, "
+     "shard_tensor, split, recompute), in program order, each verified"},
+    {"mirror", pass_mirror, SCHED_IR_DAG,
+     "DualPipe (schedule dualpipe, or mirror: true on the first order): stages 0..p-1 copied as "
+     "p..2p-1 for the second half of the micro-batches"},
+    {"p2p", pass_p2p, SCHED_IR_DAG,
+     "placements are final: sends and receives on every edge between placements; "
+     "gradient-norm and balancing-loss nodes, tied-embedding sums, TP gradient all-reduces, "
+     "expert gradient groups, recompute inputs and SP backward gathers"},
+    {"orders", pass_orders, SCHED_IR_DAG,
+     "the order and schedule directives, in program order, each verified (a schedule expands "
+     "into orders)"},
+    {"default-schedule", pass_default_schedule, SCHED_IR_DAG,
+     "1F1B for a pipeline that orders nothing"},
+    {"batch", pass_batch, SCHED_IR_DAG,
+     "every stage has the same data-parallel degree, and micro-batch x micro-batches x "
+     "data-parallel degree = the global batch"},
+    {"launch", pass_launch, SCHED_IR_ORDER,
+     "the launch order of each class of devices with the same placements (ordering.c)"},
+    {"lower", pass_lower, SCHED_IR_PLANS,
+     "one plan per device: streams, instructions, buffers and events (lower.c)"},
+    {"check", pass_check, SCHED_IR_PLANS,
+     "the static check: no deadlock, buffers live when used, each device's peak within its "
+     "memory (a deadlock on the one p2p stream lowers again with a stream per channel)"},
+};
+enum { NPASSES = (int)BASE_COUNT(PASSES) };
+
+int sched_pass_count(void) { return NPASSES; }
+const char *sched_pass_name(int i) { return i >= 0 && i < NPASSES ? PASSES[i].name : NULL; }
+const char *sched_pass_what(int i) { return i >= 0 && i < NPASSES ? PASSES[i].what : NULL; }
+
+int sched_dump_after(sched_compilation *c, const char *pass, FILE *f, base_error *e)
+{
+    for (int i = 0; i < NPASSES; i++)
+        if (!strcmp(PASSES[i].name, pass)) {
+            c->dump_pass = i;
+            c->dump_to = f;
+            return 0;
+        }
+    base_buf names = {0};
+    for (int i = 0; i < NPASSES; i++) base_buf_printf(&names, "%s%s", i ? ", " : "", PASSES[i].name);
+    base_errorf(e, "no compiler pass is named '%s'; name one of %s", pass, names.s);
+    base_buf_free(&names);
+    return -1;
+}
+
+static int verify_dag(sched_ctx *x, const sched_pass *p, base_error *e)
+{
+    char where[64];
+    snprintf(where, sizeof where, "after the %s pass", p->name);
+    return ir_dag_verify(x->g, where, e);
+}
+
+static int dump_dag(const sched_ctx *x, FILE *f, base_error *e)
+{
+    (void)e;
+    ir_dag_dump_text(x->g, f);
+    return 0;
+}
+
+/* The launch order as node ids of the DAG's text dump, a block per class of devices. */
+static int dump_launch_order(const sched_ctx *x, FILE *f, base_error *e)
+{
+    (void)e;
+    const sched_order *o = &x->order;
+    char lbl[96];
+    fprintf(f, "# piper launch order: %d device classes\n", o->nclasses);
+    for (int k = 0; k < o->nclasses; k++) {
+        fprintf(f, "class %d devices", k);
+        for (int d = 0, shown = 0; d < x->g->world; d++)
+            if (o->class_of_device[d] == k && shown++ < 8) fprintf(f, "%s%d", shown > 1 ? "," : " ", d);
+        fprintf(f, ": %d nodes\n", o->class_nnodes[k]);
+        for (int i = 0; i < o->class_nnodes[k]; i++) {
+            int32_t v = o->class_nodes[k][i];
+            fprintf(f, "  n%d %s\n", v, ir_node_label(x->g, v, lbl, sizeof lbl));
+        }
+    }
+    return 0;
+}
+
+static int dump_plans(const sched_ctx *x, FILE *f, base_error *e) { return plan_write(&x->c->plan, f, e); }
+
+/* The verifier after a pass, and the dump, by what the pass leaves. The launch order has no
+ * verifier of its own: the ordering fails on a cycle itself. The plans' verifier is the check
+ * pass, run once: its verdict picks the p2p streams and its statistics are the summary's. */
+static const struct {
+    int (*verify)(sched_ctx *x, const sched_pass *p, base_error *e);
+    int (*dump)(const sched_ctx *x, FILE *f, base_error *e);
+} SCHED_IRS[] = {
+    [SCHED_IR_DAG] = {verify_dag, dump_dag},
+    [SCHED_IR_ORDER] = {NULL, dump_launch_order},
+    [SCHED_IR_PLANS] = {NULL, dump_plans},
+};
+
+/* The pass scratch, emptied; base_arena_free leaves an arena as base_arena_init makes it. */
+static void reset_scratch(sched_ctx *x) { base_arena_free(&x->scratch); }
+
+/* Passes [from, to): each runs, its scratch is emptied, and what it left is verified and, when
+ * asked, dumped. */
+static int run_passes(sched_ctx *x, int from, int to, base_error *e)
+{
+    for (int i = from; i < to; i++) {
+        const sched_pass *p = &PASSES[i];
+        int rc = p->run(x, e);
+        reset_scratch(x);
+        if (rc) return -1;
+        if (SCHED_IRS[p->leaves].verify && SCHED_IRS[p->leaves].verify(x, p, e)) return -1;
+        if (x->c->dump_pass == i && SCHED_IRS[p->leaves].dump(x, x->c->dump_to, e)) return -1;
+    }
+    return 0;
+}
+
+/* sched_build_dag runs the passes that leave the DAG, sched_lower the rest. */
+static int dag_passes(void)
+{
+    int n = 0;
+    while (n < NPASSES && PASSES[n].leaves == SCHED_IR_DAG) n++;
+    return n;
+}
+
+/* ---------------------------------------------------------------- the passes */
+
 /* Every node that runs on several devices must say how it divides the work: the placement's
  * devices are its tensor-parallel degree (the largest of its nodes') times its replicas, and
  * replicas need a replicate directive. All placements must agree on the replica count, since
  * the global batch is split over it. */
-static int check_parallel_structure(sched_ctx *x, base_error *e)
+static int pass_batch(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
     int *maxtp = base_xcalloc((size_t)g->nplaces, sizeof *maxtp);
@@ -123,86 +289,108 @@ static bool default_pipeline(const sched_ctx *x)
     return ok;
 }
 
-static int build_and_run(sched_compilation *c, sched_ctx *x, base_error *e)
+/* The directives before the first order or schedule directive shape the DAG; the ones from it
+ * on order it (ndirectives when nothing is ordered). */
+static int first_ordering_directive(const ir_program *p)
 {
+    for (int i = 0; i < p->ndirectives; i++)
+        if (p->directives[i].op == IR_DIR_ORDER || p->directives[i].op == IR_DIR_SCHEDULE) return i;
+    return p->ndirectives;
+}
+
+static int pass_build(sched_ctx *x, base_error *e)
+{
+    sched_compilation *c = x->c;
     ir_program *p = &c->prog;
-    ir_dag *g = &c->dag;
     int world = (int)ir_cluster_devices(&p->cluster);
     if (world < 1) return base_error_at(e, p->file, 0, 0, "the cluster has no devices");
-    ir_dag_init(g, &c->arena, &p->model, world);
-    x->c = c;
-    x->prog = p;
-    x->g = g;
-    x->a = &c->arena;
-    x->stage_of_region = base_arena_calloc(&c->arena, (size_t)g->nregions, sizeof(int32_t));
+    ir_dag_init(x->g, &c->arena, &p->model, world);
+    x->stage_of_region = base_arena_calloc(&c->arena, (size_t)x->g->nregions, sizeof(int32_t));
     ir_program_stage_of_region(p, &c->arena, x->stage_of_region);
-    if (ir_dag_build_training_step(g, x->stage_of_region, p->ann.ep, p->ann.tp, p->grad_clip > 0, e))
+    if (ir_dag_build_training_step(x->g, x->stage_of_region, p->ann.ep, p->ann.tp, p->grad_clip > 0, e))
         return -1;
     sched_update_sizes(x);
-    if (ir_dag_verify(g, "after building the training step", e)) return -1;
-    for (int i = 0; i < p->ndirectives; i++) {
-        const ir_directive *d = &p->directives[i];
-        if (d->op == IR_DIR_ORDER && d->mirror && g->p2p_done)
+    return 0;
+}
+
+/* Directives [from, to) in program order, each a pass of its own: sizes recomputed, its scratch
+ * emptied and the DAG verified after it, an error naming it. */
+static int run_directives(sched_ctx *x, int from, int to, base_error *e)
+{
+    for (int i = from; i < to; i++) {
+        const ir_directive *d = &x->prog->directives[i];
+        if (d->op == IR_DIR_ORDER && d->mirror && i != x->first_order)
             return sched_dir_error(d, e, "mirror: true must be on the first order or schedule "
                                          "directive (DualPipe's second pipeline is made before "
                                          "any order); move it to the first order");
-        /* Placements are final once ordering starts: materialise the sends and receives. */
-        if ((d->op == IR_DIR_ORDER || d->op == IR_DIR_SCHEDULE) && !g->p2p_done) {
-            /* DualPipe's second pipeline is made before the sends and receives that link it */
-            if (((d->op == IR_DIR_SCHEDULE && d->schedule && sched_kind_of(d->schedule) == SCHED_DUALPIPE) ||
-                 (d->op == IR_DIR_ORDER && d->mirror)) &&
-                sched_dualpipe_mirror(x, d, e))
-                return -1;
-            if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
-                sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
-                return -1;
-            sched_link_recomputes(x);
-            sched_sp_backward_gathers(x);
-            sched_update_sizes(x);
-            if (ir_dag_verify(g, "after the placement directives", e)) return -1;
-        }
-        if (run_directive(x, d, e)) return -1;
-        if (d->op != IR_DIR_SCHEDULE) sched_expanded_add(c, d); /* a schedule adds its orders */
+        int rc = run_directive(x, d, e);
+        reset_scratch(x);
+        if (rc) return -1;
+        if (d->op != IR_DIR_SCHEDULE) sched_expanded_add(x->c, d); /* a schedule adds its orders */
         sched_update_sizes(x);
         char where[512];
-        if (ir_dag_verify(g, sched_dir_where(d, where, sizeof where), e)) return -1;
+        if (ir_dag_verify(x->g, sched_dir_where(d, where, sizeof where), e)) return -1;
     }
-    if (!g->p2p_done) {
-        if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
-                sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
-                return -1;
-        sched_link_recomputes(x);
-        sched_sp_backward_gathers(x);
-        sched_update_sizes(x);
-        if (ir_dag_verify(g, "after the placement directives", e)) return -1;
-    }
-    if (!x->order_seen && default_pipeline(x)) {
-        /* A pipeline that orders nothing gets 1F1B, Megatron-LM's default: the generic list
-         * scheduler keeps micro-batches in order, which serialises a pipeline. */
-        ir_directive d;
-        memset(&d, 0, sizeof d);
-        d.op = IR_DIR_SCHEDULE;
-        d.index = p->ndirectives;
-        d.file = p->file;
-        d.schedule = "1f1b";
-        if (sched_dir_schedule(x, &d, e)) {
-            base_error_prefix(e, "the default 1F1B schedule for this pipeline failed (write "
-                                 "an order or schedule directive to choose another): ");
-            return -1;
-        }
-        sched_update_sizes(x);
-        if (ir_dag_verify(g, "after the default 1F1B schedule", e)) return -1;
-        c->default_schedule = "1f1b";
-    }
-    return check_parallel_structure(x, e);
+    return 0;
 }
 
-int sched_build_dag(sched_compilation *c, base_error *e)
+static int pass_directives(sched_ctx *x, base_error *e) { return run_directives(x, 0, x->first_order, e); }
+
+/* DualPipe's second pipeline is made before the sends and receives that link it. */
+static int pass_mirror(sched_ctx *x, base_error *e)
 {
-    sched_ctx x;
-    memset(&x, 0, sizeof x);
-    return build_and_run(c, &x, e);
+    if (x->first_order >= x->prog->ndirectives) return 0;
+    const ir_directive *d = &x->prog->directives[x->first_order];
+    bool dualpipe = d->op == IR_DIR_SCHEDULE ? d->schedule && sched_kind_of(d->schedule) == SCHED_DUALPIPE
+                                             : d->mirror;
+    return dualpipe ? sched_dualpipe_mirror(x, d, e) : 0;
 }
+
+/* Placements are final: what depends on where every node runs is made here, once. */
+static int pass_p2p(sched_ctx *x, base_error *e)
+{
+    if (sched_settle_aux_nodes(x) || sched_fix_p2p(x, e) || sched_tie_embeddings(x, e) ||
+        sched_tp_grad_sync(x, e) || sched_expert_grad_groups(x))
+        return -1;
+    sched_link_recomputes(x);
+    sched_sp_backward_gathers(x);
+    sched_update_sizes(x);
+    return 0;
+}
+
+static int pass_orders(sched_ctx *x, base_error *e)
+{
+    return run_directives(x, x->first_order, x->prog->ndirectives, e);
+}
+
+/* A pipeline that orders nothing gets 1F1B, Megatron-LM's default: the generic list scheduler
+ * keeps micro-batches in order, which serialises a pipeline. */
+static int pass_default_schedule(sched_ctx *x, base_error *e)
+{
+    if (x->order_seen || !default_pipeline(x)) return 0;
+    ir_directive d;
+    memset(&d, 0, sizeof d);
+    d.op = IR_DIR_SCHEDULE;
+    d.index = x->prog->ndirectives;
+    d.file = x->prog->file;
+    d.schedule = "1f1b";
+    if (sched_dir_schedule(x, &d, e)) {
+        base_error_prefix(e, "the default 1F1B schedule for this pipeline failed (write "
+                             "an order or schedule directive to choose another): ");
+        return -1;
+    }
+    sched_update_sizes(x);
+    x->c->default_schedule = "1f1b";
+    return 0;
+}
+
+static int pass_launch(sched_ctx *x, base_error *e)
+{
+    x->costs = sched_costs_new(x); /* the shapes are final now; freed by sched_lower */
+    return sched_order_nodes(x, &x->order, e);
+}
+
+static int pass_lower(sched_ctx *x, base_error *e) { return sched_lower_plan(x, &x->order, &x->opt, e); }
 
 static int check_memory(sched_compilation *c, const sched_options *o, base_error *e)
 {
@@ -237,34 +425,13 @@ static int check_memory(sched_compilation *c, const sched_options *o, base_error
     return 0;
 }
 
-int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
+/* The plans' verifier, as the last pass: it runs once, because its verdict picks the p2p streams
+ * and its statistics (peak memory) are what the summary and the memory limit read. */
+static int pass_check(sched_ctx *x, base_error *e)
 {
-    static const sched_options defaults;
-    if (!o) o = &defaults;
-    /* a schedule that assumes asynchronous sends gets one p2p stream per channel from the start
-     * (sched_dir_schedule says which); the single shared stream would serialise them */
-    sched_options with_channels;
-    if (o->p2p_per_channel) c->p2p_per_channel = true;
-    if (c->p2p_channels_for && !o->p2p_per_channel && !o->no_sendrecv_groups) {
-        with_channels = *o;
-        with_channels.p2p_per_channel = true;
-        o = &with_channels;
-        c->p2p_per_channel = true;
-    }
-    sched_ctx x;
-    memset(&x, 0, sizeof x);
-    x.c = c;
-    x.prog = &c->prog;
-    x.g = &c->dag;
-    x.a = &c->arena;
-    x.costs = sched_costs_new(&x);
-    sched_order ord;
-    int rc = sched_order_nodes(&x, &ord, e);
-    if (!rc) rc = sched_lower_plan(&x, &ord, o, e);
-    if (rc || o->no_check) {
-        sched_costs_free(x.costs);
-        return rc;
-    }
+    sched_compilation *c = x->c;
+    const sched_options *o = &x->opt;
+    if (o->no_check) return 0;
     if (plan_check(&c->plan, &c->stats, e)) {
         /* One p2p stream per device with every neighbour's sends and receives on it deadlocks
          * for schedules with several stages per rank (interleaved, V shapes): each rank's lone
@@ -279,7 +446,7 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
         plan_free(&c->plan);
         plan_init(&c->plan);
         if (!o->no_sendrecv_groups && !o->p2p_per_channel && strstr(e->msg, "deadlock") &&
-            sched_lower_plan(&x, &ord, &o2, &again) == 0 &&
+            sched_lower_plan(x, &x->order, &o2, &again) == 0 &&
             plan_check(&c->plan, &c->stats, &again) == 0) {
             char warn[BASE_WARN_MAX];
             memcpy(warn, e->warnings, sizeof warn);
@@ -289,13 +456,47 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
             e->nwarn = nwarn;
             c->p2p_per_channel = true;
         } else {
-            sched_costs_free(x.costs);
             base_error_prefix(e, "the plan cannot run: ");
             return -1;
         }
     }
-    sched_costs_free(x.costs);
     return check_memory(c, o, e);
+}
+
+static void ctx_init(sched_ctx *x, sched_compilation *c)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->prog = &c->prog;
+    x->g = &c->dag;
+    x->a = &c->arena;
+    base_arena_init(&x->scratch);
+}
+
+int sched_build_dag(sched_compilation *c, base_error *e)
+{
+    sched_ctx x;
+    ctx_init(&x, c);
+    x.first_order = first_ordering_directive(&c->prog);
+    return run_passes(&x, 0, dag_passes(), e);
+}
+
+int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
+{
+    static const sched_options defaults;
+    sched_ctx x;
+    ctx_init(&x, c);
+    x.opt = o ? *o : defaults;
+    /* a schedule that assumes asynchronous sends gets one p2p stream per channel from the start
+     * (sched_dir_schedule says which); the single shared stream would serialise them */
+    if (x.opt.p2p_per_channel) c->p2p_per_channel = true;
+    if (c->p2p_channels_for && !x.opt.p2p_per_channel && !x.opt.no_sendrecv_groups) {
+        x.opt.p2p_per_channel = true;
+        c->p2p_per_channel = true;
+    }
+    int rc = run_passes(&x, dag_passes(), NPASSES, e);
+    sched_costs_free(x.costs);
+    return rc;
 }
 
 int sched_compile(sched_compilation *c, const char *program_path, const char *model_path,

@@ -7,7 +7,6 @@
  * an error, and so is an order that contradicts the data flow (the verifier finds the cycle). */
 #include "sched_internal.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static bool names_split_pass(const ir_filter *f)
@@ -33,11 +32,11 @@ static bool match_as_backward(const ir_dag *g, int32_t v, const ir_filter *f)
 
 /* B -> BI + BW for every listed backward, in one pass over the edges: every data input feeds
  * both halves; the weight gradient leaves from BW; everything else stays with BI. */
-static void split_backwards(ir_dag *g, const int32_t *bs, size_t n)
+static void split_backwards(ir_dag *g, base_arena *scratch, const int32_t *bs, size_t n)
 {
     if (!n) return;
     size_t n0 = g->nnodes;
-    int32_t *bw_of = base_xmalloc(n0 * sizeof *bw_of);
+    int32_t *bw_of = base_arena_calloc(scratch, n0, sizeof *bw_of);
     for (size_t v = 0; v < n0; v++) bw_of[v] = -1;
     for (size_t i = 0; i < n; i++) {
         int32_t b = bs[i];
@@ -77,7 +76,6 @@ static void split_backwards(ir_dag *g, const int32_t *bs, size_t n)
                 o->pass = PLAN_PASS_BI;
         }
     }
-    free(bw_of);
     g->adj_valid = false;
 }
 
@@ -90,7 +88,7 @@ typedef struct node_index {
     size_t nnodes;
 } node_index;
 
-static void index_build(const ir_dag *g, node_index *x)
+static void index_build(const ir_dag *g, base_arena *scratch, node_index *x)
 {
     memset(x, 0, sizeof *x);
     x->nnodes = g->nnodes;
@@ -100,28 +98,21 @@ static void index_build(const ir_dag *g, node_index *x)
         if (n->mb + 1 > x->mbs) x->mbs = n->mb + 1;
     }
     size_t nkeys = (size_t)(x->stages * (x->mbs + 1));
-    x->off = base_xcalloc(nkeys + 2, sizeof *x->off);
-    x->ids = base_xmalloc((g->nnodes ? g->nnodes : 1) * sizeof *x->ids);
+    x->off = base_arena_calloc(scratch, nkeys + 2, sizeof *x->off);
+    x->ids = base_arena_calloc(scratch, g->nnodes ? g->nnodes : 1, sizeof *x->ids);
     for (size_t v = 0; v < g->nnodes; v++) {
         const ir_node *n = &g->nodes[v];
         if (n->dead || n->stage < 0) continue;
         x->off[n->stage * (x->mbs + 1) + n->mb + 1 + 1]++;
     }
     for (size_t k = 0; k < nkeys; k++) x->off[k + 1] += x->off[k];
-    int32_t *fill = base_xcalloc(nkeys + 1, sizeof *fill);
+    int32_t *fill = base_arena_calloc(scratch, nkeys + 1, sizeof *fill);
     for (size_t v = 0; v < g->nnodes; v++) {
         const ir_node *n = &g->nodes[v];
         if (n->dead || n->stage < 0) continue;
         size_t key = (size_t)(n->stage * (x->mbs + 1) + n->mb + 1);
         x->ids[x->off[key] + fill[key]++] = (int32_t)v;
     }
-    free(fill);
-}
-
-static void index_free(node_index *x)
-{
-    free(x->off);
-    free(x->ids);
 }
 
 /* The bucket every filter of the group shares, or NULL (then *n = all nodes, by id). */
@@ -203,21 +194,20 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
         for (int k = 0; k < d->ngroups && !hit; k++)
             for (int j = 0; j < d->group_nfilters[k] && !hit; j++)
                 hit = names_split_pass(&d->groups[k][j]) && match_as_backward(g, (int32_t)v, &d->groups[k][j]);
-        if (hit) BASE_VEC_PUSH(to_split, (int32_t)v);
+        if (hit) SCHED_PUSH(&x->scratch, to_split, (int32_t)v);
     }
-    split_backwards(g, to_split.v, to_split.n);
-    free(to_split.v);
+    split_backwards(g, &x->scratch, to_split.v, to_split.n);
 
     /* Match every group. Schedules write one group per (stage, micro-batch), so nodes are
      * bucketed by stage and micro-batch once, and a group whose filters all name one stage and
      * one micro-batch looks only at that bucket (GPT-3's 1F1B: 192 groups per rank over 130k
      * nodes would otherwise be 2e8 filter tests). */
     node_index idx;
-    index_build(g, &idx);
-    int32_t **members = base_xcalloc((size_t)d->ngroups, sizeof *members);
-    int *nmembers = base_xcalloc((size_t)d->ngroups, sizeof *nmembers);
-    int place = -1, rc = 0;
-    for (int k = 0; k < d->ngroups && !rc; k++) {
+    index_build(g, &x->scratch, &idx);
+    int32_t **members = base_arena_calloc(&x->scratch, (size_t)d->ngroups, sizeof *members);
+    int *nmembers = base_arena_calloc(&x->scratch, (size_t)d->ngroups, sizeof *nmembers);
+    int place = -1;
+    for (int k = 0; k < d->ngroups; k++) {
         BASE_VEC(int32_t) s = {0};
         size_t ncand;
         const int32_t *cand = index_candidates(&idx, d->groups[k], d->group_nfilters[k], &ncand);
@@ -226,7 +216,7 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
             for (int j = 0; j < d->group_nfilters[k]; j++) {
                 if (!sched_filter_match(g, (int32_t)v, &d->groups[k][j])) continue;
                 if (g->nodes[v].flags & IR_NODE_DP_SYNC) break; /* per-step sync is not ordered by hand */
-                BASE_VEC_PUSH(s, (int32_t)v);
+                SCHED_PUSH(&x->scratch, s, (int32_t)v);
                 if (d->group_nfilters[k] >= 2) {
                     sched_compilation *c = x->c;
                     c->overlap = base_arena_grow(&c->arena, c->overlap, &c->cap_overlap, c->noverlap + 1,
@@ -241,48 +231,41 @@ int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e)
         if (d->group_nfilters[k] >= 2) x->c->noverlap_groups++;
         if (!s.n) {
             const ir_filter *f = d->group_nfilters[k] ? &d->groups[k][0] : NULL;
-            rc = base_error_at(e, d->file, f ? f->line : d->line, f ? f->col : d->col,
-                               "directive %d (order): group %d matches no node; check its tags "
-                               "(and that split/place ran before)",
-                               d->index, k + 1);
-            break;
+            return base_error_at(e, d->file, f ? f->line : d->line, f ? f->col : d->col,
+                                 "directive %d (order): group %d matches no node; check its tags "
+                                 "(and that split/place ran before)",
+                                 d->index, k + 1);
         }
-        for (size_t i = 0; i < s.n && !rc; i++) {
+        for (size_t i = 0; i < s.n; i++) {
             int p = g->nodes[s.v[i]].place;
             if (place < 0) place = p;
             if (p != place) {
                 char a[96];
                 const ir_place *p0 = &g->places[place], *p1 = &g->places[p];
-                rc = sched_dir_error(d, e,
-                                     "group %d selects '%s' on device %d%s while earlier nodes "
-                                     "run on device %d%s; an order applies to one device, so "
-                                     "write one order per rank",
-                                     k + 1, ir_node_label(g, s.v[i], a, sizeof a), p1->devs[0],
-                                     p1->ndev > 1 ? ".." : "", p0->devs[0], p0->ndev > 1 ? ".." : "");
+                return sched_dir_error(d, e,
+                                       "group %d selects '%s' on device %d%s while earlier nodes "
+                                       "run on device %d%s; an order applies to one device, so "
+                                       "write one order per rank",
+                                       k + 1, ir_node_label(g, s.v[i], a, sizeof a), p1->devs[0],
+                                       p1->ndev > 1 ? ".." : "", p0->devs[0], p0->ndev > 1 ? ".." : "");
             }
         }
     }
-    if (!rc) {
-        bool overlapped = false;
-        for (int k = 0; k < d->ngroups; k++) overlapped |= d->group_nfilters[k] >= 2;
-        if (overlapped) {
-            ir_dag_build_adjacency(g);
-            for (int k = 0; k < d->ngroups; k++)
-                if (d->group_nfilters[k] >= 2) overlap_group(g, members[k], nmembers[k]);
-            g->adj_valid = false;
-        }
-        for (int k = 0; k + 1 < d->ngroups; k++) {
-            int32_t dummy = ir_dag_add_node(g, IR_OP_ORDER);
-            g->nodes[dummy].place = place;
-            g->nodes[dummy].directive = d->index;
-            for (int i = 0; i < nmembers[k]; i++) ir_dag_add_edge(g, members[k][i], dummy, -1, IR_EDGE_TEMPORAL);
-            for (int i = 0; i < nmembers[k + 1]; i++)
-                ir_dag_add_edge(g, dummy, members[k + 1][i], -1, IR_EDGE_TEMPORAL);
-        }
+    bool overlapped = false;
+    for (int k = 0; k < d->ngroups; k++) overlapped |= d->group_nfilters[k] >= 2;
+    if (overlapped) {
+        ir_dag_build_adjacency(g);
+        for (int k = 0; k < d->ngroups; k++)
+            if (d->group_nfilters[k] >= 2) overlap_group(g, members[k], nmembers[k]);
+        g->adj_valid = false;
     }
-    for (int k = 0; k < d->ngroups; k++) free(members[k]);
-    index_free(&idx);
-    free(members);
-    free(nmembers);
-    return rc;
+    for (int k = 0; k + 1 < d->ngroups; k++) {
+        int32_t dummy = ir_dag_add_node(g, IR_OP_ORDER);
+        g->nodes[dummy].place = place;
+        g->nodes[dummy].directive = d->index;
+        for (int i = 0; i < nmembers[k]; i++) ir_dag_add_edge(g, members[k][i], dummy, -1, IR_EDGE_TEMPORAL);
+        for (int i = 0; i < nmembers[k + 1]; i++)
+            ir_dag_add_edge(g, dummy, members[k + 1][i], -1, IR_EDGE_TEMPORAL);
+    }
+    return 0;
 }

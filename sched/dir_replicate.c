@@ -15,7 +15,6 @@
  * placements. */
 #include "sched_internal.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 
@@ -80,16 +79,14 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
 
     /* Mark the nodes; the optimizer steps name the regions whose gradients we synchronise. */
     int matched = 0, cached_place = -1, cached_tp = 1;
-    bool *region_upd = base_xcalloc((size_t)g->nregions, sizeof *region_upd);
-    int32_t *upd_of = base_xcalloc((size_t)g->nregions, sizeof *upd_of);
+    bool *region_upd = base_arena_calloc(&x->scratch, (size_t)g->nregions, sizeof *region_upd);
+    int32_t *upd_of = base_arena_calloc(&x->scratch, (size_t)g->nregions, sizeof *upd_of);
     for (size_t v = 0; v < g->nnodes; v++) {
         if (!sched_filter_match(g, (int32_t)v, &d->filter)) continue;
         ir_node *n = &g->nodes[v];
         if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) continue;
         if (n->dp) {
             char lbl[96];
-            free(region_upd);
-            free(upd_of);
             return sched_dir_error(d, e, "'%s' is already replicated by an earlier directive",
                                    ir_node_label(g, (int32_t)v, lbl, sizeof lbl));
         }
@@ -101,8 +98,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             n->place = own;
         } else if (p->ndev == n->tp) {
             char lbl[96];
-            free(region_upd);
-            free(upd_of);
             return sched_dir_error(d, e,
                                    "'%s' runs on its tensor-parallel group only; place it on all "
                                    "its devices (TP x DP) before replicating",
@@ -126,8 +121,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                                     ir_node_label(g, (int32_t)v, lbl, sizeof lbl), p->ndev,
                                     cached_tp, p->ndev / cached_tp, d->ndevices);
                 }
-                free(region_upd);
-                free(upd_of);
                 return -1;
             }
         } else if (p->ndev != n->tp * d->ndevices ||
@@ -141,8 +134,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                                 ir_node_label(g, (int32_t)v, lbl, sizeof lbl), p->ndev, n->tp,
                                 p->ndev / n->tp, d->ndevices);
             }
-            free(region_upd);
-            free(upd_of);
             return -1;
         }
         matched++;
@@ -153,15 +144,11 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
         }
     }
     if (!matched) {
-        free(region_upd);
-        free(upd_of);
         return sched_dir_error(d, e, "the filter matches no node; check its tags");
     }
     int nupd = 0;
     for (int r = 0; r < g->nregions; r++) nupd += region_upd[r];
     if (!nupd) {
-        free(region_upd);
-        free(upd_of);
         return sched_dir_error(d, e, "the filter selects no optimizer step, so there is no "
                                      "gradient to synchronise; filter by PP, LAYER or REGION "
                                      "rather than PASS");
@@ -173,15 +160,15 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
      * split there is only micro-batch 0, and split copies the per-micro-batch reduction). */
     const bool per_mb = d->zero >= 2;
     const int64_t nmb = per_mb && g->num_microbatches > 0 ? g->num_microbatches : 1;
-    int32_t *sync = base_xmalloc((size_t)nmb * sizeof *sync);
-    int32_t *sync_out = base_xmalloc((size_t)nmb * sizeof *sync_out);
+    int32_t *sync = base_arena_calloc(&x->scratch, (size_t)nmb, sizeof *sync);
+    int32_t *sync_out = base_arena_calloc(&x->scratch, (size_t)nmb, sizeof *sync_out);
     /* ZeRO-2/3 hold at most two buckets' whole gradients per micro-batch, as DeepSpeed's
      * double-buffered reduction does: the backward that starts bucket j + 2 waits for bucket j's
      * reduce-scatter (a temporal edge), so a network slower than the backward stalls the
      * backward instead of piling up whole gradients. prev1/prev2: the syncs of the last two
      * buckets. Only B passes wait: split weight-gradient passes (BW) follow their schedule. */
-    int32_t *prev1 = base_xmalloc((size_t)nmb * sizeof *prev1);
-    int32_t *prev2 = base_xmalloc((size_t)nmb * sizeof *prev2);
+    int32_t *prev1 = base_arena_calloc(&x->scratch, (size_t)nmb, sizeof *prev1);
+    int32_t *prev2 = base_arena_calloc(&x->scratch, (size_t)nmb, sizeof *prev2);
     BASE_VEC(int32_t) bounded = {0}; /* B nodes of the open bucket already given their wait */
     int nbuckets = 0;
     for (int pl = 0; pl < g->nplaces; pl++) {
@@ -229,13 +216,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                 int64_t k = per_mb ? g->nodes[src].mb : 0;
                 if (k < 0 || k >= nmb) {
                     char lbl[96];
-                    free(sync);
-                    free(sync_out);
-                    free(prev1);
-                    free(prev2);
-                    free(bounded.v);
-                    free(region_upd);
-                    free(upd_of);
                     return sched_dir_error(d, e, "'%s' produces a gradient outside the step's "
                                                  "micro-batches; this is a compiler fault",
                                            ir_node_label(g, src, lbl, sizeof lbl));
@@ -260,7 +240,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
                 bool waits = per_mb && prev2[k] >= 0 && g->nodes[src].op == IR_OP_B;
                 for (size_t q = 0; q < bounded.n && waits; q++) waits = bounded.v[q] != src;
                 if (waits) {
-                    BASE_VEC_PUSH(bounded, src);
+                    SCHED_PUSH(&x->scratch, bounded, src);
                     ir_dag_add_edge(g, prev2[k], src, -1, IR_EDGE_TEMPORAL);
                 }
             }
@@ -274,11 +254,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             if (fill >= bucket_cap) open = false;
         }
     }
-    free(sync);
-    free(sync_out);
-    free(prev1);
-    free(prev2);
-    free(bounded.v);
 
     /* ZeRO-3: gather a region's parameters before each of its forward, recompute and backward
      * passes, per micro-batch; ordering issues each gather just before its consumer. The gather
@@ -294,7 +269,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
          * where nmb above counts only those with a reduction of their own */
         const int64_t nmbs = g->num_microbatches > 0 ? g->num_microbatches : 1;
         const size_t nkey = (size_t)g->nregions * 3 * (size_t)nmbs;
-        int32_t *consumer = base_xmalloc((nkey ? nkey : 1) * sizeof *consumer);
+        int32_t *consumer = base_arena_calloc(&x->scratch, nkey ? nkey : 1, sizeof *consumer);
         for (size_t k = 0; k < nkey; k++) consumer[k] = -1;
         BASE_VEC(int32_t) gathers = {0};
         for (size_t v = 0; v < n0; v++) {
@@ -313,7 +288,7 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             cn->directive = d->index;
             int32_t t = ir_dag_add_tensor(g, c, IR_T_COMM, 0);
             ir_dag_add_edge(g, c, (int32_t)v, t, IR_EDGE_DATA);
-            BASE_VEC_PUSH(gathers, c);
+            SCHED_PUSH(&x->scratch, gathers, c);
             int pk = prefetch_pass(g->nodes[v].op);
             int32_t mb = g->nodes[v].mb;
             if (pk >= 0 && mb >= 0 && mb < nmbs)
@@ -330,10 +305,6 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             if (prev < 0 || g->nodes[prev].place != un->place) continue;
             ir_dag_add_edge(g, prev, gathers.v[i], -1, IR_EDGE_TEMPORAL);
         }
-        free(consumer);
-        free(gathers.v);
     }
-    free(region_upd);
-    free(upd_of);
     return 0;
 }

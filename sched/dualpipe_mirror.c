@@ -31,7 +31,6 @@
  * clear error. */
 #include "schedule.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static bool supported_op(const ir_node *n)
@@ -67,7 +66,7 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         return sched_dir_error(d, e, "dualpipe needs pipeline stages, but the program annotates "
                                      "none; add annotations: {pp: N} (one stage per rank) and "
                                      "place each stage");
-    int *place_of = base_xmalloc((size_t)p * sizeof *place_of);
+    int *place_of = base_arena_calloc(&x->scratch, (size_t)p, sizeof *place_of);
     for (int s = 0; s < p; s++) place_of[s] = -1;
     int rc = 0;
     for (size_t v = 0; v < g->nnodes && !rc; v++) {
@@ -106,27 +105,19 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
                                            "and place stage i on rank i",
                                      q, s);
     }
-    if (rc) {
-        free(place_of);
-        return rc;
-    }
+    if (rc) return rc;
     /* the builder's preconditions (p even, m even, m >= 2p), with its messages */
     sched_params sp = {.p = p, .m = m};
     sched_table t;
     char why[512];
     int bad = sched_build_dualpipe(false, &sp, &t, why, sizeof why);
     if (!bad) sched_table_free(&t);
-    if (bad) {
-        free(place_of);
-        return sched_dir_error(d, e, "%s", why);
-    }
-    if (g->model->tied_embeddings) {
-        free(place_of);
+    if (bad) return sched_dir_error(d, e, "%s", why);
+    if (g->model->tied_embeddings)
         return sched_dir_error(d, e, "dualpipe with tied embeddings is not supported yet: both "
                                      "ends of both pipelines would hold a copy of the shared "
                                      "weight (four copies to sum); use a model with "
                                      "tied_embeddings: false, or dualpipev");
-    }
 
     /* the reverse pipeline: micro-batches m/2..m-1, stage i -> p+i on stage p-1-i's devices */
     size_t n0 = g->nnodes;
@@ -171,21 +162,21 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
          * parameters (which a ZeRO-1 gather reads) */
         for (size_t ti = 0; ti < g->ntensors; ti++)
             if (g->tensors[ti].producer == (int32_t)v && g->tensors[ti].kind == out_kind) {
-                BASE_VEC_PUSH(orig_out, (int32_t)ti);
-                BASE_VEC_PUSH(copy_out, t2);
+                SCHED_PUSH(&x->scratch, orig_out, (int32_t)ti);
+                SCHED_PUSH(&x->scratch, copy_out, t2);
             }
-        BASE_VEC_PUSH(orig, (int32_t)v);
-        BASE_VEC_PUSH(copy, u2);
+        SCHED_PUSH(&x->scratch, orig, (int32_t)v);
+        SCHED_PUSH(&x->scratch, copy, u2);
         if (upd) {
-            BASE_VEC_PUSH(upd_o, (int32_t)v);
-            BASE_VEC_PUSH(upd_c, u2);
+            SCHED_PUSH(&x->scratch, upd_o, (int32_t)v);
+            SCHED_PUSH(&x->scratch, upd_c, u2);
         }
     }
     /* the clipping norm each stage's updates read (its world all-reduce, whose result is the
      * global norm on every device): a mirror on rank p-1-i reads rank p-1-i's, not a copy
      * sent from rank i, which would queue a per-step receive among the pipeline's */
-    int32_t *norm_src = base_xmalloc((size_t)p * sizeof *norm_src);
-    int32_t *norm_t = base_xmalloc((size_t)p * sizeof *norm_t);
+    int32_t *norm_src = base_arena_calloc(&x->scratch, (size_t)p, sizeof *norm_src);
+    int32_t *norm_t = base_arena_calloc(&x->scratch, (size_t)p, sizeof *norm_t);
     for (int s = 0; s < p; s++) norm_src[s] = norm_t[s] = -1;
     for (size_t i = 0; i < ne0; i++) {
         const ir_edge *ed = &g->edges[i];
@@ -241,8 +232,8 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
         g->nodes[a2].flags &= (uint16_t)~IR_NODE_TIED;
         g->nodes[a1].ep = g->nodes[u].ep;
         g->nodes[a2].ep = g->nodes[u2].ep;
-        BASE_VEC_PUSH(sums, a1);
-        BASE_VEC_PUSH(sums, a2);
+        SCHED_PUSH(&x->scratch, sums, a1);
+        SCHED_PUSH(&x->scratch, sums, a2);
     }
     /* Both ends of a pair group must issue its sums in the same order, but the list scheduler
      * ranks ready sums by downstream work, which differs between an original (its sum feeds the
@@ -262,17 +253,7 @@ int sched_dualpipe_mirror(sched_ctx *x, const ir_directive *d, base_error *e)
                 prev = sums.v[k];
             }
     }
-    free(sums.v);
     g->adj_valid = false;
-    free(norm_src);
-    free(norm_t);
-    free(orig.v);
-    free(copy.v);
-    free(orig_out.v);
-    free(copy_out.v);
-    free(upd_o.v);
-    free(upd_c.v);
-    free(place_of);
     x->mirror_p = p;
     return 0;
 }

@@ -1,12 +1,34 @@
 /* piper_compile.c — `piper-compile`: compile a training program into verified per-device plans.
  * Prints a summary (devices, instructions per kind, static peak memory per device), and on
- * request the global DAG (--dump-dag text|dot), the plan file (-o), the directives with every
- * schedule expanded (--emit-directives) and the per-rank order as CSV (--emit-order). */
+ * request the global DAG (--dump-dag text|dot), the IR after any pass (--dump-after, as QBE's
+ * -d), the plan file (-o), the directives with every schedule expanded (--emit-directives) and
+ * the per-rank order as CSV (--emit-order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
+
+/* The compiler's table of passes: each name, and what it does wrapped to 80 columns. */
+static void list_passes(FILE *f)
+{
+    for (int i = 0; i < sched_pass_count(); i++) {
+        fprintf(f, "  %-18s", sched_pass_name(i));
+        int col = 20;
+        for (const char *w = sched_pass_what(i); *w;) {
+            int n = (int)strcspn(w, " ");
+            if (col + 1 + n > 80) {
+                fprintf(f, "\n%20s", "");
+                col = 20;
+            }
+            fprintf(f, " %.*s", n, w);
+            col += 1 + n;
+            w += n;
+            while (*w == ' ') w++;
+        }
+        fputc('\n', f);
+    }
+}
 
 static void usage(FILE *f)
 {
@@ -22,6 +44,10 @@ static void usage(FILE *f)
             "  --model FILE          model to use instead of the program's own\n"
             "  --cluster FILE        cluster to use instead of the program's own\n"
             "  --dump-dag[=text|dot] print the global DAG after all directives (to stdout)\n"
+            "  --dump-after=PASS     print the IR after the pass PASS (to stdout) and go on\n"
+            "                        compiling: the DAG as --dump-dag=text prints it, the\n"
+            "                        launch order as node ids of that dump, or the plan file;\n"
+            "                        --dump-after=list lists the passes\n"
             "  --emit-directives     print the directives as run, each schedule expanded into\n"
             "                        its order directives, as a JSON array (Piper's schema)\n"
             "  --emit-order FILE     write the per-rank order (PyTorch's CSV notation: 0F3, 2I1,\n"
@@ -36,13 +62,16 @@ static void usage(FILE *f)
             "  -h, --help            this help\n"
             "\n"
             "exit status: 0 on success, 1 when the program is invalid or cannot run, 2 on usage\n"
-            "errors.\n");
+            "errors.\n"
+            "\n"
+            "passes, in the order they run (the verifier runs after each):\n");
+    list_passes(f);
 }
 
 int main(int argc, char **argv)
 {
     const char *program = NULL, *out = NULL, *model = NULL, *cluster = NULL, *dump = NULL;
-    const char *emit_order = NULL;
+    const char *emit_order = NULL, *dump_after = NULL;
     bool quiet = false, emit_directives = false;
     sched_options opt = {0};
     for (int i = 1; i < argc; i++) {
@@ -69,6 +98,12 @@ int main(int argc, char **argv)
             dump = "text";
         } else if (!strcmp(a, "--dump-dag=dot")) {
             dump = "dot";
+        } else if (!strncmp(a, "--dump-after=", 13)) {
+            dump_after = a + 13;
+            if (!strcmp(dump_after, "list")) {
+                list_passes(stdout);
+                return 0;
+            }
         } else if (!strcmp(a, "--allow-oom")) {
             opt.allow_oom = true;
         } else if (!strcmp(a, "--no-sendrecv-groups")) {
@@ -98,6 +133,11 @@ int main(int argc, char **argv)
     sched_compilation_init(&c);
     base_error e;
     base_error_clear(&e);
+    if (dump_after && sched_dump_after(&c, dump_after, stdout, &e)) {
+        fprintf(stderr, "piper-compile: --dump-after: %s\n", e.msg);
+        sched_compilation_free(&c);
+        return 2;
+    }
     int rc = sched_load(&c, program, model, cluster, &e);
     if (!rc) rc = sched_build_dag(&c, &e);
     if (!rc && dump) {
@@ -122,7 +162,7 @@ int main(int argc, char **argv)
     }
     base_error_print(&e, stderr);
     /* stdout carries the requested text alone, so it can be piped into a file and loaded */
-    bool text_out = dump || emit_directives || (emit_order && !strcmp(emit_order, "-"));
+    bool text_out = dump || dump_after || emit_directives || (emit_order && !strcmp(emit_order, "-"));
     if (!rc && !quiet && !text_out) sched_print_summary(&c, stdout);
     if (!rc && out && !quiet && !text_out) fprintf(stdout, "\nplan written to %s\n", out);
     sched_compilation_free(&c);

@@ -1,5 +1,6 @@
 /* sched.h — the contract of sched/'s compiler: program -> global DAG -> directives as verified
- * passes -> ordering -> lowering -> one checked plan per device (plan/plan.h has the plan).
+ * passes -> ordering -> lowering -> one checked plan per device (plan/plan.h has the plan), one
+ * table of passes (compile.c).
  * piper-compile is a thin command line over these functions. */
 #ifndef PIPER_SCHED_H
 #define PIPER_SCHED_H
@@ -43,17 +44,30 @@ typedef struct sched_compilation {
     int nexpanded;
     size_t cap_expanded;
     ir_directive *expanded;
+    int dump_pass;             /* sched_dump_after: the pass after which to print the IR; -1 */
+    FILE *dump_to;
 } sched_compilation;
 
 void sched_compilation_init(sched_compilation *c);
 void sched_compilation_free(sched_compilation *c);
 
+/* The compiler's passes in the order they run (compile.c's table): their names and what each
+ * does; NULL outside 0..sched_pass_count()-1. */
+int sched_pass_count(void);
+const char *sched_pass_name(int i);
+const char *sched_pass_what(int i);
+/* piper-compile --dump-after=PASS: once the pass named `pass` has run and been verified, print
+ * what it left to f (the DAG as ir_dag_dump_text writes it, the launch order as node ids of that
+ * dump, or the plan file) and go on compiling. An unknown name is an error listing the passes. */
+int sched_dump_after(sched_compilation *c, const char *pass, FILE *f, base_error *e);
+
 /* Load the program (model/cluster overrides may be NULL). */
 int sched_load(sched_compilation *c, const char *program_path, const char *model_path,
                const char *cluster_path, base_error *e);
-/* Build the DAG and run every directive as a pass, verifying after each. */
+/* The passes that leave the DAG: build it and run every directive as a pass, verifying after
+ * each. */
 int sched_build_dag(sched_compilation *c, base_error *e);
-/* Order, lower to per-device plans and check them (deadlock, memory). */
+/* The passes after them: order, lower to per-device plans and check them (deadlock, memory). */
 int sched_lower(sched_compilation *c, const sched_options *o, base_error *e);
 /* All three. */
 int sched_compile(sched_compilation *c, const char *program_path, const char *model_path,

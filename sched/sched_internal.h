@@ -6,17 +6,41 @@
 
 #include "sched.h"
 
+/* Ordering: per device class, a launch order of node ids (ordering.c). */
+typedef struct sched_order {
+    int nclasses;
+    int *class_of_device;      /* device -> class */
+    int *class_rep;            /* class -> representative device */
+    int *class_nnodes;
+    int32_t **class_nodes;     /* launch order of each class */
+    double *node_seconds;      /* cost-model duration of each node */
+} sched_order;
+
+/* What the passes share (compile.c's driver makes one for sched_build_dag's passes and one
+ * for sched_lower's). */
 typedef struct sched_ctx {
     sched_compilation *c;
     const ir_program *prog;
     ir_dag *g;
-    base_arena *a;
+    base_arena *a;             /* the compilation's arena: what outlives the pass */
+    base_arena scratch;        /* the running pass's temporaries: the driver empties it after
+                                  each pass and each directive, so error paths free nothing */
     bool split_done;
     bool order_seen;           /* an order/schedule directive ran: structure is frozen */
+    int first_order;           /* the first order or schedule directive (ndirectives: none) */
     int32_t *stage_of_region;
     int mirror_p;              /* DualPipe: the pipeline ranks p once stages are mirrored; 0 */
     struct sched_costs *costs; /* made after the directives ran (shapes are final) */
+    sched_order order;         /* the launch order (the launch pass), which lowering reads */
+    sched_options opt;         /* the options of the plan passes */
 } sched_ctx;
+
+/* A growable array (BASE_VEC) in an arena, here the pass scratch: nothing to free. */
+#define SCHED_PUSH(arena, vec, x)                                                              \
+    do {                                                                                       \
+        (vec).v = base_arena_grow((arena), (vec).v, &(vec).cap, (vec).n + 1, sizeof *(vec).v); \
+        (vec).v[(vec).n++] = (x);                                                              \
+    } while (0)
 
 /* "prog.yaml:12:5: directive 3 (place)" */
 const char *sched_dir_where(const ir_directive *d, char *buf, size_t n);
@@ -106,15 +130,6 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_recompute(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e);
 
-/* Ordering: per device class, a launch order of node ids (ordering.c). */
-typedef struct sched_order {
-    int nclasses;
-    int *class_of_device;      /* device -> class */
-    int *class_rep;            /* class -> representative device */
-    int *class_nnodes;
-    int32_t **class_nodes;     /* launch order of each class */
-    double *node_seconds;      /* cost-model duration of each node */
-} sched_order;
 int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e);
 
 int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *opt, base_error *e);

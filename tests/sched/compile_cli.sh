@@ -1,7 +1,8 @@
 #!/bin/sh
 # compile_cli.sh — piper-compile's exit statuses and messages: 2 for usage errors (unknown
-# option, option without its file, no program), 1 for a program that cannot be read or compiled,
-# 0 for --help and a good program (whose plan file -o writes).
+# option, option without its file, no program, a pass --dump-after does not know), 1 for a
+# program that cannot be read or compiled, 0 for --help and a good program (whose plan file -o
+# writes); and --dump-after, each pass's dump showing what that pass did.
 # usage: compile_cli.sh PIPER_COMPILE SOURCE_DIR
 set -u
 compile=$1
@@ -40,6 +41,83 @@ expect 0 "exit status: 0 on success" --help
 expect 0 "plan written to $tmp/dp2.plan" "$prog" -o "$tmp/dp2.plan"
 if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 1'; then
   echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 1'" >&2
+  failed=$((failed + 1))
+fi
+
+# --dump-after=PASS: the IR after each pass of the compiler's table (sched/compile.c)
+expect 0 "placements are final" --dump-after=list
+expect 0 "passes, in the order they run" --help
+expect 0 "default-schedule" --help
+expect 2 "no compiler pass is named 'bogus'; name one of build, directives, mirror, p2p, orders, default-schedule, batch, launch, lower, check" "$prog" --dump-after=bogus
+if [ "$("$compile" --dump-after=list | grep -c '^  [a-z]')" -ne 10 ]; then
+  echo "FAIL: --dump-after=list does not list the 10 passes" >&2
+  failed=$((failed + 1))
+fi
+
+# dump PROGRAM PASS: piper-compile's stdout with --dump-after=PASS into $tmp/PASS (exit 0)
+dump() {
+  if ! "$compile" "$1" --dump-after="$2" >"$tmp/$2" 2>"$tmp/$2.err"; then
+    echo "FAIL: piper-compile $1 --dump-after=$2 failed:" >&2
+    cat "$tmp/$2.err" >&2
+    failed=$((failed + 1))
+  fi
+}
+# count PASS PATTERN WANT: WANT lines of $tmp/PASS match the extended regex PATTERN
+count() {
+  got=$(grep -cE -- "$2" "$tmp/$1")
+  if [ "$got" -ne "$3" ]; then
+    echo "FAIL: after the $1 pass, $got lines match '$2', want $3" >&2
+    failed=$((failed + 1))
+  fi
+}
+# same A B: the dumps after passes A and B are identical (B changed nothing here)
+same() {
+  if ! cmp -s "$tmp/$1" "$tmp/$2"; then
+    echo "FAIL: the $2 pass changed the IR of $pp2 (it has nothing to do there)" >&2
+    failed=$((failed + 1))
+  fi
+}
+
+# gpt_tiny (6 regions) in 2 stages on 2 devices, 4 micro-batches, nothing ordered: each pass
+# leaves a DAG whose counts are known (tests/fixtures/sched/pp2_m4.yaml says why)
+pp2=$src/tests/fixtures/sched/pp2_m4.yaml
+for pass in build directives mirror p2p orders default-schedule batch launch lower check; do
+  dump "$pp2" $pass
+done
+count build '^# piper DAG: 18 nodes, .* 1 micro-batches$' 1
+count build '^n[0-9]+ F ' 6
+count directives '^# piper DAG: .* 4 micro-batches$' 1
+count directives '^n[0-9]+ F ' 24
+count directives '^n[0-9]+ (SEND|RECV) ' 0
+same directives mirror
+count p2p '^n[0-9]+ SEND .* pp=0 .* to=n' 4
+count p2p '^n[0-9]+ SEND .* pp=1 .* to=n' 4
+count p2p '^n[0-9]+ RECV ' 8
+same p2p orders
+count p2p '^n[0-9]+ ORDER ' 0
+# 1F1B, one order per rank of 2m = 8 cells: 7 ORDER dummies each
+count default-schedule '^n[0-9]+ ORDER ' 14
+same default-schedule batch
+count launch '^# piper launch order: 2 device classes$' 1
+count launch '^class [01] devices [01]: 36 nodes$' 2
+count lower '^piper-plan 1$' 1
+"$compile" -q "$pp2" -o "$tmp/pp2.plan" >/dev/null 2>&1
+if ! cmp -s "$tmp/check" "$tmp/pp2.plan"; then
+  echo "FAIL: the dump after the check pass is not the plan -o writes" >&2
+  failed=$((failed + 1))
+fi
+if ! "$compile" "$pp2" --dump-after=build | head -n 1 | grep -q '^# piper DAG'; then
+  echo "FAIL: --dump-after prints the summary too, not the DAG alone" >&2
+  failed=$((failed + 1))
+fi
+
+# DualPipe: the mirror pass copies stages 0-3 as stages 4-7 (before it there are none)
+dp=$src/tests/exec_mpi/programs/gpt8u_pp4_dualpipe.yaml
+dump "$dp" directives
+dump "$dp" mirror
+count directives ' pp=[4-7] ' 0
+if [ "$(grep -c ' pp=[4-7] ' "$tmp/mirror")" -eq 0 ]; then
+  echo "FAIL: after the mirror pass, $dp has no mirrored stage 4-7" >&2
   failed=$((failed + 1))
 fi
 [ "$failed" -eq 0 ]

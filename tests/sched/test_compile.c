@@ -1493,6 +1493,100 @@ static void test_dag_verify_invariants(void)
     base_arena_free(&a);
 }
 
+/* ---------------------------------------------------------------- the table of passes */
+
+/* What sched_dump_after writes for `pass` while pp2_m4 compiles (through sched_lower unless
+ * dag_only); malloc'd, and *rc is the compilation's status. */
+static char *dump_after(const char *pass, bool dag_only, int *rc)
+{
+    char *path = fixture("pp2_m4.yaml");
+    sched_compilation c;
+    sched_compilation_init(&c);
+    base_error e;
+    base_error_clear(&e);
+    FILE *f = tmpfile();
+    CU_ASSERT_FATAL(f != NULL);
+    *rc = sched_dump_after(&c, pass, f, &e);
+    if (!*rc) *rc = sched_load(&c, path, NULL, NULL, &e);
+    if (!*rc) *rc = sched_build_dag(&c, &e);
+    if (!*rc && !dag_only) *rc = sched_lower(&c, NULL, &e);
+    if (*rc) fprintf(stderr, "\n  %s\n", e.msg);
+    long n = ftell(f);
+    char *text = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    rewind(f);
+    if (n > 0) CU_ASSERT_EQUAL(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    sched_compilation_free(&c);
+    free(path);
+    return text;
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+        const char *end = strchr(l, '\n');
+        const char *hit = strstr(l, needle);
+        n += hit && (!end || hit < end);
+    }
+    return n;
+}
+
+/* Every pass dumps what it leaves (the DAG, the launch order, the plan file), once; the p2p
+ * pass is the one that makes pp2_m4's 8 sends; sched_build_dag stops before the plan passes. */
+static void test_dump_after_each_pass(void)
+{
+    int npasses = sched_pass_count();
+    CU_ASSERT_EQUAL(npasses, 10);
+    CU_ASSERT_PTR_NULL(sched_pass_name(-1));
+    CU_ASSERT_PTR_NULL(sched_pass_name(npasses));
+    int launch = -1;
+    for (int i = 0; i < npasses; i++) {
+        const char *name = sched_pass_name(i);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(name);
+        CU_ASSERT(strlen(sched_pass_what(i)) > 10);
+        for (int j = 0; j < i; j++) CU_ASSERT_STRING_NOT_EQUAL(sched_pass_name(j), name);
+        if (!strcmp(name, "launch")) launch = i;
+        int rc;
+        char *text = dump_after(name, false, &rc);
+        CU_ASSERT_EQUAL(rc, 0);
+        const char *head = launch < 0 ? "# piper DAG: " : i == launch ? "# piper launch order: " : "piper-plan 1\n";
+        if (strncmp(text, head, strlen(head)) != 0)
+            fprintf(stderr, "\n  after %s: '%.40s', want '%s'\n", name, text, head);
+        CU_ASSERT_EQUAL(strncmp(text, head, strlen(head)), 0);
+        CU_ASSERT_EQUAL(count_lines_with(text, head), 1); /* one dump, after that pass only */
+        int sends = count_lines_with(text, " SEND ");
+        if (!strcmp(name, "directives")) CU_ASSERT_EQUAL(sends, 0);
+        if (!strcmp(name, "p2p")) CU_ASSERT_EQUAL(sends, 8);
+        free(text);
+    }
+    CU_ASSERT(launch > 0);
+    int rc;
+    char *text = dump_after("lower", true, &rc);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_STRING_EQUAL(text, "");
+    free(text);
+}
+
+/* An unknown pass name is an error that lists every pass, from the table. */
+static void test_dump_after_unknown_pass(void)
+{
+    char want[512] = "no compiler pass is named 'nosuch'; name one of ";
+    for (int i = 0; i < sched_pass_count(); i++) {
+        if (i) strcat(want, ", ");
+        strcat(want, sched_pass_name(i));
+    }
+    sched_compilation c;
+    sched_compilation_init(&c);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sched_dump_after(&c, "nosuch", stdout, &e), -1);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    CU_ASSERT(strstr(want, ", p2p, ") != NULL);
+    CU_ASSERT_EQUAL(c.dump_pass, -1);
+    sched_compilation_free(&c);
+}
+
 /* dag_tiny.yaml: gpt_tiny's 6 regions, 3 micro-batches, gradient clipping. */
 static void test_dag_node_counts(void)
 {
@@ -1628,6 +1722,8 @@ int piper_tests_register(void)
         {"ir_dag_verify names a hand-built cycle", test_dag_verify_cycle},
         {"ir_dag_verify: producers and placements", test_dag_verify_invariants},
         {"node counts of gpt_tiny's DAG", test_dag_node_counts},
+        {"--dump-after: every pass dumps what it leaves", test_dump_after_each_pass},
+        {"--dump-after: an unknown pass lists the passes", test_dump_after_unknown_pass},
         {"split copies per-micro-batch nodes m times", test_split_copies},
         {NULL, NULL},
     };
