@@ -50,10 +50,6 @@ static const char *const pass_names[PLAN_NPASS] = {
 const char *const ir_piper_ignored_keys[] = {"comment", "description", "name", "priority",
                                              "async", "debug", NULL};
 
-const char *const ir_schedule_names[] = {"gpipe", "1f1b",     "interleaved-1f1b", "zb-h1",
-                                         "zb-h2", "zbv",      "dualpipe",         "dualpipev",
-                                         NULL};
-
 const char *ir_directive_name(ir_directive_op op)
 {
     return (unsigned)op < IR_NDIR ? directive_names[op] : "?";
@@ -102,7 +98,7 @@ static int edit_distance(const char *a, const char *b)
 
 /* The closest candidate, if close enough to be the likely intent; NULL otherwise. A prefix of a
  * longer key ("num_micro" for "num_microbatches") counts as close too. */
-static const char *suggest(const char *word, const char *const *cands)
+const char *ir_suggest(const char *word, const char *const *cands)
 {
     const char *best = NULL;
     int bestd = 99;
@@ -131,7 +127,7 @@ static bool in_list(const char *s, const char *const *list)
     return false;
 }
 
-static void join_list(char *buf, size_t n, const char *const *list)
+char *ir_join_names(char *buf, size_t n, const char *const *list)
 {
     size_t off = 0;
     buf[0] = 0;
@@ -140,6 +136,7 @@ static void join_list(char *buf, size_t n, const char *const *list)
         if (w < 0) break;
         off += (size_t)w;
     }
+    return buf;
 }
 
 /* ---------------------------------------------------------------- loading context */
@@ -170,8 +167,8 @@ static int check_keys(ctx *c, const ir_doc *map, const char *takes, const char *
         }
         if (open) continue;
         char list[512];
-        join_list(list, sizeof list, known);
-        const char *s = suggest(key, known);
+        ir_join_names(list, sizeof list, known);
+        const char *s = ir_suggest(key, known);
         if (s)
             return ir_doc_error(k, c->e, "%s: unknown key '%s'; did you mean '%s'? (%s takes %s)",
                                 c->what, key, s, takes, list);
@@ -280,7 +277,7 @@ static int parse_filter(ctx *c, const ir_doc *d, ir_filter *f)
         const ir_doc *k = d->keys[i], *v = d->items[i];
         int t = lookup_ci(k->str, tag_names, IR_NTAGS);
         if (t < 0) {
-            const char *s = suggest(k->str, tag_list);
+            const char *s = ir_suggest(k->str, tag_list);
             if (s)
                 return ir_doc_error(k, c->e,
                                     "%s: unknown filter tag '%s'; did you mean '%s'? (tags: PP, "
@@ -310,7 +307,7 @@ static int parse_filter(ctx *c, const ir_doc *d, ir_filter *f)
         if (t == IR_TAG_PASS) {
             int p = parse_pass(v->str);
             if (p < 0) {
-                const char *s = suggest(v->str, pass_list);
+                const char *s = ir_suggest(v->str, pass_list);
                 return ir_doc_error(v, c->e,
                                     "%s: bad PASS value '%s'%s%s%s; use F, B, BI, BW, R, UPD or "
                                     "\"*\" (I and W mean BI and BW)",
@@ -321,7 +318,7 @@ static int parse_filter(ctx *c, const ir_doc *d, ir_filter *f)
         } else if (t == IR_TAG_REGION) {
             int r = lookup_ci(v->str, region_names, IR_NREGION_KINDS);
             if (r < 0) {
-                const char *s = suggest(v->str, region_list);
+                const char *s = ir_suggest(v->str, region_list);
                 return ir_doc_error(v, c->e,
                                     "%s: unknown REGION '%s'%s%s%s; use embed, attn, mlp, "
                                     "moe_gate, moe_experts, moe_combine, head or \"*\"",
@@ -631,37 +628,16 @@ static int parse_recompute(ctx *c, const ir_doc *d, ir_directive *dir)
     return 0;
 }
 
+/* The builder name is kept as written: which builders exist is sched/'s table to say, and the
+ * schedule pass checks it (and that there is a name or a file). */
 static int parse_schedule(ctx *c, const ir_doc *d, ir_directive *dir)
 {
     const ir_doc *n = ir_doc_get(d, "name"), *f = ir_doc_get(d, "file");
     if (n && f)
         return ir_doc_error(f, c->e,
                             "%s: give a builder 'name' or an order 'file', not both", c->what);
-    if (!n && !f)
-        return ir_doc_error(d, c->e,
-                            "%s has neither 'name' nor 'file'; add name: 1f1b (or gpipe, "
-                            "interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipe, dualpipev) or file: "
-                            "<per-rank order file>",
-                            c->what);
-    if (n) {
-        const char *s;
-        if (get_string(c, n, "name", &s)) return -1;
-        for (int i = 0; ir_schedule_names[i]; i++)
-            if (ci_eq(s, ir_schedule_names[i])) {
-                dir->schedule = ir_schedule_names[i];
-                return 0;
-            }
-        char list[256];
-        join_list(list, sizeof list, ir_schedule_names);
-        const char *sg = suggest(s, ir_schedule_names);
-        if (sg)
-            return ir_doc_error(n, c->e,
-                                "%s: unknown schedule '%s'; did you mean '%s'? (known: %s, or "
-                                "file: <order file>)",
-                                c->what, s, sg, list);
-        return ir_doc_error(n, c->e, "%s: unknown schedule '%s'; use one of %s, or file: <order file>",
-                            c->what, s, list);
-    }
+    if (n) return get_string(c, n, "name", &dir->schedule);
+    if (!f) return 0;
     const char *path;
     if (get_string(c, f, "file", &path)) return -1;
     dir->schedule_file = resolve_path(c->a, c->dir, path);
@@ -701,7 +677,7 @@ static int parse_directive(ctx *c, const ir_doc *d, int index, ir_directive *dir
     if (o < 0) {
         static const char *const ops[] = {"place", "replicate", "shard",     "shard_tensor",
                                           "split", "order",     "recompute", "schedule", NULL};
-        const char *s = suggest(op, ops);
+        const char *s = ir_suggest(op, ops);
         return ir_doc_error(opd, c->e,
                             "%s: unknown op '%s'; %s%s%suse place, replicate, shard, shard_tensor, "
                             "split, order, recompute or schedule",

@@ -6,6 +6,7 @@
 #define PIPER_IR_PROGRAM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../base/base.h"
@@ -92,8 +93,8 @@ typedef struct ir_directive {
     ir_recompute recompute;
 
     /* schedule */
-    const char *schedule;  /* builder name, or NULL with schedule_file */
-    const char *schedule_file;
+    const char *schedule;  /* builder name as written (the schedule pass looks it up), or NULL */
+    const char *schedule_file;  /* or the order file, resolved against the program */
 } ir_directive;
 
 typedef struct ir_annotations {
@@ -156,7 +157,11 @@ const char *ir_pass_tag_name(plan_pass p);
  * NULL-terminated. Any other unknown key is an error. */
 extern const char *const ir_piper_ignored_keys[];
 
-/* The schedule builder names piper knows, NULL-terminated ("gpipe", "1f1b", ...). */
-extern const char *const ir_schedule_names[];
+/* The closest of the NULL-terminated candidates to a mistyped word (case-insensitive edit
+ * distance, or a prefix of four characters or more), NULL when none is close enough: the
+ * "did you mean" of every message. */
+const char *ir_suggest(const char *word, const char *const *cands);
+/* "a, b, c": the NULL-terminated names joined for a message. Returns buf. */
+char *ir_join_names(char *buf, size_t n, const char *const *names);
 
 #endif
