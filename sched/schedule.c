@@ -459,7 +459,7 @@ static int read_options(const ir_directive *d, const sched_builder *b, sched_par
     for (int i = 0; i < d->doc->n; i++) {
         const ir_doc *key = d->doc->keys[i], *val = d->doc->items[i];
         const char *s = key->str ? key->str : "";
-        if (!strcmp(s, "op") || !strcmp(s, "name") || !strcmp(s, "file")) continue;
+        if (ir_directive_takes(IR_DIR_SCHEDULE, s)) continue; /* op, name, file */
         bool ignored = false;
         for (int j = 0; ir_piper_ignored_keys[j]; j++) ignored |= !strcmp(s, ir_piper_ignored_keys[j]);
         if (ignored) continue; /* the loader warned already */
