@@ -85,6 +85,13 @@
       K("name", SPECIAL, schedule, 0, NULL, NULL)                                                \
       K("file", SPECIAL, schedule_file, 0, NULL, NULL))
 
+/* Our reading of Piper's directive schema: keys it defines for bookkeeping or for its own
+ * runtime (free-text comments and names, a launch-priority hint, its async-launch and debug
+ * switches) that have no meaning in piper, accepted in any directive with a warning (where a
+ * directive reads the key itself, as schedule reads name, it is that directive's). Why piper
+ * ignores each: docs/programs.md. */
+#define IR_PIPER_IGNORED_TABLE(X) X("comment") X("description") X("name") X("priority") X("async") X("debug")
+
 #define IR_DIRECTIVE_DEVICES_HINT "say which devices run it, e.g. devices: [0, 1] or devices: \"0-7\""
 
 typedef enum {
@@ -257,7 +264,7 @@ const char *ir_region_kind_name(ir_region_kind k);
 const char *ir_pass_tag_name(plan_pass p);
 
 /* The keys Piper's directive schema defines that piper accepts and ignores (with a warning),
- * NULL-terminated. Any other unknown key is an error. */
+ * NULL-terminated, from IR_PIPER_IGNORED_TABLE. Any other unknown key is an error. */
 extern const char *const ir_piper_ignored_keys[];
 
 /* The closest of the NULL-terminated candidates to a mistyped word (case-insensitive edit

@@ -20,23 +20,48 @@
 
 /* ---------------------------------------------------------------- filter vocabulary */
 
-static const char *const tag_names[IR_NTAGS] = {
+/* Each NULL-terminated, for lookups, "did you mean" and the lists in messages. */
+static const char *const tag_names[IR_NTAGS + 1] = {
     [IR_TAG_PP] = "PP",       [IR_TAG_EP] = "EP",         [IR_TAG_TP] = "TP",
     [IR_TAG_MB] = "MB",       [IR_TAG_PASS] = "PASS",     [IR_TAG_LAYER] = "LAYER",
-    [IR_TAG_REGION] = "REGION", [IR_TAG_CHUNK] = "CHUNK",
+    [IR_TAG_REGION] = "REGION", [IR_TAG_CHUNK] = "CHUNK", [IR_NTAGS] = NULL,
 };
 
-static const char *const region_names[IR_NREGION_KINDS] = {
+static const char *const region_names[IR_NREGION_KINDS + 1] = {
     [IR_REGION_EMBED] = "embed",           [IR_REGION_ATTN] = "attn",
     [IR_REGION_MLP] = "mlp",               [IR_REGION_MOE_GATE] = "moe_gate",
     [IR_REGION_MOE_EXPERTS] = "moe_experts", [IR_REGION_MOE_COMBINE] = "moe_combine",
-    [IR_REGION_HEAD] = "head",
+    [IR_REGION_HEAD] = "head",             [IR_NREGION_KINDS] = NULL,
 };
 
-static const char *const pass_names[PLAN_NPASS] = {
-    [PLAN_PASS_F] = "F",   [PLAN_PASS_B] = "B",     [PLAN_PASS_BI] = "BI", [PLAN_PASS_BW] = "BW",
-    [PLAN_PASS_R] = "R",   [PLAN_PASS_UPD] = "UPD", [PLAN_PASS_AUX] = "AUX",
-};
+/* The passes a filter names: the plan's names (plan.h's table) but AUX, which no filter
+ * selects; PyTorch's I and W are read as BI and BW. */
+#define PASS_FILTER_ROW(id, name) name,
+static const char *const pass_names[PLAN_NPASS] = {PLAN_PASS_TABLE(PASS_FILTER_ROW)};
+#undef PASS_FILTER_ROW
+static const char *const *filter_pass_names(void)
+{
+    static const char *names[PLAN_NPASS + 1];
+    int n = 0;
+    for (int p = 0; p < PLAN_NPASS; p++)
+        if (p != PLAN_PASS_AUX) names[n++] = pass_names[p];
+    names[n] = NULL;
+    return names;
+}
+
+/* "a, b, c or d" */
+static const char *or_list(const char *const *names, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; names[i] && off + 1 < n; i++) {
+        const char *sep = i == 0 ? "" : names[i + 1] ? ", " : " or ";
+        int w = snprintf(buf + off, n - off, "%s%s", sep, names[i]);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+    return buf;
+}
 
 const char *ir_tag_name(ir_tag t) { return (unsigned)t < IR_NTAGS ? tag_names[t] : "?"; }
 
@@ -49,11 +74,9 @@ const char *ir_pass_tag_name(plan_pass p) { return (unsigned)p < PLAN_NPASS ? pa
 
 /* ---------------------------------------------------------------- Piper's ignored keys */
 
-/* Our reading of Piper's directive schema: keys it defines for bookkeeping or for its own
- * runtime (free-text comments and names, a scheduling priority hint, its async-launch and debug
- * switches) that have no meaning in piper. Documented in docs/programs.md. */
-const char *const ir_piper_ignored_keys[] = {"comment", "description", "name", "priority",
-                                             "async", "debug", NULL};
+#define PIPER_IGNORED_KEY(key) key,
+const char *const ir_piper_ignored_keys[] = {IR_PIPER_IGNORED_TABLE(PIPER_IGNORED_KEY) NULL};
+#undef PIPER_IGNORED_KEY
 
 /* ---------------------------------------------------------------- filters */
 
@@ -79,25 +102,23 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
                             c->what);
     f->n = d->n;
     f->m = base_arena_calloc(c->a, (size_t)(d->n ? d->n : 1), sizeof *f->m);
-    static const char *const tag_list[] = {"PP",    "EP",     "TP",    "MB", "PASS",
-                                           "LAYER", "REGION", "CHUNK", NULL};
-    static const char *const pass_list[] = {"F", "B", "BI", "BW", "R", "UPD", "I", "W", NULL};
-    static const char *const region_list[] = {"embed",       "attn",        "mlp",  "moe_gate",
-                                              "moe_experts", "moe_combine", "head", NULL};
+    const char *const *passes = filter_pass_names();
+    const char *pass_cands[PLAN_NPASS + 3];
+    int np = 0;
+    for (; passes[np]; np++) pass_cands[np] = passes[np];
+    pass_cands[np] = "I", pass_cands[np + 1] = "W", pass_cands[np + 2] = NULL;
+    char list[256];
     for (int i = 0; i < d->n; i++) {
         const ir_doc *k = d->keys[i], *v = d->items[i];
         int t = ir_load_lookup_ci(k->str, tag_names, IR_NTAGS);
         if (t < 0) {
-            const char *s = ir_suggest(k->str, tag_list);
+            const char *s = ir_suggest(k->str, tag_names);
             if (s)
                 return ir_doc_error(k, c->e,
-                                    "%s: unknown filter tag '%s'; did you mean '%s'? (tags: PP, "
-                                    "EP, TP, MB, PASS, LAYER, REGION, CHUNK)",
-                                    c->what, k->str, s);
-            return ir_doc_error(k, c->e,
-                                "%s: unknown filter tag '%s'; use PP, EP, TP, MB, PASS, LAYER, "
-                                "REGION or CHUNK",
-                                c->what, k->str);
+                                    "%s: unknown filter tag '%s'; did you mean '%s'? (tags: %s)",
+                                    c->what, k->str, s, ir_join_names(list, sizeof list, tag_names));
+            return ir_doc_error(k, c->e, "%s: unknown filter tag '%s'; use %s", c->what, k->str,
+                                or_list(tag_names, list, sizeof list));
         }
         for (int j = 0; j < i; j++)
             if (f->m[j].tag == (ir_tag)t)
@@ -106,11 +127,13 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
         ir_tag_match *m = &f->m[i];
         m->tag = (ir_tag)t;
         if (v->kind != IR_DOC_SCALAR || v->null)
-            return ir_doc_error(v, c->e, "%s: the value of %s must be %s or \"*\"", c->what,
+            return ir_doc_error(v, c->e, "%s: the value of %s must be %s%s%s or \"*\"", c->what,
                                 tag_names[t],
-                                t == IR_TAG_PASS     ? "a pass (F, B, BI, BW, R, UPD)"
+                                t == IR_TAG_PASS     ? "a pass ("
                                 : t == IR_TAG_REGION ? "a region kind"
-                                                     : "an integer");
+                                                     : "an integer",
+                                t == IR_TAG_PASS ? ir_join_names(list, sizeof list, passes) : "",
+                                t == IR_TAG_PASS ? ")" : "");
         if (!strcmp(v->str, "*")) {
             m->any = true;
             continue;
@@ -118,23 +141,22 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
         if (t == IR_TAG_PASS) {
             int p = parse_pass(v->str);
             if (p < 0) {
-                const char *s = ir_suggest(v->str, pass_list);
+                const char *s = ir_suggest(v->str, pass_cands);
                 return ir_doc_error(v, c->e,
-                                    "%s: bad PASS value '%s'%s%s%s; use F, B, BI, BW, R, UPD or "
-                                    "\"*\" (I and W mean BI and BW)",
+                                    "%s: bad PASS value '%s'%s%s%s; use %s or \"*\" (I and W mean "
+                                    "BI and BW)",
                                     c->what, v->str, s ? " (did you mean '" : "", s ? s : "",
-                                    s ? "'?)" : "");
+                                    s ? "'?)" : "", ir_join_names(list, sizeof list, passes));
             }
             m->value = p;
         } else if (t == IR_TAG_REGION) {
             int r = ir_load_lookup_ci(v->str, region_names, IR_NREGION_KINDS);
             if (r < 0) {
-                const char *s = ir_suggest(v->str, region_list);
+                const char *s = ir_suggest(v->str, region_names);
                 return ir_doc_error(v, c->e,
-                                    "%s: unknown REGION '%s'%s%s%s; use embed, attn, mlp, "
-                                    "moe_gate, moe_experts, moe_combine, head or \"*\"",
-                                    c->what, v->str, s ? " (did you mean '" : "", s ? s : "",
-                                    s ? "'?)" : "");
+                                    "%s: unknown REGION '%s'%s%s%s; use %s or \"*\"", c->what,
+                                    v->str, s ? " (did you mean '" : "", s ? s : "",
+                                    s ? "'?)" : "", ir_join_names(list, sizeof list, region_names));
             }
             m->value = r;
         } else {
@@ -517,20 +539,6 @@ static const key_reader readers[IR_NKEY_TYPES] = {
     [IR_KEY_STRING] = read_string, [IR_KEY_BOOL] = read_bool,
     [IR_KEY_COUNT] = read_count,   [IR_KEY_BYTES] = read_bytes,
 };
-
-/* "a, b, c or d" */
-static const char *or_list(const char *const *names, char *buf, size_t n)
-{
-    size_t off = 0;
-    buf[0] = 0;
-    for (int i = 0; names[i] && off + 1 < n; i++) {
-        const char *sep = i == 0 ? "" : names[i + 1] ? ", " : " or ";
-        int w = snprintf(buf + off, n - off, "%s%s", sep, names[i]);
-        if (w < 0) break;
-        off += (size_t)w;
-    }
-    return buf;
-}
 
 static int parse_directive(ir_load_ctx *c, const ir_doc *d, int index, ir_directive *dir)
 {

@@ -593,7 +593,17 @@ static void test_program_errors(void)
          "prog.yaml:4:26: directive 0 (place): unknown filter tag 'STAGE'; use PP, EP, TP, MB, "
          "PASS, LAYER, REGION or CHUNK"},
         {HEAD "  - {op: place, filter: {LAYR: 0}, devices: [0]}\n",
-         "prog.yaml:4:26: directive 0 (place): unknown filter tag 'LAYR'; did you mean 'LAYER'?"},
+         "prog.yaml:4:26: directive 0 (place): unknown filter tag 'LAYR'; did you mean 'LAYER'? "
+         "(tags: PP, EP, TP, MB, PASS, LAYER, REGION, CHUNK)"},
+        {HEAD "  - {op: place, filter: {PASS: [F]}, devices: [0]}\n",
+         "prog.yaml:4:32: directive 0 (place): the value of PASS must be a pass (F, B, BI, BW, R, "
+         "UPD) or \"*\""},
+        {HEAD "  - {op: place, filter: {REGION: atn}, devices: [0]}\n",
+         "prog.yaml:4:34: directive 0 (place): unknown REGION 'atn' (did you mean 'attn'?); use "
+         "embed, attn, mlp, moe_gate, moe_experts, moe_combine, head or \"*\""},
+        {HEAD "  - {op: place, filter: {PASS: w0}, devices: [0]}\n",
+         "prog.yaml:4:32: directive 0 (place): bad PASS value 'w0' (did you mean 'W'?); use F, B, "
+         "BI, BW, R, UPD or \"*\" (I and W mean BI and BW)"},
         {HEAD "  - {op: place, filter: {PASS: FWD}, devices: [0]}\n",
          "prog.yaml:4:32: directive 0 (place): bad PASS value 'FWD'; use F, B, BI, BW, R, UPD or "
          "\"*\" (I and W mean BI and BW)"},
@@ -924,6 +934,21 @@ static void test_directive_table(void)
             CU_ASSERT_PTR_NOT_NULL(strstr(text, info->keys[k].key));
         }
         free(text);
+    }
+    /* Piper's ignored keys: each in docs/programs.md's table, none a key piper reads but
+     * schedule's name (read there, ignored elsewhere) */
+    for (int i = 0; ir_piper_ignored_keys[i]; i++) {
+        char cell[64];
+        snprintf(cell, sizeof cell, "| `%s`", ir_piper_ignored_keys[i]);
+        const char *at = strstr(doc, cell);
+        if (!at) {
+            snprintf(cell, sizeof cell, ", `%s` |", ir_piper_ignored_keys[i]);
+            at = strstr(doc, cell);
+        }
+        if (!at) fprintf(stderr, "\n  docs/programs.md's table lacks '%s'\n", ir_piper_ignored_keys[i]);
+        CU_ASSERT_PTR_NOT_NULL(at);
+        for (int d = 0; d < IR_NDIR; d++)
+            if (d != IR_DIR_SCHEDULE) CU_ASSERT_FALSE(ir_directive_takes((ir_directive_op)d, ir_piper_ignored_keys[i]));
     }
     CU_ASSERT_EQUAL(ir_directive_of("Shard_Tensor"), IR_DIR_SHARD_TENSOR);
     CU_ASSERT_EQUAL(ir_directive_of("shard-tensor"), -1);
