@@ -92,6 +92,7 @@ char *ir_join_names(char *buf, size_t n, const char *const *list)
     }
     return buf;
 }
+
 int ir_load_lookup_ci(const char *s, const char *const *names, int n)
 {
     for (int i = 0; i < n; i++)

@@ -168,6 +168,7 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
     }
     return 0;
 }
+
 /* ---------------------------------------------------------------- devices */
 
 typedef struct devlist {
@@ -272,6 +273,7 @@ static int parse_devices(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
     dir->ndevices = l.n;
     return 0;
 }
+
 /* ---------------------------------------------------------------- SPECIAL keys */
 
 static int get_flag(ir_load_ctx *c, const ir_doc *d, const char *key, int *out)
@@ -285,9 +287,9 @@ static int get_flag(ir_load_ctx *c, const ir_doc *d, const char *key, int *out)
     return 0;
 }
 
-/* replicate's SPECIAL keys: the ZeRO stage from `zero` and Piper's flags. The flags describe what is sharded: shard_grads is
- * ZeRO-2 (ZeRO-3 shards gradients too), shard_params ZeRO-3; a flag that contradicts the stage
- * (or the other flag) is an error rather than a silent winner. */
+/* replicate's SPECIAL keys: the ZeRO stage from `zero` and Piper's flags. The flags describe
+ * what is sharded: shard_grads is ZeRO-2 (ZeRO-3 shards gradients too), shard_params ZeRO-3; a
+ * flag that contradicts the stage (or the other flag) is an error rather than a silent winner. */
 static int parse_replicate(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
 {
     const ir_doc *zv = ir_doc_get(d, "zero");
@@ -558,7 +560,8 @@ static int parse_directive(ir_load_ctx *c, const ir_doc *d, int index, ir_direct
     char list[512];
     if (!opd)
         return ir_doc_error(d, c->e, "%s has no 'op'; add op: %s (or %s)", c->what,
-                            directive_names[0], ir_join_names(list, sizeof list, directive_names + 1));
+                            directive_names[0],
+                            ir_join_names(list, sizeof list, directive_names + 1));
     const char *op;
     if (ir_load_get_string(c, opd, "op", &op)) return -1;
     int o = ir_directive_of(op);
@@ -680,6 +683,7 @@ int ir_load_directives(ir_load_ctx *c, const ir_doc *d)
         }
     return 0;
 }
+
 int ir_load_check_filters(ir_load_ctx *c)
 {
     bool mirror = false;

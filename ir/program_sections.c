@@ -235,7 +235,6 @@ int ir_load_optimizer(ir_load_ctx *c, const ir_doc *d)
     return 0;
 }
 
-
 int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *out)
 {
     const ir_annotations *ann = &p->ann;

@@ -1,6 +1,12 @@
 /* schedule.c — the machinery the schedule builders share (schedule.h): the per-rank table and
- * its validation, the `schedule {name | file, ...}` directive pass, and the table of a compiled
- * plan (--emit-order).
+ * its validation, the builder table (SCHED_BUILDER_TABLE's rows, the lookups, the layouts), the
+ * `schedule {name | file, ...}` directive pass, and the table of a compiled plan (--emit-order).
+ *
+ * The pass knows no builder by name: it looks the directive's name up in the table, reads the
+ * options the row lists, checks the row's layout and runs the row's build; what a builder needs
+ * beyond that (DualPipe's mirror, ZB-H2's p2p channels) is a flag of its row. An order file is
+ * the other source of a table: its rows are the ranks, so it has no layout formula, no options
+ * and no builder, and the pass reads and checks it on a branch of its own.
  *
  * The pass derives the pipeline from the program instead of asking for it twice: the PP
  * annotation gives the stages, the placements give the ranks (stages placed on the same devices

@@ -1,6 +1,7 @@
 /* schedule.h — the schedule library inside sched/ (not part of the compiler's contract): a
  * pipeline schedule as a table of per-rank action sequences, the builders that generate the
- * well-known schedules (../shared/reference/schedules.md), the per-rank order file in PyTorch's
+ * well-known schedules (../shared/reference/schedules.md; one row each of SCHED_BUILDER_TABLE,
+ * below), the per-rank order file in PyTorch's
  * action notation (order_csv.c), and the `schedule` directive pass that turns a table into one
  * `order` directive per rank (schedule.c).
  *
