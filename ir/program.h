@@ -6,6 +6,7 @@
 #define PIPER_IR_PROGRAM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../base/base.h"
@@ -14,17 +15,122 @@
 #include "doc.h"
 #include "model.h"
 
+/* The directives, one row each: the only list of them (program_directives.c parses them, the
+ * compiler's driver runs them). A new directive is one row here, its pass in its own
+ * sched/dir_<name>.c and its section in docs/programs.md; the enum, the name lookup, "did you
+ * mean", the lists of ops and keys in messages, which directives have a filter and the pass
+ * dispatch all come from the table.
+ *
+ *   X(ID, name, pass, parse, open, doc, KEYS)
+ *
+ * pass: the compiler pass (sched/) that runs it; parse: the directive's own reader for its
+ * SPECIAL keys (program_directives.c), or NULL; open: other keys pass the loader too (a
+ * schedule builder reads its own options); doc: the directive in one line. KEYS is its key
+ * schema, besides `op`, in the order messages list them, as
+ *
+ *   K(key, type, field, default, required, hint)
+ *
+ * type: IR_KEY_* below, read into ir_directive.field (default when absent); required: NULL, or
+ * what to do when it is missing ("%s has no '%s'; <required>"); hint: what a value out of
+ * range should be (COUNT, BYTES). The generic reader walks the keys in order and calls `parse`
+ * once, where the first SPECIAL key stands. Piper's spellings are keys of their own: split's
+ * dim_name (the same key as dim) and replicate's shard_grads / shard_params (ZeRO 2 / 3). */
+#define IR_DIRECTIVE_TABLE(X, K)                                                                 \
+    X(PLACE, "place", sched_dir_place, NULL, false,                                              \
+      "runs the matching nodes on one device group (SPMD)",                                      \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("stream", STRING, stream, 0, NULL, NULL))                                                \
+    X(REPLICATE, "replicate", sched_dir_replicate, parse_replicate, false,                       \
+      "data parallelism over a device group, with ZeRO stages 0-3 and gradient buckets",         \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("zero", SPECIAL, zero, 0, NULL, NULL)                                                    \
+      K("bucket_size", BYTES, bucket_bytes, IR_DEFAULT_BUCKET_BYTES, NULL,                       \
+        "zero (one bucket per region) or a size such as 25MB")                                   \
+      K("reduce_stream", STRING, reduce_stream, 0, NULL, NULL)                                   \
+      K("gather_stream", STRING, gather_stream, 0, NULL, NULL)                                   \
+      K("shard_grads", SPECIAL, zero, 0, NULL, NULL)                                             \
+      K("shard_params", SPECIAL, zero, 0, NULL, NULL))                                           \
+    X(SHARD, "shard", sched_dir_shard, NULL, false,                                              \
+      "expert parallelism: the matching expert blocks split over a device group",                \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("stream", STRING, stream, 0, NULL, NULL))                                                \
+    X(SHARD_TENSOR, "shard_tensor", sched_dir_shard_tensor, NULL, false,                         \
+      "Megatron tensor parallelism over a device group, optionally sequence parallel",           \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("stream", STRING, stream, 0, NULL, NULL)                                                 \
+      K("sequence_parallel", BOOL, sequence_parallel, 0, NULL, NULL))                            \
+    X(SPLIT, "split", sched_dir_split, parse_split, false,                                       \
+      "micro-batching: the matching sub-DAG copied once per micro-batch",                        \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("dim", SPECIAL, dim_name, 0, NULL, NULL)                                                 \
+      K("dim_name", SPECIAL, dim_name, 0, NULL, NULL)                                            \
+      K("num_microbatches", COUNT, num_microbatches, 0,                                          \
+        "say how many micro-batches, e.g. num_microbatches: 8", "give at least 1 micro-batch"))  \
+    X(ORDER, "order", sched_dir_order, parse_order, false,                                       \
+      "temporal edges from each group of nodes to the next",                                     \
+      K("filters", SPECIAL, groups, 0,                                                           \
+        "list the groups to order, e.g. filters: [[{PASS: F, MB: 0}], [{PASS: B, MB: 0}]]",     \
+        NULL)                                                                                    \
+      K("mirror", SPECIAL, mirror, 0, NULL, NULL))                                               \
+    X(RECOMPUTE, "recompute", sched_dir_recompute, parse_recompute, false,                       \
+      "activation checkpointing of the matching regions, full or selective",                     \
+      K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
+      K("mode", SPECIAL, recompute, 0, NULL, NULL))                                              \
+    X(SCHEDULE, "schedule", sched_dir_schedule, parse_schedule, true,                            \
+      "a pipeline schedule builder or a per-rank order file, expanded into order directives",    \
+      K("name", SPECIAL, schedule, 0, NULL, NULL)                                                \
+      K("file", SPECIAL, schedule_file, 0, NULL, NULL))
+
+/* Our reading of Piper's directive schema: keys it defines for bookkeeping or for its own
+ * runtime (free-text comments and names, a launch-priority hint, its async-launch and debug
+ * switches) that have no meaning in piper, accepted in any directive with a warning (where a
+ * directive reads the key itself, as schedule reads name, it is that directive's). Why piper
+ * ignores each: docs/programs.md. */
+#define IR_PIPER_IGNORED_TABLE(X) X("comment") X("description") X("name") X("priority") X("async") X("debug")
+
+#define IR_DIRECTIVE_DEVICES_HINT "say which devices run it, e.g. devices: [0, 1] or devices: \"0-7\""
+
 typedef enum {
-    IR_DIR_PLACE,
-    IR_DIR_REPLICATE,
-    IR_DIR_SHARD,
-    IR_DIR_SHARD_TENSOR,
-    IR_DIR_SPLIT,
-    IR_DIR_ORDER,
-    IR_DIR_RECOMPUTE,
-    IR_DIR_SCHEDULE,
+#define IR_DIRECTIVE_ENUM(id, name, pass, parse, open, doc, keys) IR_DIR_##id,
+    IR_DIRECTIVE_TABLE(IR_DIRECTIVE_ENUM, )
+#undef IR_DIRECTIVE_ENUM
     IR_NDIR
 } ir_directive_op;
+
+/* How the generic reader reads a key into its ir_directive field. */
+typedef enum {
+    IR_KEY_FILTER,   /* ir_filter; absent: every node, located at the directive */
+    IR_KEY_DEVICES,  /* the device group: devices and ndevices */
+    IR_KEY_STRING,   /* const char * */
+    IR_KEY_BOOL,     /* bool */
+    IR_KEY_COUNT,    /* int64_t, 1 .. INT32_MAX */
+    IR_KEY_BYTES,    /* double, >= 0, with units (25MB) */
+    IR_KEY_SPECIAL,  /* read by the directive's own parser */
+    IR_NKEY_TYPES
+} ir_key_type;
+
+/* One key of a directive's schema (a K(...) of the table). */
+typedef struct ir_directive_key {
+    const char *key;
+    ir_key_type type;
+    size_t offset;         /* of its field in ir_directive */
+    double dflt;
+    const char *required;  /* NULL: optional */
+    const char *hint;
+} ir_directive_key;
+
+/* One row of the table. */
+typedef struct ir_directive_info {
+    const char *name;
+    bool open;
+    const char *doc;
+    const ir_directive_key *keys;  /* ends with a NULL key */
+    const char *const *known;      /* "op" and the keys, NULL-terminated: what messages list */
+} ir_directive_info;
 
 /* Tags that filters match. PASS values are plan_pass; REGION values are ir_region_kind. */
 typedef enum {
@@ -92,8 +198,8 @@ typedef struct ir_directive {
     ir_recompute recompute;
 
     /* schedule */
-    const char *schedule;  /* builder name, or NULL with schedule_file */
-    const char *schedule_file;
+    const char *schedule;  /* builder name as written (the schedule pass looks it up), or NULL */
+    const char *schedule_file;  /* or the order file, resolved against the program */
 } ir_directive;
 
 typedef struct ir_annotations {
@@ -147,16 +253,25 @@ int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
 int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *out);
 
 const char *ir_directive_name(ir_directive_op op);
+/* The row of a directive (NULL for an invalid op); the op of a name (case-insensitive), -1 if
+ * none; whether the directive reads the given key (`op` included). */
+const ir_directive_info *ir_directive_info_of(ir_directive_op op);
+int ir_directive_of(const char *name);
+bool ir_directive_takes(ir_directive_op op, const char *key);
 const char *ir_tag_name(ir_tag t);
 const char *ir_region_kind_name(ir_region_kind k);
 /* Pass names as filters write them: F, B, BI, BW, R, UPD (AUX has no filter spelling: "AUX"). */
 const char *ir_pass_tag_name(plan_pass p);
 
 /* The keys Piper's directive schema defines that piper accepts and ignores (with a warning),
- * NULL-terminated. Any other unknown key is an error. */
+ * NULL-terminated, from IR_PIPER_IGNORED_TABLE. Any other unknown key is an error. */
 extern const char *const ir_piper_ignored_keys[];
 
-/* The schedule builder names piper knows, NULL-terminated ("gpipe", "1f1b", ...). */
-extern const char *const ir_schedule_names[];
+/* The closest of the NULL-terminated candidates to a mistyped word (case-insensitive edit
+ * distance, or a prefix of four characters or more), NULL when none is close enough: the
+ * "did you mean" of every message. */
+const char *ir_suggest(const char *word, const char *const *cands);
+/* "a, b, c": the NULL-terminated names joined for a message. Returns buf. */
+char *ir_join_names(char *buf, size_t n, const char *const *names);
 
 #endif

@@ -43,19 +43,22 @@ int sched_load(sched_compilation *c, const char *program_path, const char *model
     return ir_program_load(program_path, model_path, cluster_path, &c->arena, &c->prog, e);
 }
 
+/* Each directive's pass, named by its row of IR_DIRECTIVE_TABLE (ir/program.h). */
+#define SCHED_PASS_DECL(id, name, pass, parse, open, doc, keys) \
+    int pass(sched_ctx *x, const ir_directive *d, base_error *e);
+IR_DIRECTIVE_TABLE(SCHED_PASS_DECL, )
+#undef SCHED_PASS_DECL
+
+static int (*const directive_passes[IR_NDIR])(sched_ctx *, const ir_directive *, base_error *) = {
+#define SCHED_PASS_ROW(id, name, pass, parse, open, doc, keys) [IR_DIR_##id] = pass,
+    IR_DIRECTIVE_TABLE(SCHED_PASS_ROW, )
+#undef SCHED_PASS_ROW
+};
+
 static int run_directive(sched_ctx *x, const ir_directive *d, base_error *e)
 {
-    switch (d->op) {
-    case IR_DIR_PLACE: return sched_dir_place(x, d, e);
-    case IR_DIR_REPLICATE: return sched_dir_replicate(x, d, e);
-    case IR_DIR_SHARD: return sched_dir_shard(x, d, e);
-    case IR_DIR_SHARD_TENSOR: return sched_dir_shard_tensor(x, d, e);
-    case IR_DIR_SPLIT: return sched_dir_split(x, d, e);
-    case IR_DIR_ORDER: return sched_dir_order(x, d, e);
-    case IR_DIR_RECOMPUTE: return sched_dir_recompute(x, d, e);
-    case IR_DIR_SCHEDULE: return sched_dir_schedule(x, d, e);
-    default: return sched_dir_error(d, e, "unknown directive");
-    }
+    if ((unsigned)d->op >= IR_NDIR) return sched_dir_error(d, e, "unknown directive");
+    return directive_passes[d->op](x, d, e);
 }
 
 /* ---------------------------------------------------------------- the compiler */

@@ -1,6 +1,12 @@
 /* schedule.c — the machinery the schedule builders share (schedule.h): the per-rank table and
- * its validation, the `schedule {name | file, ...}` directive pass, and the table of a compiled
- * plan (--emit-order).
+ * its validation, the builder table (SCHED_BUILDER_TABLE's rows, the lookups, the layouts), the
+ * `schedule {name | file, ...}` directive pass, and the table of a compiled plan (--emit-order).
+ *
+ * The pass knows no builder by name: it looks the directive's name up in the table, reads the
+ * options the row lists, checks the row's layout and runs the row's build; what a builder needs
+ * beyond that (DualPipe's mirror, ZB-H2's p2p channels) is a flag of its row. An order file is
+ * the other source of a table: its rows are the ranks, so it has no layout formula, no options
+ * and no builder, and the pass reads and checks it on a branch of its own.
  *
  * The pass derives the pipeline from the program instead of asking for it twice: the PP
  * annotation gives the stages, the placements give the ranks (stages placed on the same devices
@@ -11,6 +17,7 @@
  * schedule is exactly the orders a user could have written, and --emit-directives prints them. */
 #include "schedule.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,43 +296,76 @@ int sched_table_validate(const sched_table *t, const char *file, int nstages, in
     return rc;
 }
 
-/* ---------------------------------------------------------------- kinds */
+/* ---------------------------------------------------------------- the builder table */
 
-static const char *const kind_names[SCHED_NKINDS] = {
-    [SCHED_GPIPE] = "gpipe", [SCHED_1F1B] = "1f1b",   [SCHED_INTERLEAVED] = "interleaved-1f1b",
-    [SCHED_ZBH1] = "zb-h1",  [SCHED_ZBH2] = "zb-h2",  [SCHED_ZBV] = "zbv",
-    [SCHED_DUALPIPE] = "dualpipe", [SCHED_DUALPIPEV] = "dualpipev",
+#define SCHED_OPTION_ROW(key, field, doc) {key, offsetof(sched_params, field), doc},
+#define SCHED_OPTIONS(id, name, layout, build, flags, doc, options) \
+    static const sched_option options_##id[] = {options{NULL, 0, NULL}};
+SCHED_BUILDER_TABLE(SCHED_OPTIONS, SCHED_OPTION_ROW)
+#undef SCHED_OPTIONS
+
+static const sched_builder builders[SCHED_NKINDS] = {
+#define SCHED_ROW(id, name, layout, build, flags, doc, options) \
+    [SCHED_##id] = {name, SCHED_LAYOUT_##layout, build, flags, doc, options_##id},
+    SCHED_BUILDER_TABLE(SCHED_ROW, )
+#undef SCHED_ROW
 };
+
+const char *const sched_kind_names[SCHED_NKINDS + 1] = {
+#define SCHED_NAME(id, name, layout, build, flags, doc, options) name,
+    SCHED_BUILDER_TABLE(SCHED_NAME, ) NULL
+#undef SCHED_NAME
+};
+
+const sched_builder *sched_kind_info(sched_kind k)
+{
+    return (unsigned)k < SCHED_NKINDS ? &builders[k] : NULL;
+}
 
 int sched_kind_of(const char *name)
 {
     if (!name) return -1;
     for (int k = 0; k < SCHED_NKINDS; k++) {
-        const char *a = name, *b = kind_names[k];
+        const char *a = name, *b = builders[k].name;
         while (*a && *b && (*a | 0x20) == (*b | 0x20)) a++, b++;
         if (!*a && !*b) return k;
     }
     return -1;
 }
 
-const char *sched_kind_name(sched_kind k) { return (unsigned)k < SCHED_NKINDS ? kind_names[k] : "?"; }
+const char *sched_kind_name(sched_kind k) { return (unsigned)k < SCHED_NKINDS ? builders[k].name : "?"; }
 
 sched_layout sched_kind_layout(sched_kind k)
 {
-    switch (k) {
-    case SCHED_INTERLEAVED: return SCHED_LAYOUT_LOOP;
-    case SCHED_ZBV:
-    case SCHED_DUALPIPEV: return SCHED_LAYOUT_V;
-    case SCHED_DUALPIPE: return SCHED_LAYOUT_MIRROR;
-    default: return SCHED_LAYOUT_ONE;
-    }
+    return (unsigned)k < SCHED_NKINDS ? builders[k].layout : SCHED_LAYOUT_ONE;
 }
 
+int sched_build(sched_kind k, const sched_params *sp, sched_table *t, char *why, size_t n)
+{
+    memset(t, 0, sizeof *t);
+    if ((unsigned)k >= SCHED_NKINDS) {
+        snprintf(why, n, "unknown schedule kind %d", (int)k);
+        return -1;
+    }
+    return builders[k].build(sp, t, why, n);
+}
+
+/* ---------------------------------------------------------------- layouts */
+
+static const char *const layout_rules[SCHED_NLAYOUTS] = {
+#define SCHED_LAYOUT_RULE(id, rule) [SCHED_LAYOUT_##id] = rule,
+    SCHED_LAYOUT_TABLE(SCHED_LAYOUT_RULE)
+#undef SCHED_LAYOUT_RULE
+};
+
+const char *sched_layout_rule(sched_layout l) { return (unsigned)l < SCHED_NLAYOUTS ? layout_rules[l] : "?"; }
+
+/* The formulas themselves: rank r of p holds stage s. */
 int sched_layout_rank(sched_layout l, int p, int s)
 {
     switch (l) {
     case SCHED_LAYOUT_LOOP: return s % p;
-    case SCHED_LAYOUT_V: return s < p ? s : 2 * p - 1 - s;
+    case SCHED_LAYOUT_V:
     case SCHED_LAYOUT_MIRROR: return s < p ? s : 2 * p - 1 - s;
     default: return s;
     }
@@ -338,22 +378,6 @@ int sched_layout_chunk(sched_layout l, int p, int s)
     case SCHED_LAYOUT_V:
     case SCHED_LAYOUT_MIRROR: return s < p ? 0 : 1;
     default: return 0;
-    }
-}
-
-int sched_build(sched_kind k, const sched_params *sp, sched_table *t, char *why, size_t n)
-{
-    memset(t, 0, sizeof *t);
-    switch (k) {
-    case SCHED_GPIPE: return sched_build_gpipe(sp, t, why, n);
-    case SCHED_1F1B: return sched_build_1f1b(sp, t, why, n);
-    case SCHED_INTERLEAVED: return sched_build_interleaved(sp, t, why, n);
-    case SCHED_ZBH1: return sched_build_zbh(1, sp, t, why, n);
-    case SCHED_ZBH2: return sched_build_zbh(2, sp, t, why, n);
-    case SCHED_ZBV: return sched_build_zbv(sp, t, why, n);
-    case SCHED_DUALPIPE: return sched_build_dualpipe(false, sp, t, why, n);
-    case SCHED_DUALPIPEV: return sched_build_dualpipe(true, sp, t, why, n);
-    default: snprintf(why, n, "unknown schedule kind %d", (int)k); return -1;
     }
 }
 
@@ -418,56 +442,71 @@ static int stage_places(const ir_dag *g, int S, const char *file, int line, int 
 
 /* ---------------------------------------------------------------- the directive pass */
 
-static int read_options(const ir_directive *d, sched_kind k, bool from_file, sched_params *sp,
+/* "group_size (micro-batches per group, default p) and chunks (v, ...)" */
+static const char *options_list(const sched_option *o, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; o[i].key && off + 1 < n; i++) {
+        const char *sep = i == 0 ? "" : o[i + 1].key ? ", " : " and ";
+        int w = snprintf(buf + off, n - off, "%s%s (%s)", sep, o[i].key, o[i].doc);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+    return buf;
+}
+
+/* The builder's options (its row's O(...) list) from the directive's document; b is NULL for
+ * an order file, which takes none. */
+static int read_options(const ir_directive *d, const sched_builder *b, sched_params *sp,
                         base_error *e)
 {
     if (!d->doc || d->doc->kind != IR_DOC_MAP) return 0;
     for (int i = 0; i < d->doc->n; i++) {
         const ir_doc *key = d->doc->keys[i], *val = d->doc->items[i];
         const char *s = key->str ? key->str : "";
-        if (!strcmp(s, "op") || !strcmp(s, "name") || !strcmp(s, "file")) continue;
+        if (ir_directive_takes(IR_DIR_SCHEDULE, s)) continue; /* op, name, file */
         bool ignored = false;
         for (int j = 0; ir_piper_ignored_keys[j]; j++) ignored |= !strcmp(s, ir_piper_ignored_keys[j]);
         if (ignored) continue; /* the loader warned already */
-        if (!from_file && k == SCHED_INTERLEAVED && (!strcmp(s, "group_size") || !strcmp(s, "chunks"))) {
+        const sched_option *o = b ? b->options : NULL;
+        while (o && o->key && strcmp(o->key, s)) o++;
+        if (o && o->key) {
             int64_t x;
             if (ir_doc_int(val, s, &x, e)) return -1;
             if (x < 1 || x > 1 << 20)
                 return ir_doc_error(val, e, "directive %d (schedule): %s = %lld is out of range; "
                                             "give a positive number",
                                     d->index, s, (long long)x);
-            if (!strcmp(s, "group_size"))
-                sp->group_size = (int)x;
-            else
-                sp->v = (int)x;
+            *(int *)((char *)sp + o->offset) = (int)x;
             continue;
         }
-        if (from_file)
+        if (!b)
             return ir_doc_error(key, e, "directive %d (schedule): unknown option '%s'; a schedule "
                                         "file takes no options (the order is in the file)",
                                 d->index, s);
-        if (k == SCHED_INTERLEAVED)
-            return ir_doc_error(key, e, "directive %d (schedule): unknown option '%s' for "
-                                        "interleaved-1f1b; it takes group_size (micro-batches "
-                                        "per group, default p) and chunks (v, checked against "
-                                        "the placement)",
-                                d->index, s);
+        if (b->options[0].key) {
+            char list[512];
+            return ir_doc_error(key, e, "directive %d (schedule): unknown option '%s' for %s; it "
+                                        "takes %s",
+                                d->index, s, b->name, options_list(b->options, list, sizeof list));
+        }
         return ir_doc_error(key, e, "directive %d (schedule): unknown option '%s'; %s takes no "
                                     "options (ranks, stages and micro-batches come from the "
                                     "placement, the PP annotation and split)",
-                            d->index, s, sched_kind_name(k));
+                            d->index, s, b->name);
     }
     return 0;
 }
 
 /* Ranks of a builder schedule: p from the layout, and every stage on the devices the layout
  * says. rank_place[r] gets each rank's placement. */
-static int check_layout(sched_ctx *x, const ir_directive *d, sched_kind k, int S,
+static int check_layout(sched_ctx *x, const ir_directive *d, const sched_builder *b, int S,
                         const int *place_of, int *p_out, int **rank_place_out, base_error *e)
 {
     const ir_dag *g = x->g;
-    sched_layout l = sched_kind_layout(k);
-    const char *name = sched_kind_name(k);
+    sched_layout l = b->layout;
+    const char *name = b->name;
     int p;
     if (l == SCHED_LAYOUT_ONE) {
         p = S;
@@ -488,10 +527,10 @@ static int check_layout(sched_ctx *x, const ir_directive *d, sched_kind k, int S
             p += !seen;
         }
         if (S % p)
-            return sched_dir_error(d, e, "interleaved-1f1b needs v chunks on each of the p ranks "
-                                         "(S = v·p stages), but the %d stages run on %d device "
-                                         "groups; place stage s on the devices of stage s mod p",
-                                   S, p);
+            return sched_dir_error(d, e, "%s needs v chunks on each of the p ranks (S = v·p "
+                                         "stages), but the %d stages run on %d device groups; "
+                                         "place stage s on the devices of stage s mod p",
+                                   name, S, p);
     }
     int *rank_place = base_arena_calloc(x->a, (size_t)p, sizeof *rank_place);
     for (int r = 0; r < p; r++) rank_place[r] = -1;
@@ -504,20 +543,20 @@ static int check_layout(sched_ctx *x, const ir_directive *d, sched_kind k, int S
         if (rank_place[r] == place_of[s]) continue;
         int s0 = 0;
         while (sched_layout_rank(l, p, s0) != r) s0++;
-        char a[96], b[96];
+        char a[96], bb[96];
         return sched_dir_error(d, e, "stage %d runs on devices %s, but %s over %d ranks puts it "
                                      "on rank %d with stage %d, which runs on %s; place stage %d "
                                      "on %s (%s)",
                                s, devs_str(g, place_of[s], a, sizeof a), name, p, r, s0,
-                               devs_str(g, rank_place[r], b, sizeof b), s, b,
-                               l == SCHED_LAYOUT_LOOP ? "stage s lives on rank s mod p"
-                               : l == SCHED_LAYOUT_ONE ? "one stage per rank"
-                                                       : "rank r holds stages r and 2p-1-r");
+                               devs_str(g, rank_place[r], bb, sizeof bb), s, bb,
+                               sched_layout_rule(l));
     }
     for (int r = 0; r < p; r++)
         for (int q = 0; q < r; q++)
             if (rank_place[q] == rank_place[r]) {
-                char a[96];
+                char a[96], several[128];
+                snprintf(several, sizeof several, ", or use %s for several stages per rank",
+                         sched_kind_name(SCHED_INTERLEAVED));
                 int sq = 0, sr = 0;
                 while (sched_layout_rank(l, p, sq) != q) sq++;
                 while (sched_layout_rank(l, p, sr) != r) sr++;
@@ -525,9 +564,7 @@ static int check_layout(sched_ctx *x, const ir_directive *d, sched_kind k, int S
                                              "puts them on different ranks (%d and %d); give "
                                              "each rank its own devices%s",
                                        sq, sr, devs_str(g, rank_place[r], a, sizeof a), name, q, r,
-                                       l == SCHED_LAYOUT_ONE ? ", or use interleaved-1f1b for "
-                                                               "several stages per rank"
-                                                             : "");
+                                       l == SCHED_LAYOUT_ONE ? several : "");
             }
     *p_out = p;
     *rank_place_out = rank_place;
@@ -574,33 +611,70 @@ void sched_expanded_add(sched_compilation *c, const ir_directive *d)
     c->expanded[c->nexpanded++] = *d;
 }
 
+/* The builder a schedule directive names; NULL for an order file. The loader keeps the name as
+ * written: which names exist is this table's to say. */
+static int resolve_builder(const ir_directive *d, const sched_builder **out, base_error *e)
+{
+    *out = NULL;
+    if (d->schedule_file && !d->schedule) return 0;
+    if (!d->schedule) {
+        const char *others[SCHED_NKINDS];
+        int n = 0;
+        for (int k = 0; k < SCHED_NKINDS; k++)
+            if (k != SCHED_1F1B) others[n++] = builders[k].name;
+        others[n] = NULL;
+        char list[512];
+        return base_error_at(e, d->file, d->line, d->col,
+                             "directive %d (schedule) has neither 'name' nor 'file'; add name: %s "
+                             "(or %s) or file: <per-rank order file>",
+                             d->index, builders[SCHED_1F1B].name, ir_join_names(list, sizeof list, others));
+    }
+    int k = sched_kind_of(d->schedule);
+    if (k >= 0) {
+        *out = &builders[k];
+        return 0;
+    }
+    char list[512], msg[1024];
+    ir_join_names(list, sizeof list, sched_kind_names);
+    const char *sg = ir_suggest(d->schedule, sched_kind_names);
+    if (sg)
+        snprintf(msg, sizeof msg, "unknown schedule '%s'; did you mean '%s'? (known: %s, or file: "
+                                  "<order file>)",
+                 d->schedule, sg, list);
+    else
+        snprintf(msg, sizeof msg, "unknown schedule '%s'; use one of %s, or file: <order file>",
+                 d->schedule, list);
+    const ir_doc *at = d->doc && d->doc->kind == IR_DOC_MAP ? ir_doc_get(d->doc, "name") : NULL;
+    if (at) return ir_doc_error(at, e, "directive %d (schedule): %s", d->index, msg);
+    return sched_dir_error(d, e, "%s", msg);
+}
+
 int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
 {
     ir_dag *g = x->g;
     x->order_seen = true;
+    const sched_builder *b;
+    if (resolve_builder(d, &b, e)) return -1;
     int S = program_stages(x->prog);
-    const char *what = d->schedule ? d->schedule : "the schedule file";
+    const char *what = b ? b->name : "the schedule file";
     if (S < 1)
         return sched_dir_error(d, e, "a pipeline schedule needs pipeline stages, but the program "
                                      "annotates none; add annotations: {pp: N} and place each "
                                      "stage");
     int m = g->num_microbatches > 0 ? (int)g->num_microbatches : 1;
-    int k = d->schedule ? sched_kind_of(d->schedule) : -1;
-    if (d->schedule && k < 0)
-        return sched_dir_error(d, e, "unknown schedule '%s'", d->schedule);
     char where[512], dname[64];
     sched_dir_where(d, where, sizeof where);
     snprintf(dname, sizeof dname, "directive %d (schedule)", d->index);
     sched_params sp = {0};
-    if (read_options(d, (sched_kind)(k < 0 ? 0 : k), k < 0, &sp, e)) return -1;
+    if (read_options(d, b, &sp, e)) return -1;
     /* DualPipe: the mirror pass (dualpipe_mirror.c) made stages p..2p-1 for micro-batches
      * m/2..m-1; the builder numbers each direction's micro-batches from 0 */
     int mb_per_stage = m, mirror_shift = 0;
-    if (k == SCHED_DUALPIPE) {
+    if (b && (b->flags & SCHED_NEEDS_MIRROR)) {
         if (!x->mirror_p)
-            return sched_dir_error(d, e, "dualpipe must be the first order or schedule directive "
-                                         "(its second pipeline is made before any order); move "
-                                         "it up");
+            return sched_dir_error(d, e, "%s must be the first order or schedule directive (its "
+                                         "second pipeline is made before any order); move it up",
+                                   b->name);
         S = 2 * x->mirror_p;
         mb_per_stage = m / 2;
         mirror_shift = m / 2;
@@ -612,9 +686,9 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
     memset(&t, 0, sizeof t);
     int rc = 0;
     int *chunk_of = base_arena_calloc(x->a, (size_t)S, sizeof *chunk_of);
-    if (k >= 0) {
+    if (b) {
         int p = 0, *rank_place = NULL;
-        if (check_layout(x, d, (sched_kind)k, S, place_of, &p, &rank_place, e)) return -1;
+        if (check_layout(x, d, b, S, place_of, &p, &rank_place, e)) return -1;
         if (sp.v && sp.v * p != S)
             return sched_dir_error(d, e, "chunks = %d, but the %d stages on %d ranks make %d "
                                          "chunks per rank; drop chunks or change the PP "
@@ -624,15 +698,16 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
         sp.m = m;
         sp.v = S / p;
         char why[1024];
-        if (sched_build((sched_kind)k, &sp, &t, why, sizeof why))
+        memset(&t, 0, sizeof t);
+        if (b->build(&sp, &t, why, sizeof why))
             return sched_dir_error(d, e, "%s", why);
-        for (int s = 0; s < S; s++) chunk_of[s] = sched_layout_chunk(sched_kind_layout((sched_kind)k), p, s);
+        for (int s = 0; s < S; s++) chunk_of[s] = sched_layout_chunk(b->layout, p, s);
         /* ZB-H2's warm-up sends 2(p-r-1) forwards while the next rank takes fewer before it
          * sends its first gradient back: with one shared, blocking p2p stream the early sends
          * hold the stream and the returning gradients queue behind them (idle grows to several
          * times the closed form). The schedule assumes asynchronous sends, as its runtime
          * has: one stream per peer, direction and flow gives exactly that. */
-        if (k == SCHED_ZBH2) x->c->p2p_channels_for = sched_kind_name((sched_kind)k);
+        if (b->flags & SCHED_NEEDS_P2P_CHANNELS) x->c->p2p_channels_for = b->name;
         if (sched_table_validate(&t, NULL, S, mb_per_stage, e)) {
             base_error_prefix(e, "%s: the %s builder made an invalid order (a bug in piper): ",
                               where, what);
@@ -660,14 +735,14 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
                         row_place[r] = place_of[s];
                         lowest = s;
                     } else if (place_of[s] != row_place[r]) {
-                        char a[96], b[96];
+                        char a[96], bb[96];
                         rc = base_error_at(e, d->schedule_file, t.rows[r].line, t.rows[r].cells[c].text_col,
                                            "rank %d, column %d: stage %d runs on devices %s but "
                                            "stage %d of the same row runs on %s; a row is one "
                                            "rank: put each stage's actions on the row of its "
                                            "devices",
                                            r, t.rows[r].cells[c].col, s, devs_str(g, place_of[s], a, sizeof a),
-                                           lowest, devs_str(g, row_place[r], b, sizeof b));
+                                           lowest, devs_str(g, row_place[r], bb, sizeof bb));
                     }
                 }
             for (int q = 0; q < r && !rc; q++)
@@ -696,7 +771,7 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
             if (t.rows[r].n < 2) continue; /* a single action needs no order */
             ir_directive od = order_of_row(x, d, &t.rows[r]);
             /* the expanded program's first order makes DualPipe's mirror, as the schedule did */
-            od.mirror = k == SCHED_DUALPIPE && !mirror_marked;
+            od.mirror = b && (b->flags & SCHED_NEEDS_MIRROR) && !mirror_marked;
             mirror_marked |= od.mirror;
             if (sched_dir_order(x, &od, e)) {
                 base_error_prefix(e, "%s: the order %s gives rank %d failed: ", where, what, r);

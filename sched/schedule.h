@@ -1,6 +1,7 @@
 /* schedule.h — the schedule library inside sched/ (not part of the compiler's contract): a
  * pipeline schedule as a table of per-rank action sequences, the builders that generate the
- * well-known schedules (../shared/reference/schedules.md), the per-rank order file in PyTorch's
+ * well-known schedules (../shared/reference/schedules.md; one row each of SCHED_BUILDER_TABLE,
+ * below), the per-rank order file in PyTorch's
  * action notation (order_csv.c), and the `schedule` directive pass that turns a table into one
  * `order` directive per rank (schedule.c).
  *
@@ -64,24 +65,20 @@ int sched_table_validate(const sched_table *t, const char *file, int nstages, in
 
 /* ---------------------------------------------------------------- builders */
 
-typedef enum {
-    SCHED_GPIPE,
-    SCHED_1F1B,
-    SCHED_INTERLEAVED,
-    SCHED_ZBH1,
-    SCHED_ZBH2,
-    SCHED_ZBV,
-    SCHED_DUALPIPE,
-    SCHED_DUALPIPEV,
-    SCHED_NKINDS
-} sched_kind;
+/* How a builder lays stages on ranks: one row per layout, X(ID, rule) where the rule is what a
+ * placement error says the layout wants. */
+#define SCHED_LAYOUT_TABLE(X)                                                                    \
+    X(ONE, "one stage per rank")                     /* stage r on rank r (v = 1) */            \
+    X(LOOP, "stage s lives on rank s mod p")         /* chunk s / p (interleaved) */            \
+    X(V, "rank r holds stages r and 2p-1-r")         /* zbv, dualpipev */                       \
+    X(MIRROR, "rank r holds stages r and 2p-1-r")    /* DualPipe: stage p+i, the mirror of    \
+                                                        stage i, on rank p-1-i */
 
-/* How a kind lays stages on ranks. */
 typedef enum {
-    SCHED_LAYOUT_ONE,      /* stage r on rank r (v = 1) */
-    SCHED_LAYOUT_LOOP,     /* stage s on rank s mod p, chunk s / p (interleaved) */
-    SCHED_LAYOUT_V,        /* rank r holds stages r and 2p-1-r (zbv, dualpipev) */
-    SCHED_LAYOUT_MIRROR    /* DualPipe: stage i on rank i, stage p+i on rank p-1-i */
+#define SCHED_LAYOUT_ENUM(id, rule) SCHED_LAYOUT_##id,
+    SCHED_LAYOUT_TABLE(SCHED_LAYOUT_ENUM)
+#undef SCHED_LAYOUT_ENUM
+    SCHED_NLAYOUTS
 } sched_layout;
 
 typedef struct sched_params {
@@ -91,22 +88,99 @@ typedef struct sched_params {
     int group_size;   /* interleaved: micro-batches per group N (0 = p) */
 } sched_params;
 
-/* The kind of a builder name ("1f1b", ...), -1 if unknown; and its canonical name. */
+/* A builder: fill t (initialised here) or fail with "what is wrong; what to do" in why. Each
+ * follows schedules.md exactly; the table passes sched_table_validate. */
+typedef int (*sched_build_fn)(const sched_params *sp, sched_table *t, char *why, size_t n);
+
+/* What a builder needs beyond the layout (row flags). */
+enum {
+    SCHED_NEEDS_MIRROR = 1,        /* DualPipe's second pipeline (dualpipe_mirror.c) is made
+                                      before the sends and receives: stages p..2p-1 */
+    SCHED_NEEDS_P2P_CHANNELS = 2,  /* sends ahead of the neighbour's receives: one p2p stream
+                                      per peer, direction and flow (see schedule.c) */
+};
+
+/* The schedule builders, one row each: the only list of them. A new schedule is its builder's
+ * file (sched/schedule_<name>.c, with its build function), one row here, and its source line in
+ * sched/CMakeLists.txt; the enum, the prototypes, the name lookup, the option parsing and every
+ * list of names in messages come from the table.
+ *
+ *   X(ID, name, layout, build, flags, doc, OPTIONS)
+ *
+ * name: what `schedule {name: ...}` takes (case-insensitive) and what messages print; layout:
+ * the placement the pass checks (SCHED_LAYOUT_*); doc: the builder in one line, with its
+ * preconditions (the builder checks them and says why); OPTIONS: the directive keys the
+ * builder reads, as O(key, sched_params field, doc) — none for most. */
+#define SCHED_BUILDER_TABLE(X, O)                                                                \
+    X(GPIPE, "gpipe", ONE, sched_build_gpipe, 0,                                                 \
+      "all m forwards, then all m backwards (GPipe)", )                                          \
+    X(1F1B, "1f1b", ONE, sched_build_1f1b, 0,                                                    \
+      "p-r-1 warm-up forwards, then one forward and one backward (PipeDream-flush)", )           \
+    X(INTERLEAVED, "interleaved-1f1b", LOOP, sched_build_interleaved, 0,                         \
+      "1F1B over v chunks per rank (Megatron-LM); p <= N <= m and not 0 < m mod N < p",          \
+      O("group_size", group_size, "micro-batches per group, default p")                         \
+      O("chunks", v, "v, checked against the placement"))                                        \
+    X(ZBH1, "zb-h1", ONE, sched_build_zbh1, 0,                                                   \
+      "Zero Bubble H1: backward split into I and W, W deferred into the bubbles", )              \
+    X(ZBH2, "zb-h2", ONE, sched_build_zbh2, SCHED_NEEDS_P2P_CHANNELS,                            \
+      "Zero Bubble H2: twice H1's warm-up forwards, sent ahead", )                               \
+    X(ZBV, "zbv", V, sched_build_zbv, 0,                                                         \
+      "Zero Bubble V: two chunks per rank in a V, I and W", )                                    \
+    X(DUALPIPE, "dualpipe", MIRROR, sched_build_dualpipe_bidir, SCHED_NEEDS_MIRROR,           \
+      "DualPipe: two pipelines fed from both ends, overlapped F&B pairs; p even, m even, "       \
+      "m >= 2p", )                                                                               \
+    X(DUALPIPEV, "dualpipev", V, sched_build_dualpipev, 0,                                       \
+      "DualPipeV: DualPipe folded into a V on p ranks; m >= 2p", )
+
+typedef enum {
+#define SCHED_KIND_ENUM(id, name, layout, build, flags, doc, options) SCHED_##id,
+    SCHED_BUILDER_TABLE(SCHED_KIND_ENUM, )
+#undef SCHED_KIND_ENUM
+    SCHED_NKINDS
+} sched_kind;
+
+#define SCHED_BUILD_DECL(id, name, layout, build, flags, doc, options) \
+    int build(const sched_params *sp, sched_table *t, char *why, size_t n);
+SCHED_BUILDER_TABLE(SCHED_BUILD_DECL, )
+#undef SCHED_BUILD_DECL
+
+/* A builder option: a directive key stored, as a positive integer, in a sched_params field. */
+typedef struct sched_option {
+    const char *key;
+    size_t offset;     /* of the int in sched_params */
+    const char *doc;
+} sched_option;
+
+/* One row of the table. */
+typedef struct sched_builder {
+    const char *name;
+    sched_layout layout;
+    sched_build_fn build;
+    unsigned flags;                /* SCHED_NEEDS_* */
+    const char *doc;
+    const sched_option *options;   /* ends with a NULL key */
+} sched_builder;
+
+/* The row of a kind (NULL for an invalid kind); the kind of a builder name ("1f1b", ...,
+ * case-insensitive), -1 if unknown; its canonical name and layout. */
+const sched_builder *sched_kind_info(sched_kind k);
 int sched_kind_of(const char *name);
 const char *sched_kind_name(sched_kind k);
 sched_layout sched_kind_layout(sched_kind k);
+/* The builder names, NULL-terminated, in table order (for "did you mean" and messages). */
+extern const char *const sched_kind_names[];
+/* What a placement error says a layout wants ("stage s lives on rank s mod p"). */
+const char *sched_layout_rule(sched_layout l);
 /* Rank and chunk of stage s under a layout with p ranks. */
 int sched_layout_rank(sched_layout l, int p, int s);
 int sched_layout_chunk(sched_layout l, int p, int s);
 
-/* Builders: fill t (initialised here) or fail with "what is wrong; what to do" in why. Each
- * follows schedules.md exactly; the table passes sched_table_validate. */
+/* Runs the kind's builder (its row's build). */
 int sched_build(sched_kind k, const sched_params *sp, sched_table *t, char *why, size_t n);
-int sched_build_gpipe(const sched_params *sp, sched_table *t, char *why, size_t n);
-int sched_build_1f1b(const sched_params *sp, sched_table *t, char *why, size_t n);
-int sched_build_interleaved(const sched_params *sp, sched_table *t, char *why, size_t n);
+/* Zero Bubble with c = 1 (H1) or 2 (H2) warm-up forwards per later rank; DualPipe (v_shape
+ * false) or DualPipeV (true): the rows' builders, and what the mirror pass calls for
+ * DualPipe's preconditions. */
 int sched_build_zbh(int c, const sched_params *sp, sched_table *t, char *why, size_t n);
-int sched_build_zbv(const sched_params *sp, sched_table *t, char *why, size_t n);
 int sched_build_dualpipe(bool v_shape, const sched_params *sp, sched_table *t, char *why, size_t n);
 
 /* ---------------------------------------------------------------- order files (order_csv.c) */

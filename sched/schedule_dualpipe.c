@@ -131,3 +131,13 @@ int sched_build_dualpipe(bool v_shape, const sched_params *sp, sched_table *t, c
     free(wq);
     return 0;
 }
+
+int sched_build_dualpipe_bidir(const sched_params *sp, sched_table *t, char *why, size_t n)
+{
+    return sched_build_dualpipe(false, sp, t, why, n);
+}
+
+int sched_build_dualpipev(const sched_params *sp, sched_table *t, char *why, size_t n)
+{
+    return sched_build_dualpipe(true, sp, t, why, n);
+}

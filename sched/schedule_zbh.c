@@ -33,3 +33,13 @@ int sched_build_zbh(int c, const sched_params *sp, sched_table *t, char *why, si
     free(queue);
     return 0;
 }
+
+int sched_build_zbh1(const sched_params *sp, sched_table *t, char *why, size_t n)
+{
+    return sched_build_zbh(1, sp, t, why, n);
+}
+
+int sched_build_zbh2(const sched_params *sp, sched_table *t, char *why, size_t n)
+{
+    return sched_build_zbh(2, sp, t, why, n);
+}

@@ -3,6 +3,8 @@
  * and each error path with its message). Fixtures live in tests/fixtures/programs/. */
 #include <dirent.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/cluster.h"
@@ -456,9 +458,9 @@ static void test_every_directive(void)
     CU_ASSERT_EQUAL(d[7].recompute, IR_RECOMPUTE_SELECTIVE);
     CU_ASSERT_EQUAL(find_tag(&d[7].filter, IR_TAG_REGION)->value, IR_REGION_ATTN);
     CU_ASSERT_EQUAL(find_tag(&d[7].filter, IR_TAG_PASS)->value, PLAN_PASS_R);
-    /* 8: schedule by name (canonical spelling), builder option kept in doc */
+    /* 8: schedule by name, as written (the schedule pass looks it up), builder option kept in doc */
     CU_ASSERT_EQUAL(d[8].op, IR_DIR_SCHEDULE);
-    CU_ASSERT_STRING_EQUAL(d[8].schedule, "1f1b");
+    CU_ASSERT_STRING_EQUAL(d[8].schedule, "1F1B");
     CU_ASSERT_PTR_NULL(d[8].schedule_file);
     CU_ASSERT_PTR_NOT_NULL(ir_doc_get(d[8].doc, "num_microbatches"));
     /* 9: schedule from a file, resolved next to the program */
@@ -570,14 +572,38 @@ static void test_program_errors(void)
         {HEAD "  - {op: plase, devices: [0]}\n",
          "prog.yaml:4:10: directive 0: unknown op 'plase'; did you mean 'place'?"},
         {HEAD "  - {devices: [0]}\n",
-         "prog.yaml:4:5: directive 0 has no 'op'; add op: place"},
+         "prog.yaml:4:5: directive 0 has no 'op'; add op: place (or replicate, shard, "
+         "shard_tensor, split, order, recompute, schedule)"},
+        {HEAD "  - {op: repliate, devices: [0]}\n",
+         "prog.yaml:4:10: directive 0: unknown op 'repliate'; did you mean 'replicate'? use "
+         "place, replicate, shard, shard_tensor, split, order, recompute or schedule"},
+        {HEAD "  - {op: pipeline, devices: [0]}\n",
+         "prog.yaml:4:10: directive 0: unknown op 'pipeline'; use place, replicate, shard, "
+         "shard_tensor, split, order, recompute or schedule"},
+        {HEAD "  - {op: replicate, devices: [0, 1], zeros: 1}\n",
+         "prog.yaml:4:38: directive 0 (replicate): unknown key 'zeros'; did you mean 'zero'? "
+         "(replicate takes op, filter, devices, zero, bucket_size, reduce_stream, gather_stream, "
+         "shard_grads, shard_params)"},
+        {HEAD "  - {op: order, filters: [{PP: 0}], mirorr: true}\n",
+         "prog.yaml:4:37: directive 0 (order): unknown key 'mirorr'; did you mean 'mirror'? "
+         "(order takes op, filters, mirror)"},
         {HEAD "  - place\n", "prog.yaml:4:5: directive 0 must be a map with an 'op' key"},
         /* filters */
         {HEAD "  - {op: place, filter: {STAGE: 0}, devices: [0]}\n",
          "prog.yaml:4:26: directive 0 (place): unknown filter tag 'STAGE'; use PP, EP, TP, MB, "
          "PASS, LAYER, REGION or CHUNK"},
         {HEAD "  - {op: place, filter: {LAYR: 0}, devices: [0]}\n",
-         "prog.yaml:4:26: directive 0 (place): unknown filter tag 'LAYR'; did you mean 'LAYER'?"},
+         "prog.yaml:4:26: directive 0 (place): unknown filter tag 'LAYR'; did you mean 'LAYER'? "
+         "(tags: PP, EP, TP, MB, PASS, LAYER, REGION, CHUNK)"},
+        {HEAD "  - {op: place, filter: {PASS: [F]}, devices: [0]}\n",
+         "prog.yaml:4:32: directive 0 (place): the value of PASS must be a pass (F, B, BI, BW, R, "
+         "UPD) or \"*\""},
+        {HEAD "  - {op: place, filter: {REGION: atn}, devices: [0]}\n",
+         "prog.yaml:4:34: directive 0 (place): unknown REGION 'atn' (did you mean 'attn'?); use "
+         "embed, attn, mlp, moe_gate, moe_experts, moe_combine, head or \"*\""},
+        {HEAD "  - {op: place, filter: {PASS: w0}, devices: [0]}\n",
+         "prog.yaml:4:32: directive 0 (place): bad PASS value 'w0' (did you mean 'W'?); use F, B, "
+         "BI, BW, R, UPD or \"*\" (I and W mean BI and BW)"},
         {HEAD "  - {op: place, filter: {PASS: FWD}, devices: [0]}\n",
          "prog.yaml:4:32: directive 0 (place): bad PASS value 'FWD'; use F, B, BI, BW, R, UPD or "
          "\"*\" (I and W mean BI and BW)"},
@@ -631,6 +657,11 @@ static void test_program_errors(void)
          "directive 0 (replicate): zero = 2 conflicts with shard_grads/shard_params"},
         {HEAD "  - {op: replicate, devices: [0, 1], shard_params: true, shard_grads: false}\n",
          "directive 0 (replicate): shard_params: true with shard_grads: false"},
+        {HEAD "  - {op: replicate, bucket_size: lots}\n",
+         "prog.yaml:4:5: directive 0 (replicate) has no 'devices'; say which devices run it, e.g. "
+         "devices: [0, 1] or devices: \"0-7\""},
+        {HEAD "  - {op: shard, devices: [0, 1], stream: [ep]}\n",
+         "prog.yaml:4:42: directive 0 (shard): 'stream' must be a string"},
         {HEAD "  - {op: replicate, devices: [0, 1], bucket_size: lots}\n",
          "prog.yaml:4:51: directive 0 (replicate): expected a byte size for 'bucket_size'"},
         {HEAD "  - {op: replicate, devices: [0, 1], zero: [2]}\n",
@@ -655,13 +686,14 @@ static void test_program_errors(void)
          "directive 0 (order): filters must be a non-empty list of groups"},
         {HEAD "  - {op: order, filters: [[{PP: 0}], []]}\n",
          "directive 0 (order): order group 1 must be a non-empty list of filters"},
-        {HEAD "  - {op: order}\n", "directive 0 (order) has no 'filters'"},
-        {HEAD "  - {op: schedule, name: 1f1bb}\n",
-         "prog.yaml:4:26: directive 0 (schedule): unknown schedule '1f1bb'; did you mean '1f1b'?"},
-        {HEAD "  - {op: schedule, name: chimera}\n",
-         "directive 0 (schedule): unknown schedule 'chimera'; use one of gpipe, 1f1b, "
-         "interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipe, dualpipev"},
-        {HEAD "  - {op: schedule}\n", "directive 0 (schedule) has neither 'name' nor 'file'"},
+        {HEAD "  - {op: order}\n",
+         "prog.yaml:4:5: directive 0 (order) has no 'filters'; list the groups to order, e.g. "
+         "filters: [[{PASS: F, MB: 0}], [{PASS: B, MB: 0}]]"},
+        {HEAD "  - {op: split}\n",
+         "prog.yaml:4:5: directive 0 (split) has no 'num_microbatches'; say how many "
+         "micro-batches, e.g. num_microbatches: 8"},
+        {HEAD "  - {op: schedule, name: [1f1b]}\n",
+         "prog.yaml:4:26: directive 0 (schedule): 'name' must be a string"},
         {HEAD "  - {op: schedule, name: 1f1b, file: x.txt}\n",
          "directive 0 (schedule): give a builder 'name' or an order 'file', not both"},
         {HEAD "  - {op: schedule, file: no_such_order.txt}\n",
@@ -859,11 +891,96 @@ static void test_stage_of_region(void)
     for (int i = 0; i < n; i++) CU_ASSERT_EQUAL(st[i], 0);
 }
 
+/* The directive table: every row named, documented and found ignoring case, its key list
+ * starting with op, filters checked only where a directive has one, and every directive with
+ * its section in docs/programs.md naming each of its keys. */
+static void test_directive_table(void)
+{
+    FILE *f = fopen(test_src_path("docs/programs.md"), "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char doc[1 << 17];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    doc[len] = 0;
+    fclose(f);
+    for (int i = 0; i < IR_NDIR; i++) {
+        const ir_directive_info *info = ir_directive_info_of((ir_directive_op)i);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+        CU_ASSERT_STRING_EQUAL(info->name, ir_directive_name((ir_directive_op)i));
+        CU_ASSERT(info->doc && strlen(info->doc) > 10);
+        CU_ASSERT_EQUAL(ir_directive_of(info->name), i);
+        CU_ASSERT_STRING_EQUAL(info->known[0], "op");
+        CU_ASSERT_TRUE(ir_directive_takes((ir_directive_op)i, "op"));
+        CU_ASSERT_FALSE(ir_directive_takes((ir_directive_op)i, "comment"));
+        int n = 0;
+        for (; info->keys[n].key; n++) {
+            CU_ASSERT_STRING_EQUAL(info->known[n + 1], info->keys[n].key);
+            CU_ASSERT_TRUE(ir_directive_takes((ir_directive_op)i, info->keys[n].key));
+            CU_ASSERT((unsigned)info->keys[n].type < IR_NKEY_TYPES);
+        }
+        CU_ASSERT_PTR_NULL(info->known[n + 1]);
+        CU_ASSERT(n >= 1);
+        /* its section: "### `name {" up to the next heading, naming every key */
+        char head[96];
+        snprintf(head, sizeof head, "### `%s {", info->name);
+        const char *sec = strstr(doc, head);
+        if (!sec) fprintf(stderr, "\n  docs/programs.md has no section '%s'\n", head);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(sec);
+        const char *end = strstr(sec + 4, "\n#");
+        size_t sl = end ? (size_t)(end - sec) : strlen(sec);
+        char *text = strndup(sec, sl);
+        for (int k = 0; k < n; k++) {
+            if (!strstr(text, info->keys[k].key))
+                fprintf(stderr, "\n  docs/programs.md: %s does not mention '%s'\n", head, info->keys[k].key);
+            CU_ASSERT_PTR_NOT_NULL(strstr(text, info->keys[k].key));
+        }
+        free(text);
+    }
+    /* Piper's ignored keys: each in docs/programs.md's table, none a key piper reads but
+     * schedule's name (read there, ignored elsewhere) */
+    for (int i = 0; ir_piper_ignored_keys[i]; i++) {
+        char cell[64];
+        snprintf(cell, sizeof cell, "| `%s`", ir_piper_ignored_keys[i]);
+        const char *at = strstr(doc, cell);
+        if (!at) {
+            snprintf(cell, sizeof cell, ", `%s` |", ir_piper_ignored_keys[i]);
+            at = strstr(doc, cell);
+        }
+        if (!at) fprintf(stderr, "\n  docs/programs.md's table lacks '%s'\n", ir_piper_ignored_keys[i]);
+        CU_ASSERT_PTR_NOT_NULL(at);
+        for (int d = 0; d < IR_NDIR; d++)
+            if (d != IR_DIR_SCHEDULE) CU_ASSERT_FALSE(ir_directive_takes((ir_directive_op)d, ir_piper_ignored_keys[i]));
+    }
+    CU_ASSERT_EQUAL(ir_directive_of("Shard_Tensor"), IR_DIR_SHARD_TENSOR);
+    CU_ASSERT_EQUAL(ir_directive_of("shard-tensor"), -1);
+    CU_ASSERT_PTR_NULL(ir_directive_info_of(IR_NDIR));
+    CU_ASSERT_FALSE(ir_directive_takes(IR_NDIR, "op"));
+    /* the schema itself: required keys, defaults, the open schedule */
+    const ir_directive_info *rep = ir_directive_info_of(IR_DIR_REPLICATE);
+    CU_ASSERT_STRING_EQUAL(rep->keys[1].key, "devices");
+    CU_ASSERT_EQUAL(rep->keys[1].type, IR_KEY_DEVICES);
+    CU_ASSERT_PTR_NOT_NULL(rep->keys[1].required);
+    CU_ASSERT_EQUAL(rep->keys[3].type, IR_KEY_BYTES);
+    CU_ASSERT_DOUBLE_EQUAL(rep->keys[3].dflt, IR_DEFAULT_BUCKET_BYTES, 0);
+    CU_ASSERT_TRUE(ir_directive_info_of(IR_DIR_SCHEDULE)->open);
+    CU_ASSERT_FALSE(ir_directive_info_of(IR_DIR_ORDER)->open);
+    CU_ASSERT_FALSE(ir_directive_takes(IR_DIR_ORDER, "filter"));
+    CU_ASSERT_TRUE(ir_directive_takes(IR_DIR_SPLIT, "dim_name"));
+    /* did you mean, and the joined list of messages */
+    static const char *const cands[] = {"filter", "devices", "num_microbatches", NULL};
+    CU_ASSERT_STRING_EQUAL(ir_suggest("devcies", cands), "devices");
+    CU_ASSERT_STRING_EQUAL(ir_suggest("num_micro", cands), "num_microbatches");
+    CU_ASSERT_PTR_NULL(ir_suggest("colour", cands));
+    char buf[64];
+    CU_ASSERT_STRING_EQUAL(ir_join_names(buf, sizeof buf, cands), "filter, devices, num_microbatches");
+}
+
 static void test_name_tables(void)
 {
     static const char *const dirs[] = {"place", "replicate", "shard", "shard_tensor",
                                        "split", "order",     "recompute", "schedule"};
-    for (int i = 0; i < IR_NDIR; i++) CU_ASSERT_STRING_EQUAL(ir_directive_name(i), dirs[i]);
+    /* Piper's eight, in the order of the table (a new directive is a row after them) */
+    CU_ASSERT_TRUE_FATAL(IR_NDIR >= (int)BASE_COUNT(dirs));
+    for (int i = 0; i < (int)BASE_COUNT(dirs); i++) CU_ASSERT_STRING_EQUAL(ir_directive_name(i), dirs[i]);
     static const char *const tags[] = {"PP", "EP", "TP", "MB", "PASS", "LAYER", "REGION", "CHUNK"};
     for (int i = 0; i < IR_NTAGS; i++) CU_ASSERT_STRING_EQUAL(ir_tag_name(i), tags[i]);
     static const char *const regs[] = {"embed", "attn", "mlp", "moe_gate", "moe_experts",
@@ -872,9 +989,6 @@ static void test_name_tables(void)
         CU_ASSERT_STRING_EQUAL(ir_region_kind_name(i), regs[i]);
     CU_ASSERT_STRING_EQUAL(ir_directive_name(IR_NDIR), "?");
     CU_ASSERT_STRING_EQUAL(ir_pass_tag_name(PLAN_PASS_BW), "BW");
-    int n = 0;
-    while (ir_schedule_names[n]) n++;
-    CU_ASSERT_EQUAL(n, 8);
     CU_ASSERT_STRING_EQUAL(ir_piper_ignored_keys[0], "comment");
 }
 
@@ -896,6 +1010,7 @@ int piper_tests_register(void)
         {"error fixtures and inline refs", test_error_fixtures},
         {"stage of region", test_stage_of_region},
         {"name tables", test_name_tables},
+        {"directive table", test_directive_table},
         {NULL, NULL}};
     CU_pSuite s = CU_add_suite("ir_program", suite_init, suite_clean);
     if (!s) return -1;

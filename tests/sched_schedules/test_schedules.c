@@ -257,6 +257,57 @@ static void test_dualpipev_structure(void)
     sched_table_free(&t);
 }
 
+/* The builder table: every row complete, names unique and found ignoring case, layouts that
+ * say how many stages a rank holds, and every builder documented in docs/programs.md's table. */
+static void test_builder_table(void)
+{
+    CU_ASSERT_EQUAL(SCHED_NKINDS, 8);
+    CU_ASSERT_PTR_NULL(sched_kind_names[SCHED_NKINDS]);
+    CU_ASSERT_PTR_NULL(sched_kind_info(SCHED_NKINDS));
+    FILE *f = fopen(test_src_path("docs/programs.md"), "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char doc[1 << 17];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    doc[len] = 0;
+    fclose(f);
+    for (int k = 0; k < SCHED_NKINDS; k++) {
+        const sched_builder *b = sched_kind_info((sched_kind)k);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+        CU_ASSERT_PTR_NOT_NULL(b->build);
+        CU_ASSERT(b->doc && strlen(b->doc) > 10);
+        CU_ASSERT_STRING_EQUAL(sched_kind_names[k], b->name);
+        CU_ASSERT_EQUAL(sched_kind_of(b->name), k);
+        char upper[64];
+        size_t i = 0;
+        for (; b->name[i] && i + 1 < sizeof upper; i++)
+            upper[i] = (char)(b->name[i] >= 'a' && b->name[i] <= 'z' ? b->name[i] - 32 : b->name[i]);
+        upper[i] = 0;
+        CU_ASSERT_EQUAL(sched_kind_of(upper), k);
+        for (int j = 0; j < k; j++) CU_ASSERT_STRING_NOT_EQUAL(sched_kind_name((sched_kind)j), b->name);
+        char cell[80];
+        snprintf(cell, sizeof cell, "`%s`", b->name);
+        if (!strstr(doc, cell)) fprintf(stderr, "\n  docs/programs.md does not name %s\n", cell);
+        CU_ASSERT_PTR_NOT_NULL(strstr(doc, cell));
+    }
+    CU_ASSERT_EQUAL(sched_kind_of("1f1b "), -1);
+    CU_ASSERT_EQUAL(sched_kind_of(NULL), -1);
+    CU_ASSERT_EQUAL(sched_kind_layout(SCHED_INTERLEAVED), SCHED_LAYOUT_LOOP);
+    CU_ASSERT_EQUAL(sched_kind_layout(SCHED_DUALPIPE), SCHED_LAYOUT_MIRROR);
+    CU_ASSERT_EQUAL(sched_kind_layout(SCHED_ZBV), SCHED_LAYOUT_V);
+    CU_ASSERT_STRING_EQUAL(sched_layout_rule(SCHED_LAYOUT_LOOP), "stage s lives on rank s mod p");
+    CU_ASSERT_STRING_EQUAL(sched_kind_info(SCHED_INTERLEAVED)->options[1].key, "chunks");
+    CU_ASSERT_PTR_NULL(sched_kind_info(SCHED_INTERLEAVED)->options[2].key);
+    CU_ASSERT_PTR_NULL(sched_kind_info(SCHED_1F1B)->options[0].key);
+    CU_ASSERT(sched_kind_info(SCHED_ZBH2)->flags & SCHED_NEEDS_P2P_CHANNELS);
+    CU_ASSERT(sched_kind_info(SCHED_DUALPIPE)->flags & SCHED_NEEDS_MIRROR);
+    CU_ASSERT_EQUAL(sched_kind_info(SCHED_1F1B)->flags, 0);
+    sched_table t;
+    char why[128];
+    sched_params sp = {2, 2, 1, 0};
+    CU_ASSERT_NOT_EQUAL(sched_build(SCHED_NKINDS, &sp, &t, why, sizeof why), 0);
+    CU_ASSERT_STRING_EQUAL(why, "unknown schedule kind 8");
+}
+
 static void test_every_builder_validates(void)
 {
     static const int ps[] = {1, 2, 3, 4, 8};
@@ -757,6 +808,25 @@ static void test_compile_errors(void)
     compile_path(&k, write_program("shared", 4, 2, SCHED_LAYOUT_LOOP, 8, "{op: schedule, name: 1f1b}"), NULL, NULL, false);
     TEST_ASSERT_CONTAINS(k.e.msg, "stages 0 and 2 both run on devices [0], but 1f1b puts them on different ranks (0 and 2)");
     sched_compilation_free(&k.c);
+    /* names: looked up in the builder table, the lists in messages generated from it */
+    compile_path(&k, write_program("name_typo", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: zb-h3}"), NULL, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, ":11:26: directive 5 (schedule): unknown schedule 'zb-h3'; did you mean 'zb-h1'? (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipe, dualpipev, or file: <order file>)");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("name_unknown", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: chimera}"), NULL, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, ":11:26: directive 5 (schedule): unknown schedule 'chimera'; use one of gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipe, dualpipev, or file: <order file>");
+    sched_compilation_free(&k.c);
+    compile_path(&k, write_program("name_none", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule}"), NULL, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, ":11:5: directive 5 (schedule) has neither 'name' nor 'file'; add name: 1f1b (or gpipe, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipe, dualpipev) or file: <per-rank order file>");
+    sched_compilation_free(&k.c);
+    /* names are case-insensitive; the pass runs the canonical builder */
+    compile_path(&k, write_program("name_case", 4, 4, SCHED_LAYOUT_ONE, 8, "{op: schedule, name: ZB-H2}"), NULL, NULL, true);
+    CU_ASSERT_EQUAL(k.rc, 0);
+    if (!k.rc) CU_ASSERT_STRING_EQUAL(k.c.p2p_channels_for, "zb-h2");
+    sched_compilation_free(&k.c);
+    /* a builder's option list in its message comes from its row */
+    compile_path(&k, write_program("il_bad_opt", 8, 4, SCHED_LAYOUT_LOOP, 8, "{op: schedule, name: interleaved-1f1b, groups: 4}"), NULL, NULL, false);
+    TEST_ASSERT_CONTAINS(k.e.msg, "directive 9 (schedule): unknown option 'groups' for interleaved-1f1b; it takes group_size (micro-batches per group, default p) and chunks (v, checked against the placement)");
+    sched_compilation_free(&k.c);
     /* a schedule file whose m does not match the program */
     char csv[512];
     snprintf(csv, sizeof csv, "%s/sched_schedules_m2.csv", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -843,6 +913,7 @@ int piper_tests_register(void)
         {"zb-h1 and zb-h2 p=4 by hand", test_zbh1_p4},
         {"zbv p=2 m=4 by hand", test_zbv_p2_m4},
         {"dualpipev p=4 m=8 structure", test_dualpipev_structure},
+        {"the builder table", test_builder_table},
         {"every builder validates and round-trips through CSV", test_every_builder_validates},
         {"idle and peaks under unit costs (formulas.md)", test_unit_cost_idle_and_peaks},
         {"dualpipe idle p-2 and peak p+1 under unit costs", test_dualpipe_unit_costs},
