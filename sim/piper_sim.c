@@ -50,10 +50,20 @@ static void usage(FILE *f)
             "  --calib FILE|none   the cost model's constants per GPU type (default: the built-in\n"
             "                      configs/calibration.txt; none: uncalibrated defaults); the\n"
             "                      cluster file's calibration and --costs apply over it\n"
-            "  --coll ALGO         auto (default: rings; across nodes, rings inside each node and\n"
-            "                      rings across nodes, as NCCL), ring (one flat ring) or ring-steps\n"
-            "                      (one flat ring in lock-step phases of bytes/n) or tree\n"
-            "                      (all-reduce over NCCL's double binary tree; others: one ring)\n"
+            "  --coll ALGO         the collective algorithm (docs/simulator.md):\n");
+    /* one entry per algorithm of the table (SIM_COLL_ALGOS), its help wrapped under it */
+    for (int a = 0; a < SIM_NCOLL; a++) {
+        const char *h = sim_coll_help((sim_coll_algo)a);
+        int col = fprintf(f, "                        %-11s", sim_coll_name((sim_coll_algo)a));
+        while (*h) {
+            size_t n = strcspn(h, " ");
+            if (col + 1 + (int)n > 92) col = fprintf(f, "\n%35s", "") - 1;
+            col += fprintf(f, " %.*s", (int)n, h);
+            h += n + (h[n] == ' ');
+        }
+        fputc('\n', f);
+    }
+    fprintf(f,
             "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
             "                      process per GPU, one thread per stream\n"
             "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
@@ -172,9 +182,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (coll && strcmp(coll, "auto") && strcmp(coll, "ring") && strcmp(coll, "ring-steps") && strcmp(coll, "tree")) {
-        fprintf(stderr, "piper-sim: --coll %s: unknown algorithm; use auto, ring, ring-steps or tree\n", coll);
-        return 2;
+    sim_coll_algo coll_algo = SIM_COLL_AUTO;
+    if (coll) {
+        base_error ce;
+        base_error_clear(&ce);
+        if (sim_coll_parse(coll, &coll_algo, &ce)) {
+            fprintf(stderr, "piper-sim: %s\n", ce.msg);
+            return 2;
+        }
     }
 
     int kind = is_plan_file(input);
@@ -218,9 +233,7 @@ int main(int argc, char **argv)
     o.trace_path = trace;
     if (platform) o.platform = platform;
     o.progress = isatty(STDERR_FILENO);
-    if (coll && !strcmp(coll, "ring-steps")) o.coll = SIM_COLL_RING_STEPS;
-    if (coll && !strcmp(coll, "ring")) o.coll = SIM_COLL_RING;
-    if (coll && !strcmp(coll, "tree")) o.coll = SIM_COLL_TREE;
+    o.coll = coll_algo;
     /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */
     if (!calib || strcmp(calib, "none")) {
         base_buf text = {0};
