@@ -1353,11 +1353,22 @@ static void test_cli_errors(void)
     TEST_ASSERT_CONTAINS(t, "the simulation stopped with device 0 unfinished: the plan deadlocks");
     free(t);
 
-    /* a program that does not compile: piper-compile's message, exit 1 */
+    /* a program that does not compile: the compiler's message, as piper-compile prints it, exit 1 */
     CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"),
              test_src_path("tests/fixtures/programs/missing_model.yaml"), err), 1);
     t = slurp(err);
-    TEST_ASSERT_CONTAINS(t, "piper-compile could not compile");
+    TEST_ASSERT_CONTAINS(t, "missing_model.yaml:2:1: the program has no 'model'; add model: <path or map>");
+    TEST_ASSERT_CONTAINS(t, "piper-sim: cannot compile ");
+    free(t);
+
+    /* piper-sim compiles in its own process: alone in a folder, with nothing on PATH, it still
+     * simulates a program (the 1F1B closed form, 27 s) */
+    CU_ASSERT_EQUAL(run_cmdf("mkdir -p '%s' && cp '%s' '%s'", tmp_path("alone"), bin_path("piper-sim"),
+                             tmp_path("alone")), 0);
+    CU_ASSERT_EQUAL(run_cmdf("cd '%s' && PATH=/nonexistent ./piper-sim '%s' --costs unit:F=1,B=2,nocomm > '%s' 2>&1",
+                             tmp_path("alone"), test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 0);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "step time        27.000000 s");
     free(t);
 
     /* --coll: the algorithms' names come from one table, in --help and in the error */
