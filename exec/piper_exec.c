@@ -51,8 +51,8 @@ static void usage(FILE *f)
             "  --trace FILE       write what every rank ran as a Chrome trace (the format of\n"
             "                     piper-sim --trace: a process per rank, a thread per stream)\n"
             "  --no-sim           do not print piper-sim's prediction of the plan next to the\n"
-            "                     measurement at the end (it runs the piper-sim found next to\n"
-            "                     piper-exec; never with -q)\n"
+            "                     measurement at the end (rank 0 simulates the plan with the\n"
+            "                     simulator built into piper-exec; never with -q)\n"
             "  --memory           each rank prints its buffers' bytes by category, as the plan\n"
 "                     sizes them and as the executor holds them; after the last\n"
             "                     step, its parameter and gradient bytes, communicated bytes\n"
@@ -141,12 +141,12 @@ static int cmp_double(const void *x, const void *y)
  * the steps after the first, which warms caches and allocates) and each rank's peak memory,
  * measured both as the plan sizes its buffers (what the simulator replays) and as the executor
  * holds them (the CPU kernels' layouts). */
-static void print_prediction(const args *a, int size, const double *times, const double *peaks)
+static void print_prediction(const args *a, const plan_set *plan, int size, const double *times, const double *peaks)
 {
     exec_sim_prediction sp;
     base_error e;
     base_error_clear(&e);
-    if (exec_sim_predict(a->c.plan, size, &sp, &e)) {
+    if (exec_sim_predict(plan, size, &sp, &e)) {
         printf("no piper-sim prediction: %s\n", e.msg);
         return;
     }
@@ -400,7 +400,7 @@ int main(int argc, char **argv)
         MPI_Ibarrier(MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "the final barrier", &e)) goto fail;
     }
-    if (rank == 0 && !a.c.quiet && !a.no_sim) print_prediction(&a, size, times, peaks);
+    if (rank == 0 && !a.c.quiet && !a.no_sim) print_prediction(&a, &plan, size, times, peaks);
     free(times);
     free(peaks);
     free(all);

@@ -9,7 +9,7 @@
  * Replica 0 is then simulated alone; a collective across replicas runs its algorithm as if every
  * member were there (same ring volumes, latency steps and barrier), each simulated member sending
  * its flow of a phase out over its own links toward its ring successor and back in over its own
- * links (replay.c, "loop" routes; platform.c): in the full run the member's up-links carry its
+ * links (coll_ring.c, "loop" routes; platform.c): in the full run the member's up-links carry its
  * outgoing flow and its down-links the incoming one of its predecessor, which by symmetry is the
  * same flow shifted. So the folded run gives the same times as the full one (to rounding) when
  * every link a replica uses is its own or non-blocking; fold_plan checks exactly that and falls
@@ -88,7 +88,7 @@ static int gindex_shifted(const gindex *ix, int g, int32_t shift)
 }
 
 /* Are all hops of the ring over sub[0], sub[stride], ... (k members) of one kind? */
-static int ring_uniform(const plan_set *p, const plan_group *grp, const int32_t *sub, int k, int stride)
+int sim_ring_uniform(const plan_set *p, const plan_group *grp, const int32_t *sub, int k, int stride)
 {
     if (k <= 1) return 1;
     int kind = -1;
@@ -99,30 +99,6 @@ static int ring_uniform(const plan_set *p, const plan_group *grp, const int32_t 
         else if (kind != same) return 0;
     }
     return 1;
-}
-
-/* The hop kinds of a group's collectives, as replay.c runs them (prepare_group's structure). */
-static int group_rings_uniform(const plan_set *p, const sim_options *o, int g)
-{
-    const plan_group *grp = &p->groups[g];
-    int n = grp->n;
-    int32_t *ring = base_xcalloc((size_t)n + 1, sizeof *ring);
-    for (int r = 0; r < n; r++) ring[r] = r;
-    /* a tree's members do not all send alike (leaves, inner nodes, roots): never folded */
-    int ok = o->coll != SIM_COLL_TREE || n <= 1;
-    sim_group_grid gg;
-    sim_group_grid_init(p, g, &gg);
-    if (gg.hier && o->coll == SIM_COLL_AUTO) {
-        int k = gg.per_node, nn = n / k;
-        for (int j = 0; j < nn && ok; j++) ok = ring_uniform(p, grp, gg.grid + j * k, k, 1);
-        for (int l = 0; l < k && ok; l++) ok = ring_uniform(p, grp, gg.grid + l, nn, k);
-    }
-    /* the flat ring too: hierarchical groups run it for kinds other than AR/RS/AG, which are
-     * refused anyway, and --coll ring runs it always */
-    if (ok && !(gg.hier && o->coll == SIM_COLL_AUTO)) ok = ring_uniform(p, grp, ring, n, 1);
-    sim_group_grid_free(&gg);
-    free(ring);
-    return ok;
 }
 
 /* Tries one shift; 0 when the plan folds with it (f filled), else -1 with f->reason. */
@@ -190,9 +166,11 @@ static int try_shift(const plan_set *p, const sim_options *o, const gindex *ix, 
                 rc = -1;
             }
         free(cnt);
-        if (!rc && !group_rings_uniform(p, o, g)) {
+        /* the hop kinds of the group's collectives, as the algorithm runs them */
+        const char *why = "";
+        if (!rc && !sim_coll_algos[o->coll].foldable(p, g, &why)) {
             snprintf(f->reason, sizeof f->reason, "group %d (%s) spans replicas with %s", g, grp->name ? grp->name : "?",
-                     o->coll == SIM_COLL_TREE ? "tree all-reduces" : "rings that mix NVLink and NIC hops");
+                     why);
             rc = -1;
         }
     }
@@ -321,42 +299,4 @@ int sim_fold_plan(const plan_set *p, const sim_options *o, sim_fold *f)
     f->nsimulated = 0;
     for (int d = 0; d < nd; d++) f->nsimulated += f->index[d] == 0;
     return 0;
-}
-
-/* ---------------------------------------------------------------- hierarchical structure */
-
-void sim_group_grid_init(const plan_set *p, int g, sim_group_grid *gg)
-{
-    memset(gg, 0, sizeof *gg);
-    const plan_group *grp = &p->groups[g];
-    int n = grp->n;
-    if (n < 4) return;
-    /* nodes in order of their first member; members of a node in rank order */
-    int32_t *nodes = base_xcalloc((size_t)n, sizeof *nodes), *count = base_xcalloc((size_t)n, sizeof *count);
-    int nn = 0;
-    gg->node_of = base_xcalloc((size_t)n, sizeof *gg->node_of);
-    gg->local_of = base_xcalloc((size_t)n, sizeof *gg->local_of);
-    for (int r = 0; r < n; r++) {
-        int node = p->devices[grp->devices[r]].node, j = 0;
-        while (j < nn && nodes[j] != node) j++;
-        if (j == nn) nodes[nn++] = node;
-        gg->node_of[r] = j;
-        gg->local_of[r] = count[j]++;
-    }
-    int k = count[0], even = nn > 1 && k > 1;
-    for (int j = 1; j < nn && even; j++) even = count[j] == k;
-    if (even) {
-        gg->hier = true;
-        gg->per_node = k;
-        gg->grid = base_xcalloc((size_t)n, sizeof *gg->grid);
-        for (int r = 0; r < n; r++) gg->grid[gg->node_of[r] * k + gg->local_of[r]] = r;
-    }
-    free(nodes);
-    free(count);
-}
-
-void sim_group_grid_free(sim_group_grid *gg)
-{
-    free(gg->grid), free(gg->node_of), free(gg->local_of);
-    memset(gg, 0, sizeof *gg);
 }

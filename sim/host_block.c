@@ -1,6 +1,6 @@
 /* host_block.c — can every device's host block at its p2p transfers without deadlocking the step?
  *
- * The host model (replay.c, docs/simulator.md "The host") lets the host wait after each p2p run
+ * The host model (host.c, docs/simulator.md "The host") lets the host wait after each p2p run
  * until the device is done (Megatron's batch_isend_irecv + torch.cuda.synchronize()). That is
  * sound for plans whose transfers come in the order a blocking host needs (Megatron's schedules:
  * every transfer's partner is posted by a host that is not itself waiting for a later one), but

@@ -94,14 +94,6 @@ const char *sim_host_sync_name(unsigned bits)
     return names[bits & 7u];
 }
 
-const char *sim_coll_name(sim_coll_algo a)
-{
-    return a == SIM_COLL_RING         ? "ring"
-           : a == SIM_COLL_RING_STEPS ? "ring-steps"
-           : a == SIM_COLL_TREE       ? "tree"
-                                      : "auto";
-}
-
 /* ---------------------------------------------------------------- value parsing */
 
 typedef struct unit_entry {

@@ -1,19 +1,16 @@
 /* piper_sim.c — `piper-sim`: simulate one training step of a plan file, or of a program.
  *
- * sim/ may include nothing of the compiler but plan/plan.h, so a program is compiled by running
- * the piper-compile executable that sits next to piper-sim (or the one on PATH) into a temporary
- * plan file, which is then read like any other. Prints the report on stdout (deterministic), and
- * the simulation's wall time on stderr. */
+ * The simulator library (piper_sim) reads plans only; this main program also links the compiler
+ * (piper_sched, sched/sched.h), so that a program is compiled in this process into a checked plan
+ * which is then simulated like a plan read from a file. Prints the report on stdout
+ * (deterministic), and the simulation's wall time on stderr. */
 #include <errno.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "sched/sched.h"
 #include "sim/sim.h"
 
 static void usage(FILE *f)
@@ -24,7 +21,7 @@ static void usage(FILE *f)
             "Simulates one training step with SimGrid and reports the step time, tokens/s, MFU and\n"
             "HFU, each device's compute / exposed communication / idle time and its peak memory\n"
             "with the breakdown. FILE is a plan (written by piper-compile -o) or a program (YAML or\n"
-            "JSON), which is first compiled by running the piper-compile found next to piper-sim.\n"
+            "JSON), which piper-sim first compiles as piper-compile --allow-oom does.\n"
             "\n"
             "options:\n"
             "  --json FILE         also write the results as JSON (docs/sim-json.md); - for stdout\n"
@@ -50,10 +47,20 @@ static void usage(FILE *f)
             "  --calib FILE|none   the cost model's constants per GPU type (default: the built-in\n"
             "                      configs/calibration.txt; none: uncalibrated defaults); the\n"
             "                      cluster file's calibration and --costs apply over it\n"
-            "  --coll ALGO         auto (default: rings; across nodes, rings inside each node and\n"
-            "                      rings across nodes, as NCCL), ring (one flat ring) or ring-steps\n"
-            "                      (one flat ring in lock-step phases of bytes/n) or tree\n"
-            "                      (all-reduce over NCCL's double binary tree; others: one ring)\n"
+            "  --coll ALGO         the collective algorithm (docs/simulator.md):\n");
+    /* one entry per algorithm of the table (SIM_COLL_ALGOS), its help wrapped under it */
+    for (int a = 0; a < SIM_NCOLL; a++) {
+        const char *h = sim_coll_help((sim_coll_algo)a);
+        int col = fprintf(f, "                        %-11s", sim_coll_name((sim_coll_algo)a));
+        while (*h) {
+            size_t n = strcspn(h, " ");
+            if (col + 1 + (int)n > 92) col = fprintf(f, "\n%35s", "") - 1;
+            col += fprintf(f, " %.*s", (int)n, h);
+            h += n + (h[n] == ' ');
+        }
+        fputc('\n', f);
+    }
+    fprintf(f,
             "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
             "                      process per GPU, one thread per stream\n"
             "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
@@ -62,7 +69,8 @@ static void usage(FILE *f)
             "  --platform-out FILE write the generated SimGrid platform XML\n"
             "  --no-fold           simulate every data-parallel replica (by default, replicas that do\n"
             "                      exactly what another does are simulated once, where that is exact)\n"
-            "  --no-check          skip the static check of the plan (deadlock, memory)\n"
+            "  --no-check          skip the static check of a plan file (deadlock, memory; a program's\n"
+            "                      plan is checked by the compiler)\n"
             "  --in-process        simulate in this process (profiling; SimGrid errors abort)\n"
             "  -q, --quiet         no report (use with --json)\n"
             "  -h, --help          this help\n"
@@ -82,40 +90,26 @@ static int is_plan_file(const char *path)
     return n == 11 && !memcmp(head, "piper-plan ", 11);
 }
 
-/* Runs piper-compile (next to this executable, else on PATH) to turn a program into a plan. */
-static int compile_program(const char *program, const char *plan_path)
+/* Compiles the program in this process as `piper-compile --allow-oom` does (plans over memory are
+ * simulated and flagged rather than refused) into *p. The compiler's warnings and errors go to
+ * stderr as piper-compile prints them. The compiler runs the plan's static check. */
+static int compile_program(const char *program, plan_set *p)
 {
-    char self[PATH_MAX], tool[PATH_MAX + 32];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    tool[0] = 0;
-    if (n > 0) {
-        self[n] = 0;
-        snprintf(tool, sizeof tool, "%s/piper-compile", dirname(self));
-        if (access(tool, X_OK)) tool[0] = 0;
+    sched_compilation c;
+    sched_compilation_init(&c);
+    sched_options so = {.allow_oom = true};
+    base_error e;
+    base_error_clear(&e);
+    int rc = sched_compile(&c, program, NULL, NULL, &so, &e);
+    base_error_print(&e, stderr);
+    if (rc) {
+        fprintf(stderr, "piper-sim: cannot compile %s (see the compiler's messages above)\n", program);
+    } else {
+        *p = c.plan; /* the plan has its own arena: it outlives the DAG, freed now */
+        plan_init(&c.plan);
     }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "piper-sim: cannot start piper-compile (%s)\n", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        char *args[] = {tool[0] ? tool : "piper-compile", "-q", "--allow-oom", (char *)program, "-o",
-                        (char *)plan_path, NULL};
-        if (tool[0]) execv(tool, args);
-        else execvp("piper-compile", args);
-        fprintf(stderr, "piper-sim: cannot run piper-compile (%s); build it (cmake --build build) so that it sits "
-                        "next to piper-sim, or simulate a plan file written by piper-compile -o\n", strerror(errno));
-        _exit(127);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return -1;
-    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return 0;
-    if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 127))
-        fprintf(stderr, "piper-sim: piper-compile could not compile %s (see its messages above)\n", program);
-    return -1;
+    sched_compilation_free(&c);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -172,9 +166,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (coll && strcmp(coll, "auto") && strcmp(coll, "ring") && strcmp(coll, "ring-steps") && strcmp(coll, "tree")) {
-        fprintf(stderr, "piper-sim: --coll %s: unknown algorithm; use auto, ring, ring-steps or tree\n", coll);
-        return 2;
+    sim_coll_algo coll_algo = SIM_COLL_AUTO;
+    if (coll) {
+        base_error ce;
+        base_error_clear(&ce);
+        if (sim_coll_parse(coll, &coll_algo, &ce)) {
+            fprintf(stderr, "piper-sim: %s\n", ce.msg);
+            return 2;
+        }
     }
 
     int kind = is_plan_file(input);
@@ -182,32 +181,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: cannot open %s: %s; check the path\n", input, strerror(errno));
         return 1;
     }
-    char tmp_plan[4096] = "";
-    const char *plan_path = input;
-    if (!kind) {
-        const char *td = getenv("TMPDIR");
-        snprintf(tmp_plan, sizeof tmp_plan, "%s/piper-sim-plan-XXXXXX", td && *td ? td : "/tmp");
-        int fd = mkstemp(tmp_plan);
-        if (fd < 0) {
-            fprintf(stderr, "error: cannot create a temporary plan file (%s); set TMPDIR to a writable directory\n",
-                    strerror(errno));
-            return 1;
-        }
-        close(fd);
-        if (compile_program(input, tmp_plan)) {
-            unlink(tmp_plan);
-            return 1;
-        }
-        plan_path = tmp_plan;
-    }
-
     base_error e;
     base_error_clear(&e);
     plan_set p;
-    int rc = plan_read_file(&p, plan_path, &e);
-    if (tmp_plan[0]) unlink(tmp_plan);
-    if (rc) {
-        base_error_print(&e, stderr);
+    int rc = 0;
+    if (kind) {
+        rc = plan_read_file(&p, input, &e);
+        if (rc) {
+            base_error_print(&e, stderr);
+            return 1;
+        }
+    } else if (compile_program(input, &p)) {
         return 1;
     }
     sim_options o;
@@ -218,9 +202,7 @@ int main(int argc, char **argv)
     o.trace_path = trace;
     if (platform) o.platform = platform;
     o.progress = isatty(STDERR_FILENO);
-    if (coll && !strcmp(coll, "ring-steps")) o.coll = SIM_COLL_RING_STEPS;
-    if (coll && !strcmp(coll, "ring")) o.coll = SIM_COLL_RING;
-    if (coll && !strcmp(coll, "tree")) o.coll = SIM_COLL_TREE;
+    o.coll = coll_algo;
     /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */
     if (!calib || strcmp(calib, "none")) {
         base_buf text = {0};
@@ -250,7 +232,7 @@ int main(int argc, char **argv)
         plan_free(&p);
         return 2;
     }
-    if (!no_check) {
+    if (kind && !no_check) { /* a compiled program's plan passed the compiler's check */
         plan_stats st;
         rc = plan_check(&p, &st, &e);
         if (!rc) plan_stats_free(&st);

@@ -15,7 +15,8 @@
  *    device's host thread has issued it (launch overhead per kernel, running ahead of the GPU
  *    between synchronisation points);
  *  - collectives are rings (or all-to-all exchanges) of concurrent flows between the members,
- *    hierarchical across nodes (NVLink rings inside each node, NIC rings across nodes).
+ *    hierarchical across nodes (NVLink rings inside each node, NIC rings across nodes), or one
+ *    of the other algorithms of SIM_COLL_ALGOS.
  *
  * SimGrid's engine can be initialised once per process and aborts on internal errors, so
  * sim_run() simulates in a forked child and reads the results back: any number of simulations
@@ -47,15 +48,32 @@ typedef struct sim_links {
     double oversubscription; /* fat-tree: leaf downlink / uplink capacity (1 = non-blocking) */
 } sim_links;
 
+/* The collective algorithms of --coll: one row each, X(ID, name, run, foldable, help). Each
+ * algorithm is one file, sim/coll_<name>.c, that defines `run` and `foldable` (sim_internal.h)
+ * with its closed form beside them; the enum, the names, piper-sim's --help and the validation of
+ * --coll are generated from this table. */
+#define SIM_COLL_ALGOS(X)                                                                            \
+    X(AUTO, "auto", sim_coll_auto_run, sim_coll_auto_foldable,                                       \
+      "rings; across nodes, rings inside each node and rings across nodes, as NCCL (the default)")   \
+    X(RING, "ring", sim_coll_ring_run, sim_coll_ring_foldable, "one flat ring")                     \
+    X(RING_STEPS, "ring-steps", sim_coll_ring_steps_run, sim_coll_ring_steps_foldable,               \
+      "one flat ring in lock-step phases of bytes/n")                                                \
+    X(TREE, "tree", sim_coll_tree_run, sim_coll_tree_foldable,                                       \
+      "all-reduce over NCCL's double binary tree; other kinds: one flat ring")
+
 typedef enum {
-    SIM_COLL_AUTO,       /* rings; hierarchical (node rings, then cross-node rings) across nodes */
-    SIM_COLL_RING,       /* one flat ring: every member streams its ring volume to its neighbour */
-    SIM_COLL_RING_STEPS, /* one flat ring in 2(n-1) (or n-1) lock-step phases of bytes/n */
-    SIM_COLL_TREE        /* all-reduce over NCCL's double binary tree (other kinds: flat ring) */
+#define SIM_COLL_ENUM(id, name, run, foldable, help) SIM_COLL_##id,
+    SIM_COLL_ALGOS(SIM_COLL_ENUM)
+#undef SIM_COLL_ENUM
+    SIM_NCOLL
 } sim_coll_algo;
 
-/* "auto", "ring", "ring-steps", "tree" */
+/* The algorithm's name ("auto", "ring", ...) and its one-line description for --help. */
 const char *sim_coll_name(sim_coll_algo a);
+const char *sim_coll_help(sim_coll_algo a);
+/* The algorithm named `name` into *a; otherwise "--coll NAME: unknown algorithm; use auto, ring,
+ * ring-steps or tree" (the names from the table). */
+int sim_coll_parse(const char *name, sim_coll_algo *a, base_error *e);
 
 enum { SIM_LAUNCH_HOST, SIM_LAUNCH_LIST };
 /* Host synchronisation points (--costs host_sync=p2p+norm+batch): after each p2p run (Megatron's

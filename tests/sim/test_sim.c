@@ -1353,11 +1353,28 @@ static void test_cli_errors(void)
     TEST_ASSERT_CONTAINS(t, "the simulation stopped with device 0 unfinished: the plan deadlocks");
     free(t);
 
-    /* a program that does not compile: piper-compile's message, exit 1 */
+    /* a program that does not compile: the compiler's message, as piper-compile prints it, exit 1 */
     CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"),
              test_src_path("tests/fixtures/programs/missing_model.yaml"), err), 1);
     t = slurp(err);
-    TEST_ASSERT_CONTAINS(t, "piper-compile could not compile");
+    TEST_ASSERT_CONTAINS(t, "missing_model.yaml:2:1: the program has no 'model'; add model: <path or map>");
+    TEST_ASSERT_CONTAINS(t, "piper-sim: cannot compile ");
+    free(t);
+
+    /* piper-sim compiles in its own process: alone in a folder, with nothing on PATH, it still
+     * simulates a program (the 1F1B closed form, 27 s) */
+    CU_ASSERT_EQUAL(run_cmdf("mkdir -p '%s' && cp '%s' '%s'", tmp_path("alone"), bin_path("piper-sim"),
+                             tmp_path("alone")), 0);
+    CU_ASSERT_EQUAL(run_cmdf("cd '%s' && PATH=/nonexistent ./piper-sim '%s' --costs unit:F=1,B=2,nocomm > '%s' 2>&1",
+                             tmp_path("alone"), test_src_path("tests/fixtures/sim/pp4_1f1b_tiny.yaml"), err), 0);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "step time        27.000000 s");
+    free(t);
+
+    /* --coll: the algorithms' names come from one table, in --help and in the error */
+    CU_ASSERT_EQUAL(run_cmdf("'%s' x.plan --coll direct > /dev/null 2> '%s'", bin_path("piper-sim"), err), 2);
+    t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "piper-sim: --coll direct: unknown algorithm; use auto, ring, ring-steps or tree\n");
     free(t);
 
     CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' --links nic_bw=slow > /dev/null 2> '%s'", bin_path("piper-sim"),
@@ -1395,7 +1412,35 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(run_cmdf("'%s' --help > '%s'", bin_path("piper-sim"), err), 0);
     t = slurp(err);
     TEST_ASSERT_CONTAINS(t, "usage: piper-sim FILE");
+    TEST_ASSERT_CONTAINS(t, "\n                        auto        rings; across nodes,");
+    TEST_ASSERT_CONTAINS(t, "\n                        ring-steps  one flat ring in lock-step phases of bytes/n\n");
+    TEST_ASSERT_CONTAINS(t, "\n                        tree        all-reduce over NCCL's double binary tree;");
     free(t);
+}
+
+/* The table of collective algorithms: every row's name parses back to its row, names are distinct,
+ * every row has a help line, and an unknown name lists the table's names. */
+static void test_coll_table(void)
+{
+    CU_ASSERT_EQUAL(SIM_NCOLL, 4);
+    for (int a = 0; a < SIM_NCOLL; a++) {
+        base_error e;
+        base_error_clear(&e);
+        sim_coll_algo got = SIM_NCOLL;
+        CU_ASSERT_EQUAL(sim_coll_parse(sim_coll_name((sim_coll_algo)a), &got, &e), 0);
+        CU_ASSERT_EQUAL(got, a);
+        CU_ASSERT(strlen(sim_coll_help((sim_coll_algo)a)) > 8);
+        for (int b = 0; b < a; b++) CU_ASSERT(strcmp(sim_coll_name((sim_coll_algo)a), sim_coll_name((sim_coll_algo)b)));
+    }
+    CU_ASSERT_STRING_EQUAL(sim_coll_name(SIM_COLL_AUTO), "auto");
+    CU_ASSERT_STRING_EQUAL(sim_coll_name(SIM_COLL_RING_STEPS), "ring-steps");
+    CU_ASSERT_STRING_EQUAL(sim_coll_name(SIM_COLL_TREE), "tree");
+    base_error e;
+    base_error_clear(&e);
+    sim_coll_algo got = SIM_COLL_TREE;
+    CU_ASSERT_EQUAL(sim_coll_parse("Ring", &got, &e), -1);
+    CU_ASSERT_EQUAL(got, SIM_COLL_TREE); /* untouched on error */
+    CU_ASSERT_STRING_EQUAL(e.msg, "--coll Ring: unknown algorithm; use auto, ring, ring-steps or tree");
 }
 
 int piper_tests_register(void)
@@ -1410,6 +1455,7 @@ int piper_tests_register(void)
         {"--costs values and errors", test_costs_parse},
         {"calibration files and the cluster's calibration keys", test_calibration},
         {"platform XML: hosts, NVLink, NICs", test_platform_xml},
+        {"collective algorithms: one table of names, help and lookup", test_coll_table},
         {NULL, NULL},
     };
     static const test_case sim[] = {

@@ -1,0 +1,123 @@
+/* coll.c — the replay's collectives, apart from their algorithms: the table of algorithms
+ * (SIM_COLL_ALGOS, sim.h) and its names, the members' meeting per (group, sequence number) before
+ * any flow and their leaving together after the last one's flows, and what every algorithm's flows
+ * use: mailboxes per (group, stream, phase, rank) and the route latency to a peer. The flows
+ * themselves are each algorithm's (coll_<name>.c). */
+#include "sim_internal.h"
+
+#include <simgrid/cond.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+#include <simgrid/mutex.h>
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the table */
+
+const sim_coll_def sim_coll_algos[SIM_NCOLL] = {
+#define SIM_COLL_ROW(id, name, run, foldable, help) [SIM_COLL_##id] = {name, run, foldable, help},
+    SIM_COLL_ALGOS(SIM_COLL_ROW)
+#undef SIM_COLL_ROW
+};
+
+const char *sim_coll_name(sim_coll_algo a)
+{
+    return (unsigned)a < SIM_NCOLL ? sim_coll_algos[a].name : sim_coll_algos[SIM_COLL_AUTO].name;
+}
+
+const char *sim_coll_help(sim_coll_algo a) { return (unsigned)a < SIM_NCOLL ? sim_coll_algos[a].help : ""; }
+
+int sim_coll_parse(const char *name, sim_coll_algo *a, base_error *e)
+{
+    for (int k = 0; k < SIM_NCOLL; k++)
+        if (!strcmp(name, sim_coll_algos[k].name)) {
+            *a = (sim_coll_algo)k;
+            return 0;
+        }
+    char list[256];
+    size_t at = 0;
+    for (int k = 0; k < SIM_NCOLL && at < sizeof list; k++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == 0 ? "" : k + 1 < SIM_NCOLL ? ", " : " or ",
+                               sim_coll_algos[k].name);
+    return base_errorf(e, "--coll %s: unknown algorithm; use %s", name, list);
+}
+
+/* ---------------------------------------------------------------- what the flows use */
+
+/* Collective flows of group g on streams named skey, phase ph, into the member of rank `rank`:
+ * members meet per instance before any flow, so consecutive instances never mix. */
+sg_mailbox_t sim_coll_mailbox(int g, int skey, int ph, int rank)
+{
+    char name[64];
+    snprintf(name, sizeof name, "c%d:%d:%d:%d", g, skey, ph, rank);
+    return sg_mailbox_by_name(name);
+}
+
+/* Route latency from this device to device `to` (routes exist only once the platform is sealed:
+ * ask from an actor), cached per (device, group slot, phase). */
+double sim_hop_alpha(int d, int slot, int phase, int to)
+{
+    double *c = &S->dv[d].slot_alpha[4 * slot + phase];
+    if (*c >= 0) return *c;
+    char name[32];
+    snprintf(name, sizeof name, "gpu%d", to);
+    *c = sg_host_get_route_latency(sg_host_self(), sg_host_by_name(name));
+    return *c;
+}
+
+/* ---------------------------------------------------------------- meeting */
+
+static void group_wait(group_rt *g, const int *counter, int target)
+{
+    if (!g->mutex) g->mutex = sg_mutex_init(), g->cond = sg_cond_init();
+    sg_mutex_lock(g->mutex);
+    while (*counter < target) sg_cond_wait(g->cond, g->mutex);
+    sg_mutex_unlock(g->mutex);
+}
+
+static void group_notify(group_rt *g)
+{
+    if (!g->mutex) return; /* nobody ever waited on this group */
+    sg_mutex_lock(g->mutex);
+    sg_cond_notify_all(g->cond);
+    sg_mutex_unlock(g->mutex);
+}
+
+void sim_do_coll(stream_ctx *sc, int i)
+{
+    const plan_set *p = S->p;
+    int d = sc->dev;
+    dev_rt *dv = &S->dv[d];
+    const plan_list *L = plan_dev_list(p, d);
+    const list_rt *li = &S->li[p->devices[d].list];
+    const plan_instr *in = &L->ins[i];
+    int g = plan_dev_group(p, d, in);
+    const plan_group *grp = &p->groups[g];
+    int n = grp->n;
+    if (n <= 1) return;
+    int seq = dv->coll_seq ? dv->coll_seq[i] : li->aux[i];
+    coll_inst *ci = &S->inst[S->goff[g] + seq];
+    group_rt *gr = &S->gr[g];
+    int rank = dv->slot_rank[in->group];
+    int skey = li->skey[in->stream];
+
+    /* everyone arrives; the last one starts the clock of communication for all (folded: the
+     * simulated members; the others arrive with them, by symmetry) */
+    if (++ci->arrived == gr->nsim) {
+        for (int m = 0; m < n; m++)
+            if (S->fold.index[grp->devices[m]] == 0) sim_acct(&S->dv[grp->devices[m]], 0, 1);
+        group_notify(gr);
+    } else {
+        group_wait(gr, &ci->arrived, gr->nsim);
+    }
+
+    if (!S->o->costs.nocomm) {
+        sim_coll_call call = {sc, g, skey, in->group, rank, in->coll, (double)in->bytes};
+        sim_coll_algos[S->o->coll].run(&call);
+        /* members finish together, when the last one's flows are done */
+        if (++ci->finished == gr->nsim) group_notify(gr);
+        else group_wait(gr, &ci->finished, gr->nsim);
+    }
+    sim_acct(dv, 0, -1);
+}

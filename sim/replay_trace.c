@@ -1,0 +1,80 @@
+/* replay_trace.c — the replay's Chrome trace (--trace; viz/trace.h writes the format): one
+ * process per GPU, one thread per stream, one event per compute, collective and p2p run, in
+ * simulated nanoseconds. Folded replicas get copies of their simulated device's events. */
+#include "sim_internal.h"
+
+#include "../viz/trace.h"
+
+#include <simgrid/engine.h>
+
+#include <math.h>
+#include <string.h>
+
+#define NS_PER_S 1e9
+
+static int64_t to_ns(double seconds) { return seconds > 0 ? llround(seconds * NS_PER_S) : 0; }
+
+/* One event per compute, collective and p2p run (a sendrecv group is posted and finishes as one,
+ * so it is one event named after its members), from when the stream reached it to when it
+ * finished: a stream runs one at a time, so a thread's events never overlap. */
+void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0)
+{
+    const plan_set *p = S->p;
+    const plan_instr *in = &L->ins[at[0]];
+    char name[512];
+    int len = viz_trace_instr_name(p, d, in, name, sizeof name);
+    viz_trace_arg args[4];
+    int na = 0;
+    if (in->op == PLAN_COMPUTE) {
+        if (in->stage >= 0) args[na++] = (viz_trace_arg){"stage", NULL, in->stage};
+        if (in->mb >= 0) args[na++] = (viz_trace_arg){"mb", NULL, in->mb};
+        args[na++] = (viz_trace_arg){"gemm_flops", NULL, sim_kernel_list_gemm_flops(p, in->kernels)};
+    } else if (in->op == PLAN_COLL) {
+        int g = plan_dev_group(p, d, in);
+        args[na++] = (viz_trace_arg){"bytes", NULL, (double)in->bytes};
+        args[na++] = (viz_trace_arg){"group", NULL, g};
+        args[na++] = (viz_trace_arg){"members", NULL, p->groups[g].n};
+    } else {
+        double bytes = 0;
+        for (int k = 0; k < n; k++) {
+            bytes += (double)L->ins[at[k]].bytes;
+            if (k == 0) continue;
+            if (len >= 0 && (size_t)len < sizeof name - 4) {
+                int more = viz_trace_instr_name(p, d, &L->ins[at[k]], name + len + 3, sizeof name - (size_t)len - 3);
+                memcpy(name + len, " + ", 3);
+                len += 3 + more;
+            }
+        }
+        if (n > 1) args[na++] = (viz_trace_arg){"ops", NULL, n};
+        args[na++] = (viz_trace_arg){"bytes", NULL, bytes};
+        if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, plan_dev_peer(p, d, in)};
+    }
+    int64_t a = to_ns(t0), b = to_ns(simgrid_get_clock());
+    viz_trace_complete(S->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+    /* folded replicas did the same at the same time, with their own peers and groups */
+    for (int k = 1; k < S->fold.replicas; k++) {
+        int dk = d + k * S->fold.shift;
+        len = viz_trace_instr_name(p, dk, in, name, sizeof name);
+        for (int j = 1; j < n && len >= 0 && (size_t)len < sizeof name - 4; j++) {
+            int more = viz_trace_instr_name(p, dk, &L->ins[at[j]], name + len + 3, sizeof name - (size_t)len - 3);
+            memcpy(name + len, " + ", 3);
+            len += 3 + more;
+        }
+        for (int q = 0; q < na; q++) {
+            if (!strcmp(args[q].key, "peer")) args[q].num = plan_dev_peer(p, dk, in);
+            if (!strcmp(args[q].key, "group")) args[q].num = plan_dev_group(p, dk, in);
+        }
+        viz_trace_complete(S->trace, dk, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+    }
+}
+
+void sim_trace_names(const plan_set *p)
+{
+    char name[32];
+    for (int d = 0; d < p->ndevices; d++) {
+        snprintf(name, sizeof name, "GPU %d", d);
+        viz_trace_process(S->trace, d, name);
+        const plan_list *L = plan_dev_list(p, d);
+        for (int s = 0; s < L->nstreams; s++) viz_trace_thread(S->trace, d, s, L->streams[s] ? L->streams[s] : "?");
+    }
+}
