@@ -7,7 +7,9 @@
  *     (ZeRO-sharded) for the whole step; saved and recomputed activations from their forward to
  *     their last backward; communication buffers around the transfers that fill or drain them;
  *     workspaces around the compute that uses them (a split backward's from BI to its BW), and
- *     the tensor a region hands the next one on the device from its maker to its last reader.
+ *     the tensor a region hands the next one on the device from its maker to its last reader;
+ *   - the role of every buffer and the purpose and piece rule of every collective (plan.h's
+ *     tables), so that consumers bind them without reading the instructions' shapes back.
  * Devices of a class share the list when their peers differ from the representative's by one
  * constant offset (the usual TP x PP x DP numbering); otherwise they get a list of their own. */
 #include "sched_internal.h"
@@ -169,9 +171,11 @@ static void node_buffer_name(const ir_dag *g, int32_t v, const char *prefix, con
         if (*c == ' ') *c = '.';
 }
 
-static int new_buffer(lowerer *L, list_builder *B, double bytes, int mem, const char *name)
+static int new_buffer(lowerer *L, list_builder *B, double bytes, int mem, plan_role role, int region,
+                      const char *name)
 {
-    plan_buffer b = {(int64_t)(bytes + 0.5), (uint8_t)mem, base_arena_strdup(&L->plan->arena, name)};
+    plan_buffer b = {.bytes = (int64_t)(bytes + 0.5), .mem = (uint8_t)mem, .role = (uint8_t)role,
+                     .region = region, .name = base_arena_strdup(&L->plan->arena, name)};
     BASE_VEC_PUSH(B->bufs, b);
     return (int)B->bufs.n - 1;
 }
@@ -240,6 +244,106 @@ static void sendrecv_groups(list_builder *B)
     free(run);
 }
 
+/* ---------------------------------------------------------------- roles */
+
+/* What collective v is for (plan.h's PLAN_PURPOSE_TABLE), from the facts the passes that made it
+ * leave on the node: its group, its flags (DP_SYNC: data-parallel synchronisation; JIT: issued
+ * right before its consumer; TIED: the tied-embedding pair), its pass, and what it reads. The one
+ * place that names collectives, so the buffers they fill (tensor_role) and the executors that
+ * read them agree. PLAN_PURPOSE_NONE: a collective no pass is known to make (an error, below). */
+static plan_purpose coll_purpose(const ir_dag *g, int32_t v)
+{
+    const ir_node *n = &g->nodes[v];
+    plan_coll c = IR_OP_INFO[n->op].coll;
+    bool dp_sync = (n->flags & IR_NODE_DP_SYNC) != 0;
+    switch ((ir_coll_group)n->coll_group) {
+    case IR_CG_WORLD: return PLAN_PURPOSE_GRAD_NORM; /* ir/dag_build.c: the global gradient norm */
+    case IR_CG_PAIR: /* sched/tied.c, sched/dualpipe_mirror.c */
+        return (n->flags & IR_NODE_TIED) ? PLAN_PURPOSE_TIED_SUM : PLAN_PURPOSE_PAIR_SUM;
+    case IR_CG_EP: { /* sched/dir_shard.c: the all-to-all after the experts is the combine */
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            const ir_node *src = &g->nodes[ed->src];
+            if (ed->kind == IR_EDGE_DATA && IR_OP_INFO[src->op].kind == IR_KIND_COMPUTE &&
+                src->region == n->region && n->region >= 0)
+                return PLAN_PURPOSE_EP_COMBINE;
+        }
+        return PLAN_PURPOSE_EP_DISPATCH;
+    }
+    case IR_CG_TP: {
+        if (dp_sync) return PLAN_PURPOSE_TP_GRAD_SYNC; /* sched/tp_sync.c */
+        /* sched/dir_shard.c's backward re-gather of the saved norm shards (sizes.c sizes it so) */
+        for (int32_t k = g->in_off[v]; k < g->in_off[v + 1] && c == PLAN_ALL_GATHER; k++) {
+            const ir_edge *ed = &g->edges[g->in_edge[k]];
+            uint8_t tk = ed->kind == IR_EDGE_DATA ? g->tensors[ed->tensor].kind : IR_T_ACT;
+            if ((tk == IR_T_SAVED || tk == IR_T_RECOMP) && n->pass != PLAN_PASS_R)
+                return PLAN_PURPOSE_SP_REGATHER;
+        }
+        bool bwd = n->pass == PLAN_PASS_B || n->pass == PLAN_PASS_BI || n->pass == PLAN_PASS_BW;
+        return bwd ? PLAN_PURPOSE_TP_BWD : PLAN_PURPOSE_TP_FWD;
+    }
+    case IR_CG_DP:
+    case IR_CG_EDP: /* sched/dir_replicate.c */
+        if (!dp_sync) break;
+        if (c == PLAN_ALL_REDUCE) return PLAN_PURPOSE_DP_GRAD_SUM;
+        if (c == PLAN_REDUCE_SCATTER) return PLAN_PURPOSE_ZERO_SCATTER;
+        if (c == PLAN_ALL_GATHER)
+            return (n->flags & IR_NODE_JIT) ? PLAN_PURPOSE_ZERO3_GATHER : PLAN_PURPOSE_ZERO_UPDATE_GATHER;
+        break;
+    default: break;
+    }
+    return PLAN_PURPOSE_NONE;
+}
+
+/* How a member's part of a collective of purpose p and kind c is cut (PLAN_PIECE_TABLE). */
+static plan_piece coll_piece(plan_purpose p, plan_coll c)
+{
+    switch (p) {
+    case PLAN_PURPOSE_ZERO_SCATTER:
+    case PLAN_PURPOSE_ZERO_UPDATE_GATHER:
+    case PLAN_PURPOSE_ZERO3_GATHER: return PLAN_PIECE_ZERO;
+    case PLAN_PURPOSE_SP_REGATHER: return PLAN_PIECE_LEADING;
+    case PLAN_PURPOSE_TP_GRAD_SYNC: return PLAN_PIECE_REPLICATED;
+    case PLAN_PURPOSE_TIED_SUM: return PLAN_PIECE_TOKEN_TABLE;
+    case PLAN_PURPOSE_NONE: return PLAN_PIECE_NONE;
+    default: return c == PLAN_ALL_REDUCE || c == PLAN_BROADCAST || c == PLAN_REDUCE ? PLAN_PIECE_WHOLE
+                                                                                     : PLAN_PIECE_EVEN;
+    }
+}
+
+/* The role of the buffer of tensor t in category mem (tensor_mem): activations by what made
+ * them; a workspace-category tensor is a boundary, or the route when it joins an MoE gate and its
+ * combine; a comm tensor is what its collective says it is. */
+static plan_role tensor_role(const ir_dag *g, int32_t t, int mem)
+{
+    const ir_tensor *x = &g->tensors[t];
+    int32_t prod = x->producer;
+    switch (mem) {
+    case PLAN_MEM_ACT: return x->kind == IR_T_RECOMP ? PLAN_ROLE_RECOMPUTED : PLAN_ROLE_SAVED;
+    case PLAN_MEM_WORK: {
+        int pr = g->nodes[prod].region;
+        ir_region_kind pk = pr >= 0 ? g->regions[pr].kind : IR_REGION_EMBED;
+        for (int32_t k = g->out_off[prod]; k < g->out_off[prod + 1] && pr >= 0; k++) {
+            const ir_edge *ed = &g->edges[g->out_edge[k]];
+            int cr = ed->tensor == t ? g->nodes[ed->dst].region : -1;
+            if (cr < 0) continue;
+            ir_region_kind ck = g->regions[cr].kind;
+            if ((pk == IR_REGION_MOE_GATE && ck == IR_REGION_MOE_COMBINE) ||
+                (pk == IR_REGION_MOE_COMBINE && ck == IR_REGION_MOE_GATE))
+                return PLAN_ROLE_ROUTE;
+        }
+        return PLAN_ROLE_BOUNDARY;
+    }
+    default: {
+        plan_purpose p = IR_OP_INFO[g->nodes[prod].op].kind == IR_KIND_COLL ? coll_purpose(g, prod)
+                                                                          : PLAN_PURPOSE_NONE;
+        return p == PLAN_PURPOSE_ZERO3_GATHER ? PLAN_ROLE_GATHERED
+             : p == PLAN_PURPOSE_SP_REGATHER  ? PLAN_ROLE_REGATHERED
+                                              : PLAN_ROLE_COMM;
+    }
+    }
+}
+
 /* ---------------------------------------------------------------- one list */
 
 /* Persistent per-region state for a region whose optimizer step runs on this device. */
@@ -278,7 +382,7 @@ static int mb_grad_buffer(list_state *S, int r, int32_t mb, int stream)
     if (*slot < 0) {
         char name[160];
         snprintf(name, sizeof name, "grad.%s.mb%d", S->L->x->g->regions[r].name, (int)mb);
-        *slot = new_buffer(S->L, &S->B, S->rb[r].full_grad, PLAN_MEM_GRAD, name);
+        *slot = new_buffer(S->L, &S->B, S->rb[r].full_grad, PLAN_MEM_GRAD, PLAN_ROLE_MB_GRADS, r, name);
         emit_mem(&S->B, PLAN_ALLOC, stream, *slot, &S->B.bufs.v[*slot]);
     }
     return *slot;
@@ -365,13 +469,16 @@ static void alloc_region_state(list_state *S)
         region_bufs *R = &S->rb[n->region];
         char name[128];
         snprintf(name, sizeof name, "param.%s", rn);
-        R->param = new_buffer(L, &S->B, params * pb / (zero >= 3 ? dp : 1), PLAN_MEM_PARAM, name);
+        R->param = new_buffer(L, &S->B, params * pb / (zero >= 3 ? dp : 1), PLAN_MEM_PARAM,
+                              zero >= 3 ? PLAN_ROLE_PARAM_PIECE : PLAN_ROLE_PARAMS, n->region, name);
         snprintf(name, sizeof name, "grad.%s", rn);
-        R->grad = new_buffer(L, &S->B, params * S->gb / (zero >= 2 ? dp : 1), PLAN_MEM_GRAD, name);
+        R->grad = new_buffer(L, &S->B, params * S->gb / (zero >= 2 ? dp : 1), PLAN_MEM_GRAD,
+                             zero >= 2 ? PLAN_ROLE_GRAD_PIECE : PLAN_ROLE_GRADS, n->region, name);
         R->sharded_grad = zero >= 2;
         R->full_grad = params * S->gb;
         snprintf(name, sizeof name, "opt.%s", rn);
-        R->opt = new_buffer(L, &S->B, params * opt_per_param / (zero >= 1 ? dp : 1), PLAN_MEM_OPT, name);
+        R->opt = new_buffer(L, &S->B, params * opt_per_param / (zero >= 1 ? dp : 1), PLAN_MEM_OPT,
+                            zero >= 1 ? PLAN_ROLE_OPT_PIECE : PLAN_ROLE_OPT, n->region, name);
         for (int k = 0; k < 3; k++) {
             int b = k == 0 ? R->param : k == 1 ? R->grad : R->opt;
             emit_mem(&S->B, PLAN_ALLOC, 0, b, &S->B.bufs.v[b]);
@@ -413,7 +520,8 @@ static int32_t alloc_outputs(list_state *S, int32_t v, int s)
         char name[160], suffix[24];
         snprintf(suffix, sizeof suffix, ".t%d", ed->tensor);
         node_buffer_name(g, v, "", suffix, name, sizeof name);
-        int b = new_buffer(L, &S->B, g->tensors[ed->tensor].bytes, mem, name);
+        int b = new_buffer(L, &S->B, g->tensors[ed->tensor].bytes, mem, tensor_role(g, ed->tensor, mem),
+                           g->tensors[ed->tensor].region, name);
         L->buf_of[ed->tensor] = b;
         if (L->last_use[ed->tensor] < 0) BASE_VEC_PUSH(S->touched, ed->tensor);
         emit_mem(&S->B, PLAN_ALLOC, s, b, &S->B.bufs.v[b]);
@@ -438,7 +546,7 @@ static int32_t alloc_workspace(list_state *S, int32_t v, int s, bool *inherited)
     } else if (n->bytes > 0) {
         char name[160];
         node_buffer_name(g, v, "work.", "", name, sizeof name);
-        ws = new_buffer(S->L, &S->B, n->bytes, PLAN_MEM_WORK, name);
+        ws = new_buffer(S->L, &S->B, n->bytes, PLAN_MEM_WORK, PLAN_ROLE_WORKSPACE, n->region, name);
         emit_mem(&S->B, PLAN_ALLOC, s, ws, &S->B.bufs.v[ws]);
         if (n->op == IR_OP_BI && key >= 0) S->bi_work[key] = ws;
     }
@@ -547,7 +655,7 @@ static void lower_p2p(list_state *S, int32_t v, plan_instr in, int pos, int32_t 
     BASE_VEC_PUSH(S->B.ins, in);
 }
 
-/* Step 3, a collective: its group slot, what it reads and writes, and a
+/* Step 3, a collective: its group slot, purpose and piece rule, what it reads and writes, and a
  * gradient reduce-scatter's receive buffer, which it returns (-1 none) for the free after it. */
 static int32_t lower_coll(list_state *S, int32_t v, plan_instr in, int32_t in_buf, int32_t out_buf)
 {
@@ -561,6 +669,8 @@ static int32_t lower_coll(list_state *S, int32_t v, plan_instr in, int32_t in_bu
     int32_t rs_buf = -1;
     in.op = PLAN_COLL;
     in.coll = (uint8_t)IR_OP_INFO[n->op].coll;
+    in.purpose = (uint8_t)coll_purpose(g, v);
+    in.piece = (uint8_t)coll_piece((plan_purpose)in.purpose, (plan_coll)in.coll);
     /* expert-parallel groups cut across TP: they are formed with the placement's TP */
     int gtp = n->coll_group == IR_CG_EP ? L->place_tp[n->place] : n->tp;
     in.group = slot_of(&S->B, (group_tpl){n->coll_group == IR_CG_WORLD ? -1 : n->place,
@@ -631,7 +741,7 @@ static int32_t lower_coll(list_state *S, int32_t v, plan_instr in, int32_t in_bu
         }
         char name[160];
         node_buffer_name(g, v, "rs.", "", name, sizeof name);
-        rs_buf = new_buffer(L, &S->B, piece, PLAN_MEM_COMM, name);
+        rs_buf = new_buffer(L, &S->B, piece, PLAN_MEM_COMM, PLAN_ROLE_PIECES, n->region, name);
         emit_mem(&S->B, PLAN_ALLOC, s, rs_buf, &S->B.bufs.v[rs_buf]);
         in.buf = rs_buf;
     }
@@ -814,6 +924,25 @@ static bool can_share(lowerer *L, int cls, int rep, int dev)
     return true;
 }
 
+/* Every buffer and collective of a compiled plan states its role: consumers bind by the roles, so
+ * a pass that makes a collective coll_purpose does not know must name it there. */
+static int check_roles(const plan_set *plan, base_error *e)
+{
+    for (int li = 0; li < plan->nlists; li++) {
+        const plan_list *pl = &plan->lists[li];
+        for (int b = 0; b < pl->nbufs; b++)
+            if (pl->bufs[b].role == PLAN_ROLE_NONE)
+                return base_errorf(e, "internal error: the lowering gives buffer %s of list %d no role; "
+                                      "sched/lower.c's tensor_role must name it", pl->bufs[b].name, li);
+        for (int i = 0; i < pl->n; i++)
+            if (pl->ins[i].op == PLAN_COLL && pl->ins[i].purpose == PLAN_PURPOSE_NONE)
+                return base_errorf(e, "internal error: the lowering gives collective %d of list %d (a %s) "
+                                      "no purpose; sched/lower.c's coll_purpose must name it", i, li,
+                                   plan_coll_name((plan_coll)pl->ins[i].coll));
+    }
+    return 0;
+}
+
 int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *opt, base_error *e)
 {
     ir_dag *g = x->g;
@@ -973,5 +1102,5 @@ int sched_lower_plan(sched_ctx *x, const sched_order *o, const sched_options *op
     free(L.world);
     free(L.kid_of_entry);
     free(L.place_tp);
-    return 0;
+    return check_roles(plan, e);
 }
