@@ -21,7 +21,7 @@
 
 #include "../base/base.h"
 
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2
 
 /* Every enumeration of the plan is declared once, as a table X(ENUM, "file name", ...): the enum,
  * its count and its name function are generated from it (plan.c), so names cannot drift from
@@ -69,6 +69,64 @@
     X(PLAN_MEM_COMM, "comm")                \
     X(PLAN_MEM_WORK, "workspace")
 
+/* What a buffer is for (docs/plan-format.md, "Roles"), so that a consumer binds it without
+ * inferring it from the instructions that use it: X(enum, name, memory category it belongs to).
+ * The lowering (sched/lower.c) gives every buffer of a compiled plan one of them; NONE is only
+ * for plans built by hand (tests), which consumers must then read by inference. */
+#define PLAN_ROLE_TABLE(X)                                                                        \
+    X(PLAN_ROLE_NONE, "none", -1)                    /* not stated (hand-built plans) */          \
+    X(PLAN_ROLE_PARAMS, "params", PLAN_MEM_PARAM)    /* a region's whole parameters */            \
+    X(PLAN_ROLE_PARAM_PIECE, "param_piece", PLAN_MEM_PARAM) /* ZeRO-3: the device's piece */     \
+    X(PLAN_ROLE_GRADS, "grads", PLAN_MEM_GRAD)       /* the whole gradient the step reads */      \
+    X(PLAN_ROLE_GRAD_PIECE, "grad_piece", PLAN_MEM_GRAD) /* ZeRO-2/3: the kept piece */          \
+    X(PLAN_ROLE_MB_GRADS, "mb_grads", PLAN_MEM_GRAD) /* ZeRO-2/3: a micro-batch's whole one */   \
+    X(PLAN_ROLE_OPT, "optimizer", PLAN_MEM_OPT)      /* the whole optimizer state */              \
+    X(PLAN_ROLE_OPT_PIECE, "opt_piece", PLAN_MEM_OPT) /* ZeRO-1/2/3: the device's piece */       \
+    X(PLAN_ROLE_SAVED, "saved", PLAN_MEM_ACT)        /* what a forward keeps for its backward */  \
+    X(PLAN_ROLE_RECOMPUTED, "recomputed", PLAN_MEM_ACT) /* what a recompute rebuilds */          \
+    X(PLAN_ROLE_WORKSPACE, "workspace", PLAN_MEM_WORK) /* a compute's own (a BI's, for its BW) */ \
+    X(PLAN_ROLE_BOUNDARY, "boundary", PLAN_MEM_WORK) /* a tensor handed to the next region */     \
+    X(PLAN_ROLE_ROUTE, "route", PLAN_MEM_WORK)       /* an MoE gate's route for its combine */     \
+    X(PLAN_ROLE_COMM, "comm", PLAN_MEM_COMM)         /* a tensor sent, received or collected */   \
+    X(PLAN_ROLE_GATHERED, "gathered", PLAN_MEM_COMM) /* ZeRO-3: a region's gathered parameters */ \
+    X(PLAN_ROLE_REGATHERED, "regathered", PLAN_MEM_COMM) /* SP: re-gathered norm shards */       \
+    X(PLAN_ROLE_PIECES, "pieces", PLAN_MEM_COMM)     /* a reduce-scatter's received pieces */
+
+/* What a collective is for (docs/plan-format.md, "Purposes"): X(enum, name, the collective kinds
+ * it may be, a mask of PLAN_COLL_BIT(plan_coll)). */
+#define PLAN_COLL_BIT(c) (1u << (c))
+#define PLAN_COLLS_AR PLAN_COLL_BIT(PLAN_ALL_REDUCE)
+#define PLAN_COLLS_RS PLAN_COLL_BIT(PLAN_REDUCE_SCATTER)
+#define PLAN_COLLS_AG PLAN_COLL_BIT(PLAN_ALL_GATHER)
+#define PLAN_COLLS_A2A PLAN_COLL_BIT(PLAN_ALL_TO_ALL)
+#define PLAN_COLLS_TP (PLAN_COLLS_AR | PLAN_COLLS_RS | PLAN_COLLS_AG)
+#define PLAN_PURPOSE_TABLE(X)                                                                      \
+    X(PLAN_PURPOSE_NONE, "none", (1u << PLAN_NCOLL) - 1) /* not stated (hand-built plans) */       \
+    X(PLAN_PURPOSE_DP_GRAD_SUM, "dp_grad_sum", PLAN_COLLS_AR)      /* a data-parallel bucket */     \
+    X(PLAN_PURPOSE_ZERO_SCATTER, "zero_scatter", PLAN_COLLS_RS)    /* ZeRO gradient pieces */      \
+    X(PLAN_PURPOSE_ZERO_UPDATE_GATHER, "zero_update_gather", PLAN_COLLS_AG) /* ZeRO-1/2 update */ \
+    X(PLAN_PURPOSE_ZERO3_GATHER, "zero3_gather", PLAN_COLLS_AG)    /* ZeRO-3 parameters */         \
+    X(PLAN_PURPOSE_TP_FWD, "tp_fwd", PLAN_COLLS_TP)                /* Megatron's forward */        \
+    X(PLAN_PURPOSE_TP_BWD, "tp_bwd", PLAN_COLLS_TP)                /* ... and backward */          \
+    X(PLAN_PURPOSE_SP_REGATHER, "sp_regather", PLAN_COLLS_AG)      /* SP's saved norm shards */    \
+    X(PLAN_PURPOSE_TP_GRAD_SYNC, "tp_grad_sync", PLAN_COLLS_AR)    /* TP-replicated gradients */   \
+    X(PLAN_PURPOSE_GRAD_NORM, "grad_norm", PLAN_COLLS_AR)          /* the clipping norm */         \
+    X(PLAN_PURPOSE_TIED_SUM, "tied_sum", PLAN_COLLS_AR)            /* the tied token table */      \
+    X(PLAN_PURPOSE_PAIR_SUM, "pair_sum", PLAN_COLLS_AR)            /* DualPipe's mirrored stages */ \
+    X(PLAN_PURPOSE_EP_DISPATCH, "ep_dispatch", PLAN_COLLS_A2A)     /* tokens to their experts */   \
+    X(PLAN_PURPOSE_EP_COMBINE, "ep_combine", PLAN_COLLS_A2A)       /* and back */
+
+/* How a group member's part of a collective's buffers is cut (docs/plan-format.md, "Pieces"):
+ * X(enum, name). */
+#define PLAN_PIECE_TABLE(X)                                                                     \
+    X(PLAN_PIECE_NONE, "none")               /* not stated */                                   \
+    X(PLAN_PIECE_WHOLE, "whole")             /* every member has all of it */                   \
+    X(PLAN_PIECE_EVEN, "even")               /* bytes / size each, in rank order */             \
+    X(PLAN_PIECE_ZERO, "zero")               /* per region, ceil(n / size) elements each */     \
+    X(PLAN_PIECE_LEADING, "leading")         /* the leading bytes / size of the read buffer */  \
+    X(PLAN_PIECE_REPLICATED, "replicated")   /* the tensors every TP rank holds whole */        \
+    X(PLAN_PIECE_TOKEN_TABLE, "token_table") /* the tied embedding's token table */
+
 /* Passes of a compute instruction (same meaning as in formulas.md): X(enum, name). */
 #define PLAN_PASS_TABLE(X)                                                            \
     X(PLAN_PASS_F, "F")     /* forward */                                               \
@@ -91,6 +149,9 @@ typedef enum { PLAN_COLL_TABLE(PLAN_ENUM_ROW) PLAN_NCOLL } plan_coll;
 typedef enum { PLAN_MEM_TABLE(PLAN_ENUM_ROW) PLAN_NMEM } plan_mem;
 typedef enum { PLAN_PASS_TABLE(PLAN_ENUM_ROW) PLAN_NPASS } plan_pass;
 typedef enum { PLAN_TOPOLOGY_TABLE(PLAN_ENUM_ROW) PLAN_NTOPO } plan_topology;
+typedef enum { PLAN_ROLE_TABLE(PLAN_ENUM_ROW) PLAN_NROLE } plan_role;
+typedef enum { PLAN_PURPOSE_TABLE(PLAN_ENUM_ROW) PLAN_NPURPOSE } plan_purpose;
+typedef enum { PLAN_PIECE_TABLE(PLAN_ENUM_ROW) PLAN_NPIECE } plan_piece;
 
 typedef enum { PLAN_KERNEL_GEMM, PLAN_KERNEL_MEM } plan_kernel_kind;
 
@@ -117,6 +178,8 @@ typedef struct plan_instr {
     uint8_t pass;        /* PLAN_COMPUTE: plan_pass */
     uint8_t coll;        /* PLAN_COLL: plan_coll */
     uint8_t mem;         /* ALLOC/FREE and communication: plan_mem of the buffer */
+    uint8_t purpose;     /* COLL: plan_purpose, what the collective is for */
+    uint8_t piece;       /* COLL: plan_piece, how a member's part of its buffers is cut */
     int32_t stream;      /* index into the device's streams */
     int32_t region;      /* model region (compute; -1 otherwise) */
     int32_t mb;          /* micro-batch (-1 when none) */
@@ -140,6 +203,8 @@ typedef struct plan_instr {
 typedef struct plan_buffer {
     int64_t bytes;
     uint8_t mem;          /* plan_mem */
+    uint8_t role;         /* plan_role: what the buffer is for */
+    int32_t region;       /* the model region it belongs to, -1 none (a bucket's, a scalar's) */
     const char *name;     /* "act.L3.attn.mb2", "grad.L3.mlp", ... */
 } plan_buffer;
 
@@ -255,6 +320,13 @@ const char *plan_mem_name(plan_mem m);
 const char *plan_pass_name(plan_pass p);
 const char *plan_dtype_name(plan_dtype d);
 const char *plan_topology_name(plan_topology t); /* "fat-tree", "rail" */
+const char *plan_role_name(plan_role r);
+const char *plan_purpose_name(plan_purpose p);
+const char *plan_piece_name(plan_piece p);
+/* The memory category a buffer of role r belongs to, -1 for PLAN_ROLE_NONE (any). */
+int plan_role_mem(plan_role r);
+/* Whether a collective of kind c may have purpose p. */
+bool plan_purpose_allows(plan_purpose p, plan_coll c);
 int plan_dtype_bytes(plan_dtype d);
 
 /* ---------------------------------------------------------------- file form */
@@ -273,6 +345,19 @@ int plan_write_file(const plan_set *p, const char *path, base_error *e);
  * Malformed files fail with "file:line: ...", never crash: any bytes may be handed in. */
 int plan_read(plan_set *p, const char *name, const char *text, size_t len, base_error *e);
 int plan_read_file(plan_set *p, const char *path, base_error *e);
+
+/* ---------------------------------------------------------------- roles (plan_roles.c) */
+
+/* The rules that tie roles to the rest of a plan: a buffer's role belongs to its memory category
+ * (plan_role_mem), and a collective's purpose is one its kind may have (plan_purpose_allows);
+ * other ops do not interpret purpose and piece and keep them as any other field. Each returns
+ * NULL when the rule holds, else what is wrong and what to do, written into msg[n]. The reader
+ * applies them line by line (file:line); plan_roles_check to a plan built in memory. */
+const char *plan_buffer_role_problem(const plan_buffer *b, char *msg, size_t n);
+const char *plan_instr_role_problem(const plan_instr *in, char *msg, size_t n);
+/* Every buffer and instruction of every list; fails naming the first list and buffer or
+ * instruction that breaks a rule. */
+int plan_roles_check(const plan_set *p, base_error *e);
 
 /* ---------------------------------------------------------------- static checks */
 

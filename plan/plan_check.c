@@ -1099,6 +1099,7 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
                      (p->nkernel_lists && !p->kernel_lists)
                  ? fail(&c, "the plan has a negative count or a missing array; the compiler built an invalid plan")
                  : run(&c);
+    if (rc == 0) rc = plan_roles_check(p, e); /* roles agree with categories and kinds */
     double makespan = 0;
     if (rc == 0)
         for (int d = 0; d < p->ndevices; d++) {

@@ -292,23 +292,35 @@ static int rd_ref(reader *r, const tok *t, const char *what, const plan_text_nam
     return 0;
 }
 
+/* The index of an enumeration's value named by t, -1 when none is. */
+static int enum_find(const tok *t, const char *(*name_of)(int), int n)
+{
+    for (int i = 0; i < n && !t->quoted; i++) {
+        const char *nm = name_of(i);
+        size_t ln = strlen(nm);
+        if (ln == t->vlen && memcmp(nm, t->v, ln) == 0) return i;
+    }
+    return -1;
+}
+
+/* Every name of an enumeration, comma-separated, for messages. */
+static const char *enum_names(const char *(*name_of)(int), int n, char *names, size_t size)
+{
+    size_t o = 0;
+    names[0] = 0;
+    for (int i = 0; i < n && o + 1 < size; i++)
+        o += (size_t)snprintf(names + o, size - o, "%s%s", i ? ", " : "", name_of(i));
+    return names;
+}
+
 static int rd_enum(reader *r, const tok *t, const char *what, const char *(*name_of)(int), int n, int *out)
 {
     char show[64], names[256];
-    if (!t->quoted)
-        for (int i = 0; i < n; i++) {
-            const char *nm = name_of(i);
-            size_t ln = strlen(nm);
-            if (ln == t->vlen && memcmp(nm, t->v, ln) == 0) {
-                *out = i;
-                return 0;
-            }
-        }
-    size_t o = 0;
-    names[0] = 0;
-    for (int i = 0; i < n && o + 1 < sizeof names; i++)
-        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", name_of(i));
-    return rd_err(r, "%s: unknown value '%s'; use one of %s", what, tok_show(t, show, sizeof show), names);
+    int i = enum_find(t, name_of, n);
+    *out = i >= 0 ? i : 0;
+    if (i >= 0) return 0;
+    return rd_err(r, "%s: unknown value '%s'; use one of %s", what, tok_show(t, show, sizeof show),
+                  enum_names(name_of, n, names, sizeof names));
 }
 
 static const char *dtype_of(int i) { return plan_dtype_name((plan_dtype)i); }
@@ -319,6 +331,24 @@ static const char *mem_of(int i) { return plan_mem_name((plan_mem)i); }
 static const char *bool_of(int i) { return i ? "true" : "false"; }
 static const char *kind_of(int i) { return i ? "mem" : "gemm"; }
 static const char *topology_of(int i) { return plan_topology_name((plan_topology)i); }
+static const char *role_of(int i) { return plan_role_name((plan_role)i); }
+static const char *purpose_of(int i) { return plan_purpose_name((plan_purpose)i); }
+static const char *piece_of(int i) { return plan_piece_name((plan_piece)i); }
+
+/* A role, purpose or piece rule by name: what (singular) and whats (plural) name it in the
+ * message, whose list of known names comes from the table, so it cannot go stale. */
+static int rd_role_enum(reader *r, const tok *t, const char *what, const char *whats,
+                        const char *(*name_of)(int), int n, uint8_t *out)
+{
+    char show[64], names[600];
+    int i = enum_find(t, name_of, n);
+    if (i >= 0) {
+        *out = (uint8_t)i;
+        return 0;
+    }
+    return rd_err(r, "unknown %s \"%s\"; known %s: %s", what, tok_show(t, show, sizeof show), whats,
+                  enum_names(name_of, n, names, sizeof names));
+}
 
 static int rd_u8enum(reader *r, const tok *t, const char *what, const char *(*name_of)(int), int n, uint8_t *out)
 {
@@ -520,9 +550,14 @@ static int rd_header(reader *r)
     if (r->nt != 2 || parse_int(&r->t[1], &v) || v < 0 || v > INT32_MAX)
         return rd_err(r, "bad first line '%s ...'; it must be 'piper-plan %d'", tok_show(&r->t[0], show, sizeof show),
                       PLAN_VERSION);
-    if (v != PLAN_VERSION)
-        return rd_err(r, "plan format version %" PRId64 " is not supported; this piper reads version %d only: "
-                         "compile the plan again with this piper's piper-compile", v, PLAN_VERSION);
+    if (v < PLAN_VERSION)
+        return rd_err(r, "plan format version %" PRId64 " is not supported: the plan was written by an older "
+                         "piper-compile, and this piper reads version %d only; compile the program again with "
+                         "this piper's piper-compile", v, PLAN_VERSION);
+    if (v > PLAN_VERSION)
+        return rd_err(r, "plan format version %" PRId64 " is not supported: the plan was written by a newer "
+                         "piper-compile, and this piper reads version %d only; use the piper that wrote it, or "
+                         "compile the program again with this piper's piper-compile", v, PLAN_VERSION);
     p->version = (int)v;
 
     if (rd_expect(r, "dtypes")) return -1;
@@ -645,23 +680,24 @@ static int rd_groups(reader *r, long **group_lines)
 /* Instruction keys, resolved with a switch on the length so that reading stays fast. */
 enum {
     K_S, K_PASS, K_KIND, K_REGION, K_KID, K_KERNELS, K_PEER, K_TAG, K_SENDRECV, K_GROUP, K_EVENT, K_BYTES,
-    K_BUF, K_MEM, K_MB, K_STAGE, K_TP_GROUP, K_EP_GROUP, K_READS, K_WRITES, K_NKEYS
+    K_BUF, K_MEM, K_MB, K_STAGE, K_TP_GROUP, K_EP_GROUP, K_READS, K_WRITES, K_PURPOSE, K_PIECE, K_NKEYS
 };
 static const char *const INSTR_KEYS[K_NKEYS] = {"s",     "pass", "kind",  "region", "kid",      "kernels", "peer",
                                                 "tag",   "sendrecv", "group", "event",  "bytes", "buf", "mem",
-                                                "mb",    "stage", "tp_group", "ep_group", "reads", "writes"};
+                                                "mb",    "stage", "tp_group", "ep_group", "reads", "writes",
+                                                "purpose", "piece"};
 
 static int instr_key(const char *k, uint32_t n)
 {
-    static const int8_t by_len[9][6] = {
+    static const int8_t by_len[9][7] = {
         {-1},
         {K_S, -1},
         {K_MB, -1},
         {K_KID, K_TAG, K_BUF, K_MEM, -1},
         {K_PASS, K_KIND, K_PEER, -1},
-        {K_GROUP, K_EVENT, K_BYTES, K_STAGE, K_READS, -1},
+        {K_GROUP, K_EVENT, K_BYTES, K_STAGE, K_READS, K_PIECE, -1},
         {K_REGION, K_WRITES, -1},
-        {K_KERNELS, -1},
+        {K_KERNELS, K_PURPOSE, -1},
         {K_SENDRECV, K_TP_GROUP, K_EP_GROUP, -1}};
     if (n >= 9) return -1;
     for (const int8_t *c = by_len[n]; *c >= 0; c++)
@@ -724,6 +760,8 @@ static int rd_instr(reader *r, int li, int i, const plan_text_name_index *six, c
         case K_EP_GROUP: rc = rd_i32(r, t, "ep_group", INT32_MIN, INT32_MAX, &in->ep_group); break;
         case K_READS: rc = rd_ilist(r, t, "reads", INT32_MIN, INT32_MAX, &in->reads, &in->nreads); break;
         case K_WRITES: rc = rd_ilist(r, t, "writes", INT32_MIN, INT32_MAX, &in->writes, &in->nwrites); break;
+        case K_PURPOSE: rc = rd_role_enum(r, t, "purpose", "purposes", purpose_of, PLAN_NPURPOSE, &in->purpose); break;
+        case K_PIECE: rc = rd_role_enum(r, t, "piece rule", "piece rules", piece_of, PLAN_NPIECE, &in->piece); break;
         }
         if (rc) return -1;
     }
@@ -733,7 +771,7 @@ static int rd_instr(reader *r, int li, int i, const plan_text_name_index *six, c
         [PLAN_COMPUTE] = 1u << K_PASS | 1u << K_KID | 1u << K_KERNELS,
         [PLAN_SEND] = 1u << K_PEER | 1u << K_TAG | 1u << K_BYTES,
         [PLAN_RECV] = 1u << K_PEER | 1u << K_TAG | 1u << K_BYTES,
-        [PLAN_COLL] = 1u << K_KIND | 1u << K_GROUP | 1u << K_BYTES,
+        [PLAN_COLL] = 1u << K_KIND | 1u << K_GROUP | 1u << K_BYTES | 1u << K_PURPOSE | 1u << K_PIECE,
         [PLAN_RECORD] = 1u << K_EVENT,
         [PLAN_WAIT] = 1u << K_EVENT,
         [PLAN_ALLOC] = 1u << K_BUF | 1u << K_BYTES | 1u << K_MEM,
@@ -745,6 +783,8 @@ static int rd_instr(reader *r, int li, int i, const plan_text_name_index *six, c
         while (!(missing & (1u << k))) k++;
         return rd_err(r, "%s instruction needs %s=...; add it", plan_op_name((plan_op)op), INSTR_KEYS[k]);
     }
+    char why[256];
+    if (plan_instr_role_problem(in, why, sizeof why)) return rd_err(r, "%s", why);
     if (in->stream < 0 || in->stream >= L->nstreams)
         return range_err(r, "stream", in->stream, 0, L->nstreams, "declare the stream in the list's stream lines");
     switch (op) {
@@ -849,7 +889,7 @@ static int rd_lists(reader *r, peer_span **spans)
             int64_t bi;
             plan_buffer *bf = &L->bufs[b];
             if (r->nt < 3 || r->t[1].k || r->t[2].k || parse_int(&r->t[1], &bi)) {
-                rc = rd_err(r, "write 'buf %d NAME bytes=N mem=CATEGORY'; list %d declares %d buffers", b, li, nbufs);
+                rc = rd_err(r, "write 'buf %d NAME bytes=N mem=CATEGORY role=ROLE'; list %d declares %d buffers", b, li, nbufs);
                 break;
             }
             if (bi != b) {
@@ -860,19 +900,34 @@ static int rd_lists(reader *r, peer_span **spans)
             int64_t bytes = 0;
             int mem = 0;
             int have = 0;
+            bf->region = -1;
             for (int ti = 3; ti < r->nt && rc == 0; ti++) {
                 const tok *t = &r->t[ti];
                 if (key_is(t, "bytes") && !(have & 1)) have |= 1, rc = rd_i64(r, t, "bytes", 0, INT64_MAX, &bytes);
                 else if (key_is(t, "mem") && !(have & 2)) have |= 2, rc = rd_enum(r, t, "mem", mem_of, PLAN_NMEM, &mem);
-                else rc = rd_err(r, "a buffer line takes bytes=N and mem=CATEGORY, once each");
+                else if (key_is(t, "role") && !(have & 4))
+                    have |= 4, rc = rd_role_enum(r, t, "role", "roles", role_of, PLAN_NROLE, &bf->role);
+                else if (key_is(t, "owner") && !(have & 8)) {
+                    have |= 8;
+                    rc = rd_ref(r, t, "region", &rix, &bf->region);
+                    if (!rc && (bf->region < -1 || bf->region >= p->nregions))
+                        rc = range_err(r, "owner region", bf->region, -1, p->nregions, "use a declared region");
+                } else
+                    rc = rd_err(r, "a buffer line takes bytes=N mem=CATEGORY role=ROLE and optionally "
+                                   "owner=REGION, once each");
             }
             if (rc) break;
-            if (have != 3) {
-                rc = rd_err(r, "buffer %d needs both bytes=N and mem=CATEGORY", b);
+            if ((have & 7) != 7) {
+                rc = rd_err(r, "buffer %d needs bytes=N, mem=CATEGORY and role=ROLE", b);
                 break;
             }
             bf->bytes = bytes;
             bf->mem = (uint8_t)mem;
+            char why[256];
+            if (plan_buffer_role_problem(bf, why, sizeof why)) {
+                rc = rd_err(r, "%s", why);
+                break;
+            }
         }
         if (rc) break;
         plan_text_name_index six;

@@ -174,6 +174,8 @@ static int w_instr(writer *w, const plan_set *p, int li, int i, const plan_instr
     if (in->pass >= PLAN_NPASS) return w_bad(w, "list %d instruction %d has pass %d", li, i, in->pass);
     if (in->coll >= PLAN_NCOLL) return w_bad(w, "list %d instruction %d has collective kind %d", li, i, in->coll);
     if (in->mem >= PLAN_NMEM) return w_bad(w, "list %d instruction %d has memory category %d", li, i, in->mem);
+    if (in->purpose >= PLAN_NPURPOSE) return w_bad(w, "list %d instruction %d has purpose %d", li, i, in->purpose);
+    if (in->piece >= PLAN_NPIECE) return w_bad(w, "list %d instruction %d has piece rule %d", li, i, in->piece);
     if ((in->nreads > 0 && !in->reads) || (in->nwrites > 0 && !in->writes) || in->nreads < 0 || in->nwrites < 0)
         return w_bad(w, "list %d instruction %d has inconsistent read/write lists", li, i);
     plan_instr d;
@@ -194,6 +196,14 @@ static int w_instr(writer *w, const plan_set *p, int li, int i, const plan_instr
     if (coll || in->coll != d.coll) {
         w_putn(w, " kind=", 6);
         w_puts(w, plan_coll_name((plan_coll)in->coll));
+    }
+    if (coll || in->purpose != d.purpose) {
+        w_putn(w, " purpose=", 9);
+        w_puts(w, plan_purpose_name((plan_purpose)in->purpose));
+    }
+    if (coll || in->piece != d.piece) {
+        w_putn(w, " piece=", 7);
+        w_puts(w, plan_piece_name((plan_piece)in->piece));
     }
     if (in->region != d.region) {
         w_putn(w, " region=", 8);
@@ -438,6 +448,11 @@ static int w_plan(writer *w, const plan_set *p)
                 rc = w_bad(w, "list %d buffer %d has memory category %d", li, b, bf->mem);
                 break;
             }
+            if (bf->role >= PLAN_NROLE || bf->region < -1 || bf->region >= p->nregions) {
+                rc = w_bad(w, "list %d buffer %d has role %d and owner region %d (of %d)", li, b, bf->role,
+                           bf->region, p->nregions);
+                break;
+            }
             w_puts(w, "  buf ");
             w_i64(w, b);
             w_putn(w, " ", 1);
@@ -445,6 +460,12 @@ static int w_plan(writer *w, const plan_set *p)
             w_key_i64(w, "bytes", bf->bytes);
             w_puts(w, " mem=");
             w_puts(w, plan_mem_name((plan_mem)bf->mem));
+            w_puts(w, " role=");
+            w_puts(w, plan_role_name((plan_role)bf->role));
+            if (bf->region != -1) {
+                w_putn(w, " owner=", 7);
+                w_ref(w, &rix, p->nregions, bf->region);
+            }
             w_nl(w);
         }
         plan_text_name_index six;

@@ -88,7 +88,7 @@ int pb_buf(plan_builder *b, int l, const char *name, int64_t bytes, plan_mem mem
 {
     plan_list *L = &b->p->lists[l];
     L->bufs = base_arena_grow(&b->p->arena, L->bufs, &b->cap_bufs[l], (size_t)L->nbufs + 1, sizeof *L->bufs);
-    L->bufs[L->nbufs] = (plan_buffer){.bytes = bytes, .mem = (uint8_t)mem,
+    L->bufs[L->nbufs] = (plan_buffer){.bytes = bytes, .mem = (uint8_t)mem, .role = PLAN_ROLE_NONE, .region = -1,
                                       .name = name ? base_arena_strdup(&b->p->arena, name) : NULL};
     return L->nbufs++;
 }

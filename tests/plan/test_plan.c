@@ -138,6 +138,7 @@ static const char *plan_diff(const plan_set *a, const plan_set *b)
             if (!str_eq(p->streams[s], q->streams[s])) return "stream name";
         for (int k = 0; k < p->nbufs; k++)
             if (p->bufs[k].bytes != q->bufs[k].bytes || p->bufs[k].mem != q->bufs[k].mem ||
+                p->bufs[k].role != q->bufs[k].role || p->bufs[k].region != q->bufs[k].region ||
                 !str_eq(p->bufs[k].name, q->bufs[k].name))
                 return "buffer";
         for (int i = 0; i < p->n; i++) {
@@ -147,7 +148,8 @@ static const char *plan_diff(const plan_set *a, const plan_set *b)
                 u->kernels != v->kernels || u->kid != v->kid || u->peer != v->peer || u->group != v->group ||
                 u->tag != v->tag || u->sendrecv != v->sendrecv || u->event != v->event || u->buf != v->buf ||
                 u->tp_group != v->tp_group || u->ep_group != v->ep_group || u->bytes != v->bytes ||
-                u->nreads != v->nreads || u->nwrites != v->nwrites)
+                u->nreads != v->nreads || u->nwrites != v->nwrites || u->purpose != v->purpose ||
+                u->piece != v->piece)
                 return "instruction";
             for (int k = 0; k < u->nreads; k++)
                 if (u->reads[k] != v->reads[k]) return "reads";
@@ -235,6 +237,10 @@ static void build_rich(plan_builder *b, plan_set *p)
     pb_stream(b, 0, NULL);
     int w = pb_buf(b, 0, "w.L0", 1 << 20, PLAN_MEM_PARAM), a = pb_buf(b, 0, "act mb0", 4096, PLAN_MEM_ACT);
     int g = pb_buf(b, 0, NULL, 1 << 20, PLAN_MEM_GRAD);
+    /* roles and owners: by name, by #index (the second "dup"), and none */
+    p->lists[0].bufs[w].role = PLAN_ROLE_PARAMS, p->lists[0].bufs[w].region = 1;
+    p->lists[0].bufs[a].role = PLAN_ROLE_SAVED, p->lists[0].bufs[a].region = 10;
+    p->lists[0].bufs[g].role = PLAN_ROLE_GRAD_PIECE;
     pb_alloc(b, 0, c, w);
     pb_alloc(b, 0, c, a);
     pb_alloc(b, 0, c, g);
@@ -251,14 +257,17 @@ static void build_rich(plan_builder *b, plan_set *p)
     pb_at(b, 0, s)->mb = 0, pb_at(b, 0, s)->stage = 0, pb_at(b, 0, s)->sendrecv = 9;
     int r = pb_recv(b, 0, pp, 1, 18, 4096, -1);
     pb_at(b, 0, r)->sendrecv = 9, pb_at(b, 0, r)->region = 10; /* uninterpreted: kept; the second "dup" */
-    pb_coll(b, 0, dp, PLAN_REDUCE_SCATTER, 0, 1 << 20, g);
+    int rs = pb_coll(b, 0, dp, PLAN_REDUCE_SCATTER, 0, 1 << 20, g);
+    pb_at(b, 0, rs)->purpose = PLAN_PURPOSE_ZERO_SCATTER, pb_at(b, 0, rs)->piece = PLAN_PIECE_ZERO;
     int x = pb_coll(b, 0, dp, PLAN_ALL_TO_ALL, 1, 0, -1);
     pb_at(b, 0, x)->kid = 1, pb_at(b, 0, x)->pass = PLAN_PASS_BW;
+    pb_at(b, 0, x)->purpose = PLAN_PURPOSE_EP_COMBINE, pb_at(b, 0, x)->piece = PLAN_PIECE_EVEN;
     int nop = pb_add(b, 0, PLAN_NOP, again);
     pb_at(b, 0, nop)->peer = -7, pb_at(b, 0, nop)->tag = INT32_MIN, pb_at(b, 0, nop)->kernels = 1;
     pb_at(b, 0, nop)->coll = PLAN_REDUCE, pb_at(b, 0, nop)->mem = PLAN_MEM_OPT, pb_at(b, 0, nop)->bytes = INT64_MIN;
     pb_at(b, 0, nop)->event = 3, pb_at(b, 0, nop)->group = 5, pb_at(b, 0, nop)->buf = 1;
     pb_at(b, 0, nop)->tp_group = 9, pb_at(b, 0, nop)->ep_group = -5;
+    pb_at(b, 0, nop)->purpose = PLAN_PURPOSE_SP_REGATHER, pb_at(b, 0, nop)->piece = PLAN_PIECE_LEADING;
     int ci = pb_compute(b, 0, c, PLAN_PASS_AUX, -1, -1, -1);
     pb_at(b, 0, ci)->kid = -1;
     pb_at(b, 0, ci)->region = 9; /* the first "dup" */
@@ -268,6 +277,7 @@ static void build_rich(plan_builder *b, plan_set *p)
     /* list 1: stage 1 of both replicas (devices 1 and 3) */
     int c1 = pb_stream(b, 1, "compute \"main\"");
     int b1 = pb_buf(b, 1, "act", 4096, PLAN_MEM_COMM);
+    p->lists[1].bufs[b1].role = PLAN_ROLE_COMM, p->lists[1].bufs[b1].region = 0;
     pb_alloc(b, 1, c1, b1);
     pb_recv(b, 1, c1, 0, 17, 4096, b1);
     pb_send(b, 1, c1, 0, 18, 4096, b1);
@@ -315,6 +325,7 @@ static void build_small(plan_builder *b, plan_set *p)
     pb_group(b, "world", 2, (int32_t[]){0, 1});
     int c = pb_stream(b, 0, "compute"), pp = pb_stream(b, 0, "pp");
     int a = pb_buf(b, 0, "act.mb0", 1024, PLAN_MEM_ACT);
+    p->lists[0].bufs[a].role = PLAN_ROLE_SAVED, p->lists[0].bufs[a].region = 0;
     pb_alloc(b, 0, c, a);
     int f = pb_compute(b, 0, c, PLAN_PASS_F, k, 0, 0);
     pb_at(b, 0, f)->region = 0, pb_at(b, 0, f)->kid = 0;
@@ -323,13 +334,15 @@ static void build_small(plan_builder *b, plan_set *p)
     pb_wait(b, 0, pp, 0);
     int s = pb_send(b, 0, pp, 1, 7, 1024, a);
     pb_at(b, 0, s)->mb = 0, pb_at(b, 0, s)->stage = 0;
-    pb_coll(b, 0, c, PLAN_ALL_REDUCE, 0, 64, -1);
+    int n0 = pb_coll(b, 0, c, PLAN_ALL_REDUCE, 0, 64, -1);
+    pb_at(b, 0, n0)->purpose = PLAN_PURPOSE_GRAD_NORM, pb_at(b, 0, n0)->piece = PLAN_PIECE_WHOLE;
     pb_free(b, 0, pp, a);
     int c1 = pb_stream(b, 1, "compute");
     int a1 = pb_buf(b, 1, "act.mb0", 1024, PLAN_MEM_ACT);
     pb_alloc(b, 1, c1, a1);
     pb_recv(b, 1, c1, 0, 7, 1024, a1);
-    pb_coll(b, 1, c1, PLAN_ALL_REDUCE, 0, 64, -1);
+    int n1 = pb_coll(b, 1, c1, PLAN_ALL_REDUCE, 0, 64, -1);
+    pb_at(b, 1, n1)->purpose = PLAN_PURPOSE_GRAD_NORM, pb_at(b, 1, n1)->piece = PLAN_PIECE_WHOLE;
     pb_free(b, 1, c1, a1);
     pb_device(b, 0, 0, 0, 1, (int32_t[]){0});
     pb_device(b, 1, 1, 0, 1, (int32_t[]){0});
@@ -352,14 +365,14 @@ static void test_format_is_readable(void)
     char *t = small_text();
     if (getenv("PIPER_SHOW_PLAN")) fputs(t, stderr);
     /* the first line, and instruction lines that say what they do */
-    CU_ASSERT_EQUAL(strncmp(t, "piper-plan 1\n", 13), 0);
+    CU_ASSERT_EQUAL(strncmp(t, "piper-plan 2\n", 13), 0);
     TEST_ASSERT_CONTAINS(t, "\n  4 send s=pp peer=1 tag=7 bytes=1024 buf=0 mem=activations mb=0 stage=0\n");
     TEST_ASSERT_CONTAINS(t, "\n  1 compute s=compute pass=F region=L0 kid=gpt.layer.F kernels=0 mb=0 stage=0 writes=0\n");
-    TEST_ASSERT_CONTAINS(t, "\n  5 coll s=compute kind=all_reduce group=0 bytes=64\n");
+    TEST_ASSERT_CONTAINS(t, "\n  5 coll s=compute kind=all_reduce purpose=grad_norm piece=whole group=0 bytes=64\n");
     TEST_ASSERT_CONTAINS(t, "\n  0 alloc s=compute bytes=1024 buf=0 mem=activations\n");
     TEST_ASSERT_CONTAINS(t, "\n  3 wait s=pp event=0\n");
     TEST_ASSERT_CONTAINS(t, "\nlist 0 streams=2 bufs=1 events=1 group_slots=1 instrs=7\n  stream 0 compute\n"
-                            "  stream 1 pp\n  buf 0 act.mb0 bytes=1024 mem=activations\n");
+                            "  stream 1 pp\n  buf 0 act.mb0 bytes=1024 mem=activations role=saved owner=L0\n");
     TEST_ASSERT_CONTAINS(t, "\ngroups 1\n  0 world devices=0,1\n");
     TEST_ASSERT_CONTAINS(t, "\ndevices 2\n  0 node=0 list=0 peer_offset=0 slots=0\n  1 node=0 list=1 peer_offset=0 slots=0\nend\n");
     TEST_ASSERT_CONTAINS(t, "    gemm gemm dtype=bf16 count=1 m=0 n=0 k=0 flops=1000000000000 bytes=0\n");
@@ -491,12 +504,18 @@ static void test_writer_rejects_invalid_enums(void)
 static void test_read_version_and_garbage(void)
 {
     char *t = small_text();
-    expect_edit_error(t, "piper-plan 1", "piper-plan 2",
-                      "t.plan:1: plan format version 2 is not supported; this piper reads version 1 only");
-    expect_read_error("hello world\n", "t.plan:1: not a piper plan: the first line must be 'piper-plan 1'");
+    /* a version-1 plan states no roles: it must be compiled again */
+    expect_edit_error(t, "piper-plan 2", "piper-plan 1",
+                      "t.plan:1: plan format version 1 is not supported: the plan was written by an older "
+                      "piper-compile, and this piper reads version 2 only; compile the program again with this "
+                      "piper's piper-compile");
+    expect_edit_error(t, "piper-plan 2", "piper-plan 3",
+                      "t.plan:1: plan format version 3 is not supported: the plan was written by a newer "
+                      "piper-compile, and this piper reads version 2 only; use the piper that wrote it");
+    expect_read_error("hello world\n", "t.plan:1: not a piper plan: the first line must be 'piper-plan 2'");
     expect_read_error("", "t.plan: not a piper plan");
-    expect_read_error("piper-plan one\n", "t.plan:1: bad first line 'piper-plan ...'; it must be 'piper-plan 1'");
-    expect_read_error("piper-plan 1\ndtypes \x01\x02\n", "t.plan:2: unexpected byte 0x01; plan files are ASCII text");
+    expect_read_error("piper-plan one\n", "t.plan:1: bad first line 'piper-plan ...'; it must be 'piper-plan 2'");
+    expect_read_error("piper-plan 2\ndtypes \x01\x02\n", "t.plan:2: unexpected byte 0x01; plan files are ASCII text");
     expect_read_error("\x7f\x45LF\x02\x01\x01", "t.plan:1: unexpected byte 0x7f");
     expect_edit_error(t, "dtypes param=bf16", "dtypes param=bf17", "t.plan:3: param: unknown value 'bf17'; use one of fp32, bf16, fp16, fp64, fp8");
     expect_edit_error(t, " qk_norm=false", " qk_norm=maybe", "t.plan:5: qk_norm: unknown value 'maybe'; use one of false, true");
@@ -566,7 +585,7 @@ static void test_read_counts_and_indices(void)
     expect_edit_error(t, "kernels=0", "kernels=3", "t.plan:21: kernels 3 is out of range (-1 or 0..0)");
     expect_edit_error(t, "writes=0", "writes=0,4", "t.plan:21: written buffer 4 is out of range (0..0)");
     expect_edit_error(t, "wait s=pp event=0", "wait s=pp event=1", "t.plan:23: event 1 is out of range (0..0); raise the list's events count");
-    expect_edit_error(t, "kind=all_reduce group=0", "kind=all_reduce group=1", "t.plan:25: group slot 1 is out of range (0..0)");
+    expect_edit_error(t, "piece=whole group=0", "piece=whole group=1", "t.plan:25: group slot 1 is out of range (0..0)");
     expect_edit_error(t, "kind=all_reduce", "kind=all_sum", "t.plan:25: kind: unknown value 'all_sum'; use one of all_reduce, reduce_scatter");
     expect_edit_error(t, "alloc s=compute bytes=1024 buf=0", "alloc s=compute bytes=1024 buf=1", "t.plan:20: buf 1 is out of range (0..0)");
     expect_edit_error(t, "  4 send s=pp peer=1 tag=7 bytes=1024", "  4 send s=pp tag=7 bytes=1024", "t.plan:24: send instruction needs peer=...; add it");
@@ -659,6 +678,99 @@ static void expect_check_error(const plan_set *p, const char *want)
     TEST_ASSERT_CONTAINS(e.msg, want);
     CU_ASSERT_PTR_NULL(st.dev);
     plan_stats_free(&st);
+}
+
+/* Roles, purposes and piece rules: names from the tables (an unknown one lists them all), a role
+ * of its buffer's memory category, a purpose of its collective's kind, both required where they
+ * are interpreted and kept where not; plan_check applies the same rules to a plan in memory. */
+static void test_read_roles(void)
+{
+    char *t = small_text();
+    expect_edit_error(t, "role=saved", "role=paramz",
+                      "t.plan:19: unknown role \"paramz\"; known roles: none, params, param_piece, grads, "
+                      "grad_piece, mb_grads, optimizer, opt_piece, saved, recomputed, workspace, boundary, route, "
+                      "comm, gathered, regathered, pieces");
+    expect_edit_error(t, "role=saved", "role=params",
+                      "t.plan:19: a buffer of role params belongs to memory category params, not activations; "
+                      "fix its mem= or its role=");
+    expect_edit_error(t, " role=saved owner=L0", " owner=L0", "t.plan:19: buffer 0 needs bytes=N, mem=CATEGORY and role=ROLE");
+    expect_edit_error(t, "owner=L0", "owner=L9", "t.plan:19: region: no region is named 'L9'");
+    expect_edit_error(t, "owner=L0", "owner=#4", "t.plan:19: owner region 4 is out of range (-1 or 0..0)");
+    expect_edit_error(t, "role=saved owner=L0", "role=saved role=saved",
+                      "t.plan:19: a buffer line takes bytes=N mem=CATEGORY role=ROLE and optionally owner=REGION");
+    expect_edit_error(t, "purpose=grad_norm", "purpose=norm",
+                      "t.plan:25: unknown purpose \"norm\"; known purposes: none, dp_grad_sum, zero_scatter, "
+                      "zero_update_gather, zero3_gather, tp_fwd, tp_bwd, sp_regather, tp_grad_sync, grad_norm, "
+                      "tied_sum, pair_sum, ep_dispatch, ep_combine");
+    expect_edit_error(t, "piece=whole", "piece=half",
+                      "t.plan:25: unknown piece rule \"half\"; known piece rules: none, whole, even, zero, leading, "
+                      "replicated, token_table");
+    expect_edit_error(t, "purpose=grad_norm", "purpose=zero3_gather",
+                      "t.plan:25: a collective of kind all_reduce cannot have purpose zero3_gather");
+    expect_edit_error(t, "kind=all_reduce purpose=grad_norm", "kind=all_gather purpose=grad_norm",
+                      "t.plan:25: a collective of kind all_gather cannot have purpose grad_norm");
+    expect_edit_error(t, " purpose=grad_norm", "", "t.plan:25: coll instruction needs purpose=...; add it");
+    expect_edit_error(t, " piece=whole", "", "t.plan:25: coll instruction needs piece=...; add it");
+    /* other ops do not interpret them: kept, as any field */
+    char *t2 = edit(t, "  3 wait s=pp event=0", "  3 wait s=pp purpose=tp_fwd piece=even event=0");
+    plan_set q;
+    base_error e;
+    CU_ASSERT_EQUAL_FATAL(read_text(&q, t2, &e), 0);
+    CU_ASSERT_EQUAL(q.lists[0].ins[3].purpose, PLAN_PURPOSE_TP_FWD);
+    CU_ASSERT_EQUAL(q.lists[0].ins[3].piece, PLAN_PIECE_EVEN);
+    CU_ASSERT_EQUAL(q.lists[0].bufs[0].role, PLAN_ROLE_SAVED);
+    CU_ASSERT_EQUAL(q.lists[0].bufs[0].region, 0);
+    CU_ASSERT_EQUAL(q.lists[1].bufs[0].region, -1); /* no owner= */
+    CU_ASSERT_EQUAL(q.lists[1].bufs[0].role, PLAN_ROLE_NONE);
+    plan_free(&q);
+    free(t2);
+    free(t);
+
+    /* the tables' columns */
+    CU_ASSERT_EQUAL(plan_role_mem(PLAN_ROLE_GATHERED), PLAN_MEM_COMM);
+    CU_ASSERT_EQUAL(plan_role_mem(PLAN_ROLE_MB_GRADS), PLAN_MEM_GRAD);
+    CU_ASSERT_EQUAL(plan_role_mem(PLAN_ROLE_NONE), -1);
+    CU_ASSERT(plan_purpose_allows(PLAN_PURPOSE_TP_FWD, PLAN_REDUCE_SCATTER));
+    CU_ASSERT(!plan_purpose_allows(PLAN_PURPOSE_TP_FWD, PLAN_ALL_TO_ALL));
+    CU_ASSERT(!plan_purpose_allows(PLAN_PURPOSE_EP_DISPATCH, PLAN_ALL_REDUCE));
+    CU_ASSERT(plan_purpose_allows(PLAN_PURPOSE_NONE, PLAN_REDUCE));
+    CU_ASSERT(!plan_purpose_allows(PLAN_NPURPOSE, PLAN_ALL_REDUCE));
+    CU_ASSERT_STRING_EQUAL(plan_purpose_name(PLAN_PURPOSE_ZERO3_GATHER), "zero3_gather");
+    CU_ASSERT_STRING_EQUAL(plan_piece_name(PLAN_PIECE_TOKEN_TABLE), "token_table");
+    CU_ASSERT_STRING_EQUAL(plan_role_name(PLAN_NROLE), "?");
+
+    /* in memory: plan_check's rules, and the writer refuses values outside the tables */
+    plan_builder b;
+    plan_set p;
+    build_small(&b, &p);
+    p.lists[1].bufs[0].role = PLAN_ROLE_WORKSPACE;
+    expect_check_error(&p, "list 1 buffer 0 (act.mb0): a buffer of role workspace belongs to memory category "
+                           "workspace, not activations");
+    p.lists[1].bufs[0].role = PLAN_ROLE_NONE;
+    p.lists[0].ins[5].purpose = PLAN_PURPOSE_EP_DISPATCH;
+    expect_check_error(&p, "list 0 instruction 5: a collective of kind all_reduce cannot have purpose ep_dispatch");
+    p.lists[0].ins[5].purpose = PLAN_PURPOSE_GRAD_NORM;
+    plan_stats st;
+    CU_ASSERT_EQUAL(check(&p, &st, &e), 0);
+    plan_stats_free(&st);
+    FILE *f = fopen("/dev/null", "w");
+    p.lists[0].bufs[0].role = PLAN_NROLE;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "list 0 buffer 0 has role 17 and owner region 0 (of 1)");
+    p.lists[0].bufs[0].role = PLAN_ROLE_SAVED;
+    p.lists[0].bufs[0].region = 1;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "list 0 buffer 0 has role 8 and owner region 1 (of 1)");
+    p.lists[0].bufs[0].region = 0;
+    p.lists[0].ins[5].piece = PLAN_NPIECE;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(plan_write(&p, f, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "list 0 instruction 5 has piece rule 7");
+    fclose(f);
+    pb_done(&b);
+    plan_free(&p);
 }
 
 #define P2P_SECONDS(bytes) (PLAN_CHECK_LATENCY + (double)(bytes) / PLAN_CHECK_BW)
@@ -1098,6 +1210,7 @@ int piper_tests_register(void)
         {"reader: version, garbage, values", test_read_version_and_garbage},
         {"reader: missing sections, truncation", test_read_missing_and_truncated},
         {"reader: counts and indices", test_read_counts_and_indices},
+        {"reader: roles, purposes, piece rules", test_read_roles},
         {"reader: survives mutations", test_read_survives_mutations},
         {NULL, NULL}};
     static const test_case checks[] = {

@@ -39,8 +39,8 @@ printf 'batch: {global: 1}\ndirectives: []\nmodel: nowhere.yaml\n' >"$tmp/bad.ya
 expect 1 "error: $tmp/bad.yaml:3:8:" "$tmp/bad.yaml"
 expect 0 "exit status: 0 on success" --help
 expect 0 "plan written to $tmp/dp2.plan" "$prog" -o "$tmp/dp2.plan"
-if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 1'; then
-  echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 1'" >&2
+if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 2'; then
+  echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 2'" >&2
   failed=$((failed + 1))
 fi
 

@@ -1323,7 +1323,7 @@ static void test_cli_errors(void)
     /* a malformed plan: the reader's file:line */
     FILE *f = fopen(tmp_path("bad.plan"), "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fputs("piper-plan 1\ndtypes param=bf16 act=bf16 grad=bf16 opt=fp32\ngpu nonsense\n", f);
+    fputs("piper-plan 2\ndtypes param=bf16 act=bf16 grad=bf16 opt=fp32\ngpu nonsense\n", f);
     fclose(f);
     CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' > /dev/null 2> '%s'", bin_path("piper-sim"), tmp_path("bad.plan"), err), 1);
     t = slurp(err);
@@ -1333,7 +1333,7 @@ static void test_cli_errors(void)
     /* a plan that deadlocks: the static check says where; with --no-check the replay notices */
     f = fopen(tmp_path("dead.plan"), "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fputs("piper-plan 1\ndtypes param=bf16 act=bf16 grad=fp32 opt=fp32\n"
+    fputs("piper-plan 2\ndtypes param=bf16 act=bf16 grad=fp32 opt=fp32\n"
           "gpu name=H100 peak_fp32=1e12 peak_bf16=1e12 peak_fp16=1e12 peak_fp64=1e12 peak_fp8=0 hbm_bw=1e12 "
           "mem_bytes=1e10 reserve_bytes=0\n"
           "model name=m family=gpt layers=1 hidden=8 heads=1 kv_heads=1 head_dim=8 ffn=8 experts=0 expert_ffn=0 "
