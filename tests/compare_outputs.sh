@@ -28,7 +28,7 @@ set -euo pipefail
 #     token or a quoted string (`"..."` with backslash escapes), the format's two forms.
 # The refactoring's new field names go in PLAN_NEW_FIELDS and nowhere else; if a new field sits on
 # another kind of line, widen PLAN_FIELD_LINES (a sed -E address) to it.
-PLAN_NEW_FIELDS="role purpose piece"
+PLAN_NEW_FIELDS="role purpose piece owner"
 PLAN_FIELD_LINES='^[[:space:]]+([0-9]+|buf)[[:space:]]'
 normalize_plan() {
   local keys
