@@ -6,7 +6,7 @@
  * so that the two backends cannot drift apart in how they read the same plan (the CUDA runtime's
  * losses are checked against the CPU executor's). What each backend keeps for itself is what
  * really differs: its buffer sizes (its own kernels' layouts), what it supports, its messages.
- * Plain C over plan/plan.h and the kernels' model description (exec/cpu/kernels.h). */
+ * Plain C over plan/plan.h and the model vocabulary (exec/model.h). */
 #ifndef PIPER_EXEC_PLAN_LAYOUT_H
 #define PIPER_EXEC_PLAN_LAYOUT_H
 
@@ -15,7 +15,7 @@
 
 #include "../base/base.h"
 #include "../plan/plan.h"
-#include "cpu/kernels.h"
+#include "model.h"
 
 /* What a plan buffer of the device is to a backend, and the backend's own size and storage of
  * it. The role comes from how the computes use the buffer (and, for GATHERED, a ZeRO-3 all-gather

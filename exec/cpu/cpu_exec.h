@@ -37,7 +37,7 @@
 
 #include "../exec.h"
 #include "../plan_layout.h"
-#include "data.h"
+#include "../data.h"
 #include "kernels.h"
 
 /* Calls MPI and turns a failure into a base_error naming the call, file and line. */

@@ -45,7 +45,7 @@
 #include "../exec.h"
 #include "kernels.h"
 
-struct exec_data; /* exec/cpu/data.h: the token source, shared with piper-exec */
+struct exec_data; /* exec/data.h: the token source, shared with piper-exec */
 
 typedef struct exec_cuda_options {
     uint64_t seed;

@@ -6,7 +6,7 @@
  * checks are C.
  *
  * The kernels mirror the CPU kernels (exec/cpu/kernels.h) one for one: the same exec_cfg and
- * exec_shard (the CPU library's, so the two backends cannot disagree on Megatron's split), the
+ * exec_shard (exec/model.h's, so the two backends cannot disagree on Megatron's split), the
  * same parameter lists and block layouts (exec_region_params), the same exec_call fields with the
  * same meaning (what each pass reads and writes, = vs +=, partial sums under tensor parallelism,
  * the vocabulary-parallel cross-entropy through the reduce callback or the three phases), the same
@@ -47,7 +47,7 @@
 extern "C" {
 #endif
 
-#include "../cpu/kernels.h"
+#include "../model.h"
 
 /* ---------------------------------------------------------------- context */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cpu/data.h"
+#include "../data.h"
 #include "../plan_layout.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
