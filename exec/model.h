@@ -99,6 +99,17 @@ static inline int64_t exec_sp_rows(const exec_cfg *c, const exec_shard *s)
 static inline int exec_sp_blocks(const exec_shard *s) { return s->sp ? s->tp : 1; }
 static inline int exec_sp_own(const exec_shard *s) { return s->sp ? s->tp_rank : 0; }
 
+/* A region's buffers in one backend's layouts (its kernels' storage types), in bytes: what the
+ * binding layer (exec/bind.h) sizes plan buffers by. */
+typedef struct exec_layout {
+    int64_t x_bytes, y_bytes;  /* primary input / output (embed x: int32 tokens; head y: none) */
+    int64_t route_bytes;       /* moe_gate y2 / moe_combine x2 and their gradients */
+    int64_t act_bytes;         /* the act buffer: what F keeps for the backward */
+    int64_t work_bytes;        /* the work buffer of B and BI (BI leaves in it what BW reads) */
+    int64_t work_f_bytes;      /* the part of it F and R use */
+    int64_t params;            /* parameter elements on the shard */
+} exec_layout;
+
 /* ---------------------------------------------------------------- parameters */
 
 typedef enum { EXEC_INIT_NORMAL, EXEC_INIT_ONES, EXEC_INIT_ZEROS } exec_init_kind;

@@ -1,12 +1,11 @@
-/* plan_layout.h — the rules both executor backends (the CPU executor, exec/cpu/runtime.c, and the
- * CUDA runtime, exec/cuda/runtime.c) use to read a plan for one device: how a region's name says
- * its layer and kind, which regions a device runs and on which TP/EP groups, who holds which
- * region, the ZeRO piece of a group member, which kernel identity a compute names, and where a
- * compute's boundary tensors go when no communication buffer carries them. They live here once
- * so that the two backends cannot drift apart in how they read the same plan (the CUDA runtime's
- * losses are checked against the CPU executor's). What each backend keeps for itself is what
- * really differs: its buffer sizes (its own kernels' layouts), what it supports, its messages.
- * Plain C over plan/plan.h and the model vocabulary (exec/model.h). */
+/* plan_layout.h — the rules under the binding layer (exec/bind.h, which every executor backend
+ * reads a plan through): how a region's name says its layer and kind, which regions a device
+ * runs and on which TP/EP groups, who holds which region, the ZeRO piece of a group member, which
+ * kernel identity a compute names, where a compute's boundary tensors go when no communication
+ * buffer carries them, and the records a binding fills (exec_buf, exec_coll, exec_seg). One
+ * reading, so that the backends cannot drift apart on the same plan (the CUDA runtime's losses
+ * are checked against the CPU executor's). Plain C over plan/plan.h and the model vocabulary
+ * (exec/model.h). */
 #ifndef PIPER_EXEC_PLAN_LAYOUT_H
 #define PIPER_EXEC_PLAN_LAYOUT_H
 

@@ -115,15 +115,9 @@ int exec_cuda_param_init(exec_cuda_ctx *c, uint64_t seed, const char *full_name,
 
 /* ---------------------------------------------------------------- sizes */
 
-/* Bytes of a region's buffers on a shard, in the CUDA storage types. */
-typedef struct exec_cuda_sizes {
-    int64_t x_bytes, y_bytes;  /* primary input / output (embed x: int32 tokens; head y: none) */
-    int64_t route_bytes;       /* moe_gate y2 / moe_combine x2 and their gradients */
-    int64_t act_bytes;         /* the act buffer: what F keeps for the backward */
-    int64_t work_bytes;        /* the work buffer of B and BI (BI leaves in it what BW reads) */
-    int64_t work_f_bytes;      /* the part of it F and R use */
-    int64_t params;            /* parameter elements: params bf16, grads/master/m/v fp32 */
-} exec_cuda_sizes;
+/* Bytes of a region's buffers on a shard, in the CUDA storage types (model.h's exec_layout;
+ * params: elements, stored bf16, with fp32 gradients, masters and moments). */
+typedef exec_layout exec_cuda_sizes;
 
 int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
                            exec_cuda_sizes *out, base_error *e);
