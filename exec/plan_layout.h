@@ -18,7 +18,7 @@
 
 /* What a plan buffer of the device is to a backend, and the backend's own size and storage of
  * it. The role comes from how the computes use the buffer (and, for GATHERED, a ZeRO-3 all-gather
- * that fills a comm buffer with a region's whole parameters: the CPU executor only). */
+ * that fills a comm buffer with a region's whole parameters): exec/bind.c's role functions. */
 typedef enum {
     EXEC_BUF_NONE,
     EXEC_BUF_PARAM,
@@ -76,11 +76,11 @@ typedef struct exec_coll {
     exec_coll_kind kind;
     int group, gsize, grank;
     int comm;               /* the backend's communicator, -1 */
-    int in, out;            /* ACT: plan buffers; PARAM_GATHER (CPU): out = the buffer a ZeRO-3
-                               gather fills, -1 when it gathers into the parameters */
+    int in, out;            /* ACT: plan buffers; PARAM_GATHER: out = the buffer a ZeRO-3 gather
+                               fills, -1 when it gathers into the parameters */
     int nseg;
     exec_seg *seg;
-    int64_t chunk;          /* CUDA, SCATTER / GATHER: elements per rank in the staging buffer */
+    int64_t chunk;          /* SCATTER / GATHER: elements per rank in staging (the largest piece) */
 } exec_coll;
 
 /* Sequence parallelism's backward re-gathers: marks (exec_buf.saved_gather, role COMM, the
