@@ -13,7 +13,7 @@
 
 #include "../base/base.h"
 #include "../plan/plan.h"
-#include "cpu/kernels.h"
+#include "model.h"
 
 typedef struct exec_cli_common {
     const char *plan, *log, *trace;

@@ -1,12 +1,11 @@
-/* plan_layout.h — the rules both executor backends (the CPU executor, exec/cpu/runtime.c, and the
- * CUDA runtime, exec/cuda/runtime.c) use to read a plan for one device: how a region's name says
- * its layer and kind, which regions a device runs and on which TP/EP groups, who holds which
- * region, the ZeRO piece of a group member, which kernel identity a compute names, and where a
- * compute's boundary tensors go when no communication buffer carries them. They live here once
- * so that the two backends cannot drift apart in how they read the same plan (the CUDA runtime's
- * losses are checked against the CPU executor's). What each backend keeps for itself is what
- * really differs: its buffer sizes (its own kernels' layouts), what it supports, its messages.
- * Plain C over plan/plan.h and the kernels' model description (exec/cpu/kernels.h). */
+/* plan_layout.h — the rules under the binding layer (exec/bind.h, which every executor backend
+ * reads a plan through): how a region's name says its layer and kind, which regions a device
+ * runs and on which TP/EP groups, who holds which region, the ZeRO piece of a group member, which
+ * kernel identity a compute names, where a compute's boundary tensors go when no communication
+ * buffer carries them, and the records a binding fills (exec_buf, exec_coll, exec_seg). One
+ * reading, so that the backends cannot drift apart on the same plan (the CUDA runtime's losses
+ * are checked against the CPU executor's). Plain C over plan/plan.h and the model vocabulary
+ * (exec/model.h). */
 #ifndef PIPER_EXEC_PLAN_LAYOUT_H
 #define PIPER_EXEC_PLAN_LAYOUT_H
 
@@ -15,11 +14,11 @@
 
 #include "../base/base.h"
 #include "../plan/plan.h"
-#include "cpu/kernels.h"
+#include "model.h"
 
 /* What a plan buffer of the device is to a backend, and the backend's own size and storage of
  * it. The role comes from how the computes use the buffer (and, for GATHERED, a ZeRO-3 all-gather
- * that fills a comm buffer with a region's whole parameters: the CPU executor only). */
+ * that fills a comm buffer with a region's whole parameters): exec/bind.c's role functions. */
 typedef enum {
     EXEC_BUF_NONE,
     EXEC_BUF_PARAM,
@@ -77,11 +76,11 @@ typedef struct exec_coll {
     exec_coll_kind kind;
     int group, gsize, grank;
     int comm;               /* the backend's communicator, -1 */
-    int in, out;            /* ACT: plan buffers; PARAM_GATHER (CPU): out = the buffer a ZeRO-3
-                               gather fills, -1 when it gathers into the parameters */
+    int in, out;            /* ACT: plan buffers; PARAM_GATHER: out = the buffer a ZeRO-3 gather
+                               fills, -1 when it gathers into the parameters */
     int nseg;
     exec_seg *seg;
-    int64_t chunk;          /* CUDA, SCATTER / GATHER: elements per rank in the staging buffer */
+    int64_t chunk;          /* SCATTER / GATHER: elements per rank in staging (the largest piece) */
 } exec_coll;
 
 /* Sequence parallelism's backward re-gathers: marks (exec_buf.saved_gather, role COMM, the

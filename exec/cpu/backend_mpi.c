@@ -70,7 +70,7 @@ static int collect_keys(const exec_cpu *c, comm_key **out, int *nout, base_error
                 g = plan_dev_group(p, d, in);
                 s = L->streams[in->stream] ? L->streams[in->stream] : "";
             } else if (in->op == PLAN_COMPUTE && in->tp_group >= 0 && in->region >= 0 &&
-                       in->region == c->head_region && in->pass == PLAN_PASS_F) {
+                       in->region == c->bd.head_region && in->pass == PLAN_PASS_F) {
                 g = p->devices[d].group_slots[in->tp_group];
                 s = REDUCE_STREAM;
             } else {
@@ -182,7 +182,7 @@ static int be_p2p(void *ctx, int instr, const plan_instr *in, int peer, int *req
     exec_cpu *c = ctx;
     char *p = exec_cpu_buf(c, in->buf, in->op == PLAN_SEND ? "the data sent" : "the receive buffer", e);
     if (!p) return -1;
-    int64_t bytes = c->buf[in->buf].bytes;
+    int64_t bytes = c->bd.buf[in->buf].bytes;
     if (int_count(bytes, "a transfer", e)) return -1;
     if (peer < 0 || peer >= c->world)
         return base_errorf(e, "peer device %d has no rank: %d ranks run; start one rank per device",
@@ -205,26 +205,15 @@ static char *seg_base(exec_cpu *c, const exec_seg *s, bool grads, base_error *e)
 {
     /* ZeRO-3 gathers read the device's piece of the parameters; coll_finish writes the gathered
      * buffer itself */
-    const cpu_region *R = &c->reg[s->region];
+    const exec_region *R = &c->bd.reg[s->region];
     if (grads) return exec_cpu_buf(c, s->buf >= 0 ? s->buf : R->grad_buf, "the gradients", e);
     return cpu_region_params(c, R, exec_cpu_buf(c, R->param_buf, "the parameters", e));
-}
-
-/* A ZeRO segment's piece on rank k of g: the rank's piece of the region's whole storage
- * (exec_zero_piece) cut to the segment, so that a segment that is part of a region (the head's
- * gather of the tied token table) moves the same elements the region's reduce-scatter gave. */
-static void seg_piece(const exec_cpu *c, const exec_seg *S, int k, int g, int64_t *lo, int64_t *hi)
-{
-    exec_zero_piece(c->reg[S->region].nstore, k, g, lo, hi);
-    if (*lo < S->off) *lo = S->off;
-    if (*hi > S->off + S->n) *hi = S->off + S->n;
-    if (*hi < *lo) *hi = *lo;
 }
 
 static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cpu *c = ctx;
-    exec_coll *C = &c->coll[instr];
+    exec_coll *C = &c->bd.coll[instr];
     (void)group;
     if (C->comm < 0) return base_errorf(e, "collective without a communicator");
     MPI_Comm comm = c->comm[C->comm].comm;
@@ -242,10 +231,10 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         char *ip = exec_cpu_buf(c, C->in, "the collective's input", e);
         char *op = ip ? exec_cpu_buf(c, C->out, "the collective's output", e) : NULL;
         if (!op) return -1;
-        int64_t n = c->buf[C->in].bytes / (int64_t)es, no = c->buf[C->out].bytes / (int64_t)es;
+        int64_t n = c->bd.buf[C->in].bytes / (int64_t)es, no = c->bd.buf[C->out].bytes / (int64_t)es;
         /* sequence parallelism's backward re-gather reads the leading shards of an act buffer
          * (sched/dir_shard.c): as many elements as the output's share */
-        if (c->buf[C->out].saved_gather && in->coll == PLAN_ALL_GATHER && C->gsize > 0 &&
+        if (c->bd.buf[C->out].saved_gather && in->coll == PLAN_ALL_GATHER && C->gsize > 0 &&
             no % C->gsize == 0 && no / C->gsize <= n)
             n = no / C->gsize;
         if (int_count(n, "a collective", e)) return -1;
@@ -300,7 +289,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
     case EXEC_COLL_GRAD_SCATTER:
     case EXEC_COLL_PARAM_GATHER: {
         /* one call per segment, on the tensor where it lives: a segment's elements are its
-         * ranks' pieces one after the other (seg_piece), so MPI_Ireduce_scatter and
+         * ranks' pieces one after the other (exec_seg_piece), so MPI_Ireduce_scatter and
          * MPI_Iallgatherv take it as it is, with each rank's count and no padding; what moves
          * is what the plan counts. A reduce-scatter receives this rank's pieces into a scratch
          * of their size (copied, or under ZeRO-2/3 added, into place when it completes); a
@@ -312,7 +301,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         int64_t mine = 0;
         for (int s = 0; s < C->nseg; s++) {
             int64_t lo, hi;
-            seg_piece(c, &C->seg[s], C->grank, g, &lo, &hi);
+            exec_seg_piece(&c->bd.reg[C->seg[s].region], &C->seg[s], C->grank, g, &lo, &hi);
             mine += hi - lo;
         }
         if (grads && in->buf >= 0) { /* the plan's receive buffer */
@@ -331,7 +320,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
             int64_t total = 0;
             for (int k = 0; k < g; k++) {
                 int64_t lo, hi;
-                seg_piece(c, S, k, g, &lo, &hi);
+                exec_seg_piece(&c->bd.reg[S->region], S, k, g, &lo, &hi);
                 if (int_count(total + (hi - lo), "a ZeRO bucket's tensor", e)) return -1;
                 cnt[k] = (int)(hi - lo);
                 dsp[k] = (int)(lo - S->off);
@@ -366,7 +355,7 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
  * piece under ZeRO-2/3). */
 static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
 {
-    const exec_coll *C = &c->coll[R->instr];
+    const exec_coll *C = &c->bd.coll[R->instr];
     const size_t es = c->es;
     if (C->kind != EXEC_COLL_GRAD_SCATTER) return 0;
     const int g = C->gsize;
@@ -378,7 +367,7 @@ static int coll_finish(exec_cpu *c, cpu_req *R, base_error *e)
         const char *src = R->staging + moff * es;
         moff += n;
         if (S->out >= 0) {
-            const cpu_region *G = &c->reg[S->region];
+            const exec_region *G = &c->bd.reg[S->region];
             char *b = cpu_region_grads(c, G, exec_cpu_buf(c, S->out, "the gradient piece", e));
             if (!b) return -1;
             if (c->dt == PLAN_FP32)
@@ -546,11 +535,11 @@ int exec_cpu_connect(exec_cpu *c, base_error *e)
         const plan_instr *in = &c->L->ins[i];
         if (in->op == PLAN_COLL) {
             const char *s = c->L->streams[in->stream] ? c->L->streams[in->stream] : "";
-            c->coll[i].comm = comm_find(c, c->coll[i].group, s);
+            c->bd.coll[i].comm = comm_find(c, c->bd.coll[i].group, s);
         }
     }
-    if (c->head_region >= 0 && c->reg[c->head_region].tp_group >= 0)
-        c->head_comm = comm_find(c, c->reg[c->head_region].tp_group, REDUCE_STREAM);
+    if (c->bd.head_region >= 0 && c->bd.reg[c->bd.head_region].tp_group >= 0)
+        c->head_comm = comm_find(c, c->bd.reg[c->bd.head_region].tp_group, REDUCE_STREAM);
     exec_backend *b = &c->be;
     b->ctx = c;
     b->name = "cpu-mpi";

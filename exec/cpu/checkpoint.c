@@ -155,11 +155,11 @@ int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t 
     emit(&o, SHARD_MAGIC, 8);
     emit(&o, h32, sizeof h32);
     emit(&o, &step, sizeof step);
-    for (int r = 0; r < c->nreg; r++) {
-        const cpu_region *R = &c->reg[r];
+    for (int r = 0; r < c->bd.nreg; r++) {
+        const exec_region *R = &c->bd.reg[r];
         /* a replica other than the first holds the same values as the first */
         if (!R->upd || R->norm_skip || R->param_buf < 0 || R->opt_buf < 0) continue;
-        const char *par = cpu_region_params(c, R, c->buf[R->param_buf].p), *opt = c->buf[R->opt_buf].p;
+        const char *par = cpu_region_params(c, R, c->bd.buf[R->param_buf].p), *opt = c->bd.buf[R->opt_buf].p;
         if (!par || !opt) continue; /* never allocated: the plan has not run a step */
         const int64_t lo = R->upd_lo, hi = R->upd_hi;
         const char *m = opt, *v = opt + (size_t)(hi - lo) * es;
@@ -382,7 +382,7 @@ typedef struct want {
     const exec_param *P;
     char *par, *m, *v;    /* m, v: the moments of storage elements [lo, hi) */
     int64_t lo, hi;
-    int64_t plo, phi;     /* the storage elements the parameter buffer holds (cpu_region.param_lo) */
+    int64_t plo, phi;     /* the storage elements the parameter buffer holds (exec_region.param_lo) */
     unsigned char *got;   /* per block element: 1 parameter, 2 moments */
 } want;
 
@@ -473,12 +473,12 @@ int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e)
 {
     if (exec_ckpt_check_plan(ck, c->p, e)) return -1;
     /* every tensor (and the tied table's copy) of every region whose state lives here */
-    want *w = base_xcalloc((size_t)c->nreg * (EXEC_MAX_REGION_PARAMS + 1) + 1, sizeof *w);
+    want *w = base_xcalloc((size_t)c->bd.nreg * (EXEC_MAX_REGION_PARAMS + 1) + 1, sizeof *w);
     int nw = 0;
-    for (int r = 0; r < c->nreg; r++) {
-        cpu_region *R = &c->reg[r];
+    for (int r = 0; r < c->bd.nreg; r++) {
+        exec_region *R = &c->bd.reg[r];
         if (R->param_buf < 0 || R->opt_buf < 0) continue;
-        exec_buf *PB = &c->buf[R->param_buf], *OB = &c->buf[R->opt_buf];
+        exec_buf *PB = &c->bd.buf[R->param_buf], *OB = &c->bd.buf[R->opt_buf];
         if (!PB->p) PB->p = calloc((size_t)(PB->bytes ? PB->bytes : 1), 1);
         if (!OB->p) OB->p = calloc((size_t)(OB->bytes ? OB->bytes : 1), 1);
         if (!PB->p || !OB->p) {
@@ -490,7 +490,7 @@ int exec_cpu_resume(exec_cpu *c, const exec_ckpt *ck, base_error *e)
             const exec_param *P = t < R->npar ? &R->par[t] : (R->ncopy ? &R->copy : NULL);
             if (!P) break;
             want *W = &w[nw++];
-            const char *rn = t < R->npar ? R->name : c->reg[c->embed_region >= 0 ? c->embed_region : r].name;
+            const char *rn = t < R->npar ? R->name : c->bd.reg[c->bd.embed_region >= 0 ? c->bd.embed_region : r].name;
             snprintf(W->name, sizeof W->name, "%s.%s", rn, P->name);
             W->P = P;
             W->par = cpu_region_params(c, R, PB->p);

@@ -1,10 +1,10 @@
 /* cpu_exec.h — the CPU executor: one MPI rank runs one device of a plan with the CPU kernels
- * (kernels.h). Internal to exec/: runtime.c reads what each plan buffer holds for the kernels and
- * runs computes, data, initialisation and the optimizer; backend_mpi.c owns the communicators,
- * p2p, collectives and the exec_backend the interpreter drives; piper_exec.c uses the API at the
- * end of this file.
+ * (kernels.h). Internal to exec/: runtime.c answers the binding layer (exec/bind.h, which reads
+ * what each plan buffer holds for the kernels) with the CPU kernels' layouts, and runs computes,
+ * data, initialisation and the optimizer; backend_mpi.c owns the communicators, p2p, collectives
+ * and the exec_backend the interpreter drives; piper_exec.c uses the API at the end of this file.
  *
- * How the plan is read (docs/exec.md has the whole story):
+ * How the plan is read (by exec/bind.c, for every backend; exec/README.md has the whole story):
  * - Regions are the plan's region names ("embed", "L3.attn", "L1.moe_gate", "head"), in model
  *   order; a compute's kernel identity must be of its region's kind.
  * - Buffers get their role from the instructions that use them: a compute's params/grads/
@@ -35,9 +35,9 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "../bind.h"
+#include "../data.h"
 #include "../exec.h"
-#include "../plan_layout.h"
-#include "data.h"
 #include "kernels.h"
 
 /* Calls MPI and turns a failure into a base_error naming the call, file and line. */
@@ -52,70 +52,10 @@
         }                                                                                     \
     } while (0)
 
-/* A plan buffer to the executor: exec_buf (plan_layout.h), the record the CUDA runtime keeps too;
- * its bytes are the executor's size, in the CPU kernels' layouts. */
-
-typedef struct cpu_region {
-    const char *name;
-    exec_region_kind kind;
-    int layer;
-    bool here;          /* a compute of the region runs on this device */
-    bool upd;           /* its optimizer step runs here */
-    int tp_group, ep_group; /* global group ids, -1 */
-    exec_shard sh;
-    exec_region_sizes sz;
-    /* the act buffers: under recompute F's keeps act_kept bytes and R's act_rebuilt
-     * (exec_region_act_split of act_mode, the mode whose sizes are the plan's) */
-    exec_act_mode act_mode;
-    int64_t act_kept, act_rebuilt;
-    exec_param par[EXEC_MAX_REGION_PARAMS];
-    int npar;
-    int64_t nkern;      /* elements of the kernels' parameter block */
-    int64_t ncopy;      /* head without the embedding on this device, tied: the token table's copy,
-                           appended after the kernels' block */
-    exec_param copy;    /* the block of embed.tok it holds (offset = nkern) */
-    int64_t nstore;     /* nkern + ncopy */
-    int param_buf, grad_buf, opt_buf;
-    int64_t upd_lo, upd_hi; /* the elements the optimizer step here updates: a ZeRO shard */
-    /* The parameter buffer holds the elements [param_lo, param_lo + its size) of the block: all
-     * of it (0), or only the device's piece when the plan gives the whole parameters their own
-     * buffers (a gather into a comm buffer that every compute but the optimizer step reads
-     * instead). reads_whole: some compute, or a gather in place, needs the whole block here. */
-    int64_t param_lo;
-    /* The gradient buffer holds [grad_lo, grad_lo + its size): the whole block (0), or under
-     * ZeRO-2/3 the device's piece, which each micro-batch's reduce-scatter adds into from that
-     * micro-batch's whole gradient (the buffers the backward passes write, cpu_bind.gb). */
-    int64_t grad_lo;
-    bool grad_piece;    /* the gradient buffer is the piece (above) */
-    bool gathered, reads_whole;
-    int scatter_group;  /* the group whose reduce-scatter makes the shard, -1 */
-    bool norm_skip;     /* a data-parallel replica other than the first: not in the grad norm */
-    bool tp_copy;       /* a region every member of the device's TP group runs whole on the same
-                           data (the MoE router): only the first counts its loss and norm */
-} cpu_region;
-
-/* Boundary tensors between regions on one device (plan_layout.h, EXEC_SLOT_*): the input of
- * region r, the MoE route into combine r, the output gradient of region r, the route gradient
- * into gate r. */
-
-typedef struct cpu_bind {   /* a compute instruction, resolved */
-    int region, mb;
-    const exec_kernel *k;   /* NULL for the aux identities */
-    int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
-    int act;                /* plan buffers, -1 */
-    int act2;               /* under recompute: R's act buffer (what R writes, what B reads) */
-    int pb;                 /* ZeRO-3: the gathered parameters the kernel reads */
-    int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
-                               ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
-                               the embedding's token table, -1: the regions' own */
-    exec_bind_slots sl;     /* comm buffers and slots of the boundary tensors, -1 */
-    int work;               /* the plan's workspace of the pass (a BW: its BI's), -1: none */
-    int xg;                 /* sequence parallelism, a backward: the comm buffer of the re-gathered
-                               norm input and output shards (exec_call.xg), -1 */
-} cpu_bind;
-
-/* A collective instruction, resolved: exec_coll (plan_layout.h), comm indexing the
- * communicator table. */
+/* A plan buffer, region, compute and collective to the executor: exec/bind.h's records, which
+ * the CUDA runtime reads too; buffer bytes are the executor's, in the CPU kernels' layouts.
+ * exec_compute.kernel is an exec_kernel of the CPU table (cpu_kernel). */
+static inline const exec_kernel *cpu_kernel(const exec_compute *b) { return b->kernel; }
 
 typedef struct cpu_comm {
     int group;
@@ -159,18 +99,11 @@ typedef struct exec_cpu {
     plan_dtype dt;
     size_t es;
     MPI_Datatype mdt;
-    int64_t nmb, dp_size, dp_rank, T;
-    int nreg;
-    cpu_region *reg;
-    int embed_region, head_region;
-    exec_buf *buf;
-    cpu_bind *bind;         /* per instruction (computes) */
-    exec_coll *coll;         /* per instruction (collectives) */
-    bool **holds;           /* holds[device][region]: the device runs the region */
-    /* slots: [(region * nmb + mb) * EXEC_NSLOT + kind] */
+    int64_t nmb, dp_size, dp_rank, T; /* the binding's micro-batches and data-parallel rank */
+    exec_bind bd;           /* the plan as read for this device: regions, buffers, computes,
+                               collectives, boundary slots (exec/bind.h) */
+    /* slots' storage: [(region * nmb + mb) * EXEC_NSLOT + kind], bd.slot_bytes each */
     char **slot;
-    int64_t *slot_bytes;
-    int *slot_last;         /* instruction after which the slot is freed */
     /* work buffers of the kernels (exec_region_sizes.work_bytes): a pass's workspace, held from
      * a BI to its BW [(region * nmb + mb)]; executor memory the plan does not size */
     char **work;
@@ -179,9 +112,8 @@ typedef struct exec_cpu {
      * buffers, other scratch (MPI staging, recompute outputs), and the plan's live bytes then */
     double scratch_live, slot_live;
     double at_peak[6];
-    /* act buffers a backward reads after the plan frees them (per buffer: the last such compute,
-     * -1; whether it ran this step; whether the plan's free came first and is pending) */
-    int *act_hold;
+    /* act buffers a backward reads after the plan frees them (bd.act_hold): whether that
+     * backward ran this step; whether the plan's free came first and is pending */
     bool *hold_done, *deferred;
     double deferred_live;   /* bytes held past the plan's free, now */
     int32_t **tokens, **targets; /* per micro-batch */
@@ -214,21 +146,21 @@ typedef struct exec_cpu {
 
 /* Parameter storage p of region R indexed by element of the region's whole block (only the
  * elements the buffer holds may be touched: see param_lo). */
-static inline char *cpu_region_params(const exec_cpu *c, const cpu_region *R, char *p)
+static inline char *cpu_region_params(const exec_cpu *c, const exec_region *R, char *p)
 {
     return p ? p - (ptrdiff_t)R->param_lo * (ptrdiff_t)c->es : NULL;
 }
 
 /* The same for the region's kept gradient buffer (grad_lo). */
-static inline char *cpu_region_grads(const exec_cpu *c, const cpu_region *R, char *p)
+static inline char *cpu_region_grads(const exec_cpu *c, const exec_region *R, char *p)
 {
     return p ? p - (ptrdiff_t)R->grad_lo * (ptrdiff_t)c->es : NULL;
 }
 
 /* ---------------------------------------------------------------- runtime.c */
 
-/* Reads the plan for `device`: regions, shards, buffer roles and sizes, compute bindings,
- * collectives, data-parallel rank. Local: no communication, so that every rank can report a bad
+/* Reads the plan for `device` through the binding layer: regions, shards, buffer roles and sizes,
+ * compute bindings, collectives, data-parallel rank. Local: no communication, so that every rank can report a bad
  * plan before the collective setup. */
 int exec_cpu_open(exec_cpu **out, const plan_set *p, int device, int world,
                   const exec_cpu_options *o, base_error *e);

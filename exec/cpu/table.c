@@ -97,12 +97,6 @@ int exec_kernel_run_id(const char *id, const exec_call *c, base_error *e)
     return exec_kernel_run(k, c, e);
 }
 
-double exec_clip_coef(double global_norm, double max_norm)
-{
-    if (max_norm <= 0 || !(global_norm > max_norm)) return 1.0;
-    return max_norm / (global_norm + 1e-6);
-}
-
 /* ---------------------------------------------------------------- sizes */
 
 int exec_region_act_split(const exec_cfg *c, const exec_shard *s, exec_region_kind k,

@@ -1,8 +1,8 @@
 /* cuda_exec.h — the CUDA plan runtime: one process runs one device of a plan on one GPU with the
- * bf16 kernels of exec/cuda (kernels.h), through the interpreter of exec/exec.h. It mirrors the
- * CPU executor (exec/cpu/cpu_exec.h, whose reading of a plan it follows rule for rule, so that
- * the two backends train the same model on the same data from the same initial parameters) and
- * differs where a GPU does:
+ * bf16 kernels of exec/cuda (kernels.h), through the interpreter of exec/exec.h. It reads a plan
+ * through the binding layer the CPU executor reads it through (exec/bind.h), so that the two
+ * backends train the same model on the same data from the same initial parameters, and differs
+ * where a GPU does:
  *
  *  - Streams: every plan stream is a CUDA stream; RECORD/WAIT are CUDA events (one per RECORD
  *    instruction, rt_host.h says why); a compute is enqueued on its stream and the interpreter
@@ -45,7 +45,7 @@
 #include "../exec.h"
 #include "kernels.h"
 
-struct exec_data; /* exec/cpu/data.h: the token source, shared with piper-exec */
+struct exec_data; /* exec/data.h: the token source, shared with piper-exec */
 
 typedef struct exec_cuda_options {
     uint64_t seed;

@@ -6,7 +6,7 @@
  * checks are C.
  *
  * The kernels mirror the CPU kernels (exec/cpu/kernels.h) one for one: the same exec_cfg and
- * exec_shard (the CPU library's, so the two backends cannot disagree on Megatron's split), the
+ * exec_shard (exec/model.h's, so the two backends cannot disagree on Megatron's split), the
  * same parameter lists and block layouts (exec_region_params), the same exec_call fields with the
  * same meaning (what each pass reads and writes, = vs +=, partial sums under tensor parallelism,
  * the vocabulary-parallel cross-entropy through the reduce callback or the three phases), the same
@@ -47,7 +47,7 @@
 extern "C" {
 #endif
 
-#include "../cpu/kernels.h"
+#include "../model.h"
 
 /* ---------------------------------------------------------------- context */
 
@@ -115,15 +115,9 @@ int exec_cuda_param_init(exec_cuda_ctx *c, uint64_t seed, const char *full_name,
 
 /* ---------------------------------------------------------------- sizes */
 
-/* Bytes of a region's buffers on a shard, in the CUDA storage types. */
-typedef struct exec_cuda_sizes {
-    int64_t x_bytes, y_bytes;  /* primary input / output (embed x: int32 tokens; head y: none) */
-    int64_t route_bytes;       /* moe_gate y2 / moe_combine x2 and their gradients */
-    int64_t act_bytes;         /* the act buffer: what F keeps for the backward */
-    int64_t work_bytes;        /* the work buffer of B and BI (BI leaves in it what BW reads) */
-    int64_t work_f_bytes;      /* the part of it F and R use */
-    int64_t params;            /* parameter elements: params bf16, grads/master/m/v fp32 */
-} exec_cuda_sizes;
+/* Bytes of a region's buffers on a shard, in the CUDA storage types (model.h's exec_layout;
+ * params: elements, stored bf16, with fp32 gradients, masters and moments). */
+typedef exec_layout exec_cuda_sizes;
 
 int exec_cuda_region_sizes(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
                            exec_cuda_sizes *out, base_error *e);

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "../cli.h"
-#include "../cpu/data.h"
+#include "../data.h"
 #include "boot.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"

@@ -1,4 +1,4 @@
-/* rng.h — the CPU backend's counter-based random numbers (exec/cpu/rng.c) as inline functions
+/* rng.h — the executor's counter-based random numbers (exec/rng.c, model.h) as inline functions
  * that compile for the host and, under nvcc, for the device. Dropout masks and initial values on
  * the GPU must be bit-identical to the CPU's, so that a CUDA run trains the same model as a CPU
  * run and a kernel can be checked against the CPU kernel element for element; the integer mixing

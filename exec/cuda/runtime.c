@@ -1,14 +1,15 @@
-/* runtime.c — the CUDA plan runtime (cuda_exec.h): its reading of a plan for one device (regions,
- * buffer roles and CUDA sizes, compute bindings, boundary slots, collectives, data-parallel
- * rank: the CPU executor's rules, shared with it through exec/plan_layout.h), and the
- * exec_backend over CUDA streams, events, the caching allocator and NCCL. Plain C: CUDA is
+/* runtime.c — the CUDA plan runtime (cuda_exec.h): the CUDA kernels' answers to the binding layer
+ * (exec/bind.h: regions, buffer roles, computes, collectives and the data-parallel rank, read
+ * once for every backend; here the layouts, storage sizes and kernel table), what the runtime
+ * refuses of that reading, and the exec_backend over CUDA streams, events, the caching allocator
+ * and NCCL. Plain C: CUDA is
  * reached through rt_cuda.h and the kernels' C interface, NCCL through nccl_dl.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cpu/data.h"
-#include "../plan_layout.h"
+#include "../bind.h"
+#include "../data.h"
 #include "cuda_exec.h"
 #include "nccl_dl.h"
 #include "rt_cuda.h"
@@ -16,56 +17,12 @@
 
 /* ---------------------------------------------------------------- the runtime's state */
 
-/* A plan buffer: exec_buf (plan_layout.h), with the runtime's size and device storage. */
+/* A plan buffer, region, compute and collective: exec/bind.h's records, which the CPU executor
+ * reads too; buffer bytes are the runtime's, in the CUDA kernels' layouts. exec_compute.kernel is
+ * an exec_cuda_kernel of the CUDA table (cuda_kernel). */
+static inline const exec_cuda_kernel *cuda_kernel(const exec_compute *b) { return b->kernel; }
 
-typedef struct rt_region {
-    const char *name;
-    exec_region_kind kind;
-    int layer;
-    bool here, upd;
-    int tp_group, ep_group;
-    exec_shard sh;
-    exec_cuda_sizes sz;
-    /* under recompute: how the act buffer splits (F keeps act_kept bytes, R rebuilds
-     * act_rebuilt), found from the plan's sizes (act_modes); EXEC_ACT_ALL otherwise */
-    exec_act_mode act_mode;
-    int64_t act_kept, act_rebuilt;
-    exec_param par[EXEC_MAX_REGION_PARAMS];
-    int npar;
-    int64_t nkern;          /* elements of the kernels' parameter block */
-    int64_t ncopy;          /* head on a stage without the embedding, tied: the token table's
-                               copy, appended after the kernels' block (as piper-exec keeps it) */
-    exec_param copy;        /* the block of embed.tok it holds (offset = nkern) */
-    int64_t n;              /* parameter storage: nkern + ncopy */
-    int64_t upd_lo, upd_hi; /* the elements the optimizer step here updates: a ZeRO piece */
-    int scatter_group;      /* the group whose reduce-scatter makes the piece, -1 */
-    int param_buf, grad_buf, opt_buf;
-    bool norm_skip, tp_copy;
-    /* ZeRO-3: every pass but the update reads a gathered copy (gathered, and no pass reads the
-     * parameter buffer itself: !reads_whole), so the parameter buffer holds only the piece
-     * [param_lo, param_lo + param_n) (bf16); ZeRO-2/3: the kept gradient
-     * holds only the piece [grad_lo, grad_lo + grad_n) (a reduce-scatter adds into it). The
-     * optimizer state always holds the piece [upd_lo, upd_hi): its fp32 master copy, then
-     * AdamW's two moments (the plan's mixed-precision optimizer state, 12 bytes a parameter). */
-    bool gathered, reads_whole, grad_piece;
-    int64_t param_lo, param_n, grad_lo, grad_n;
-} rt_region;
-
-typedef struct rt_bind {
-    int region, mb;
-    const exec_cuda_kernel *k;
-    int aux;                /* 1 aux.grad_norm, 2 aux.aux_loss */
-    int act, act2;          /* what F kept; under recompute what R rebuilt (R writes it) */
-    int work;               /* the pass's workspace (a BW's is its BI's): the kernels' work buffer */
-    int xg;                 /* sequence parallelism, a backward: the gathered norm shards */
-    int pb;                 /* ZeRO-3: the gathered copy of the parameters the pass reads, -1 */
-    int gb, egb;            /* the gradient buffer a backward adds into (the region's, or under
-                               ZeRO-2/3 its micro-batch's whole gradient); a tied head's into
-                               the embedding's token table; -1: the regions' own */
-    exec_bind_slots sl;     /* comm buffers and boundary slots (plan_layout.h), -1 */
-} rt_bind;
-
-/* A collective instruction: exec_coll (plan_layout.h), comm the key index (-1 for a group of
+/* A collective instruction: exec_coll (bind.h), comm the key index (-1 for a group of
  * one). */
 
 typedef struct rt_req {
@@ -87,17 +44,9 @@ struct exec_cuda_rt {
     const plan_list *L;
     exec_cuda_options o;
     exec_cfg cfg;
-    int64_t nmb, dp_size, dp_rank, T;
-    int nreg;
-    rt_region *reg;
-    int embed_region, head_region;
-    bool **holds;
-    exec_buf *buf;
-    rt_bind *bind;
-    exec_coll *coll;
-    void **slot;
-    int64_t *slot_bytes;
-    int *slot_last;
+    int64_t nmb, dp_size, dp_rank, T; /* the binding's micro-batches and data-parallel rank */
+    exec_bind bd;           /* the plan as read for this device (exec/bind.h) */
+    void **slot;            /* slots' storage (exec_slot_index), bd.slot_bytes each */
     /* CUDA */
     exec_cuda_streams sm;
     void **stream;          /* per plan stream */
@@ -111,7 +60,6 @@ struct exec_cuda_rt {
     int32_t **tokens, **targets; /* device, per micro-batch */
     int32_t *htok, *htgt;   /* host staging */
     rt_scalars sc;
-    bool have_norm;
     /* communicators */
     exec_cuda_comm_key *keys;
     int nkeys;
@@ -128,670 +76,95 @@ struct exec_cuda_rt {
 
 static const char *buf_name(const exec_cuda_rt *r, int b) { return exec_buf_name(r->L, b); }
 
-static int instr_err(const exec_cuda_rt *r, int i, base_error *e)
-{
-    return exec_instr_error(r->p, r->dev, i, e);
-}
-
 static const char *stream_name(const plan_list *L, int s)
 {
     return s >= 0 && s < L->nstreams && L->streams[s] ? L->streams[s] : "";
 }
 
-/* The optimizer state of a piece of n elements: the fp32 master copy, then AdamW's moments. */
-static int64_t opt_bytes(const exec_cuda_rt *r, int64_t n)
-{
-    return (r->o.optim.kind == EXEC_ADAMW ? 12 : 4) * n;
-}
-
-/* A ZeRO segment's piece on rank k of a group of g: the rank's piece of the region's whole
- * storage (exec_zero_piece) cut to the segment, so that a segment that is part of a region (the
- * head's gather of the tied token table) moves the elements the region's reduce-scatter gave
- * (piper-exec's seg_piece). */
-static void seg_piece(const rt_region *R, const exec_seg *S, int k, int g, int64_t *lo, int64_t *hi)
-{
-    exec_zero_piece(R->n, k, g, lo, hi);
-    if (*lo < S->off) *lo = S->off;
-    if (*hi > S->off + S->n) *hi = S->off + S->n;
-    if (*hi < *lo) *hi = *lo;
-}
-
-/* The staging chunk a segment takes per rank: its largest piece over the group. */
-static int64_t seg_chunk(const rt_region *R, const exec_seg *S, int g)
-{
-    int64_t m = 0;
-    for (int k = 0; k < g; k++) {
-        int64_t lo, hi;
-        seg_piece(R, S, k, g, &lo, &hi);
-        if (hi - lo > m) m = hi - lo;
-    }
-    return m;
-}
-
 /* ---------------------------------------------------------------- reading the plan */
 
-static int read_regions(exec_cuda_rt *r, base_error *e)
+/* The binding's questions (exec/bind.h), answered with the CUDA kernels' layouts. */
+static int cuda_layout(void *ctx, const exec_region *R, exec_layout *out, base_error *e)
 {
-    const plan_set *p = r->p;
-    r->nreg = p->nregions;
-    r->reg = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof *r->reg);
-    r->embed_region = r->head_region = -1;
-    for (int k = 0; k < r->nreg; k++) {
-        rt_region *R = &r->reg[k];
-        R->name = p->regions[k];
-        R->tp_group = R->ep_group = R->param_buf = R->grad_buf = R->opt_buf = -1;
-        R->scatter_group = -1;
-        if (!R->name || exec_parse_region(R->name, &R->layer, &R->kind))
-            return base_errorf(e, "plan region %d is named '%s', which the CUDA runtime cannot "
-                                  "read; it expects embed, head or L<layer>.<kind>",
-                               k, R->name ? R->name : "(null)");
-        if (R->kind == EXEC_EMBED) r->embed_region = k;
-        if (R->kind == EXEC_HEAD) r->head_region = k;
-    }
-    exec_region_place *pl = base_xcalloc((size_t)(r->nreg > 0 ? r->nreg : 1), sizeof *pl);
-    int prc = exec_region_places(p, r->dev, r->nreg, pl, e);
-    for (int k = 0; k < r->nreg && !prc; k++) {
-        rt_region *R = &r->reg[k];
-        const exec_region_place *P = &pl[k];
-        R->here = P->here;
-        R->upd = P->upd;
-        R->tp_group = P->tp_group;
-        R->ep_group = P->ep_group;
-        if (!R->here) continue;
-        if (exec_shard_init(&r->cfg, P->tp, P->tpr, P->ep, P->epr, &R->sh, e) ||
-            exec_shard_set_sp(&r->cfg, &R->sh, exec_sequence_parallel(r->p, r->dev, k, P->tp_group), e) ||
-            exec_cuda_region_sizes(&r->cfg, &R->sh, R->kind, &R->sz, e) ||
-            (R->npar = exec_region_params(&r->cfg, &R->sh, R->kind, R->par, e)) < 0) {
-            base_error_prefix(e, "region %s on device %d: ", R->name, r->dev);
-            prc = -1;
-            break;
-        }
-        R->n = R->nkern = R->sz.params;
-    }
-    free(pl);
-    if (prc) return -1;
-    /* the head's copy of a tied token table lives with the head when the embedding is elsewhere */
-    if (r->cfg.tied && r->head_region >= 0 && r->reg[r->head_region].here &&
-        (r->embed_region < 0 || !r->reg[r->embed_region].here)) {
-        rt_region *H = &r->reg[r->head_region];
-        exec_param ep[EXEC_MAX_REGION_PARAMS];
-        if (exec_region_params(&r->cfg, &H->sh, EXEC_EMBED, ep, e) < 0) return -1;
-        H->copy = ep[0]; /* "tok", vocabulary-sharded as the head is */
-        H->copy.offset = H->nkern;
-        H->ncopy = H->copy.count;
-        H->n = H->nkern + H->ncopy;
-    }
-    for (int k = 0; k < r->nreg; k++) {
-        rt_region *R = &r->reg[k];
-        R->upd_hi = R->param_n = R->grad_n = R->n;
-    }
-    r->holds = exec_holds_new(p, r->nreg);
-    int tpg = -1;
-    for (int k = 0; k < r->nreg && tpg < 0; k++)
-        if (r->reg[k].here) tpg = r->reg[k].tp_group;
-    for (int k = 0; k < r->nreg && tpg >= 0; k++) {
-        rt_region *R = &r->reg[k];
-        if (!R->here || R->tp_group >= 0 || exec_group_pos(p, tpg, r->dev) == 0) continue;
-        R->tp_copy = exec_group_holds(p, r->holds, tpg, k);
-    }
-    return 0;
+    const exec_cuda_rt *r = ctx;
+    return exec_cuda_region_sizes(&r->cfg, &R->sh, R->kind, out, e);
 }
 
-static int set_role(exec_cuda_rt *r, int i, int b, exec_buf_role role, int region, int64_t bytes,
-                    base_error *e)
+static int cuda_act_split(void *ctx, const exec_region *R, exec_act_mode mode, int64_t *kept,
+                          int64_t *rebuilt, base_error *e)
 {
-    if (exec_buf_set_role(&r->buf[b], role, region, bytes)) {
-        base_errorf(e, "buffer %d (%s) is used as two different things; the CUDA runtime gives a "
-                       "buffer one role",
-                    b, buf_name(r, b));
-        return instr_err(r, i, e);
-    }
-    return 0;
+    const exec_cuda_rt *r = ctx;
+    return exec_cuda_region_act_split(&r->cfg, &R->sh, R->kind, mode, kept, rebuilt, e);
 }
 
-/* exec_match_act_mode's split: the CUDA kernels' layout of one region. */
-typedef struct cuda_split_ctx {
-    const exec_cuda_rt *r;
-    const rt_region *R;
-} cuda_split_ctx;
-
-static int cuda_act_split(const void *ctx, exec_act_mode mode, int64_t *kept, int64_t *rebuilt,
-                          base_error *e)
+static const void *cuda_kernel_find(const char *kid, int *kind, int *family)
 {
-    const cuda_split_ctx *x = ctx;
-    return exec_cuda_region_act_split(&x->r->cfg, &x->R->sh, x->R->kind, mode, kept, rebuilt, e);
+    const exec_cuda_kernel *k = exec_cuda_kernel_find(kid);
+    if (k) *kind = k->kind, *family = k->family;
+    return k;
 }
 
-/* Each region's recompute mode: the exec_act_mode whose split of the kernels' act buffer is the
- * plan's sizes (its F's activation buffer and its R's), as piper-exec's. The sizes are the plan's
- * at bf16 for models whose layouts the cost model counts (flash attention, no dropout); for other
- * plans (fp32 test programs, s x s attention) no mode matches, and F and R each keep the whole
- * layout. A sequence-parallel region is not recomputed here (refused, as piper-exec does): its
- * backward gathers [norm input | norm output] rows from one act buffer, which a split would put
- * in two, and R's input arrives re-gathered. */
-static int act_modes(exec_cuda_rt *r, base_error *e)
+/* What the binding reads that the runtime does not run yet, or runs only from the plan's own
+ * buffers (it keeps no memory of its own for them): refused here, naming the instruction. */
+static int check_supported(const exec_cuda_rt *r, base_error *e)
 {
-    for (int g = 0; g < r->nreg; g++) {
-        rt_region *R = &r->reg[g];
-        R->act_mode = EXEC_ACT_ALL;
-        R->act_kept = R->act_rebuilt = R->sz.act_bytes;
-        if (!R->here) continue;
-        int64_t fb, rb;
-        exec_plan_act_bytes(r->L, g, &fb, &rb);
-        if (rb < 0) continue; /* no recompute */
-        if (R->sh.sp)
-            return base_errorf(e, "region %s is sequence-parallel and recomputed; the CUDA kernels "
-                                  "do not recompute under sequence parallelism yet (nor do the CPU "
-                                  "kernels): drop the recompute or sequence_parallel",
-                               R->name);
-        const cuda_split_ctx x = {r, R};
-        if (exec_match_act_mode(fb, rb, cuda_act_split, &x, &R->act_mode, &R->act_kept,
-                                &R->act_rebuilt, e))
-            return -1;
-    }
-    return 0;
-}
-
-/* The bytes of a pass's workspace (ir_region_work_bytes plus what sched/sizes.c adds): the
- * kernels' work buffer, then what the pass computes and does not keep: a forward under
- * recompute the part only R keeps, a recompute the outputs no buffer takes (and a gate's route). */
-static int64_t pass_work_bytes(const rt_region *R, plan_pass pass, const rt_bind *b)
-{
-    bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
-    int64_t w = fwd ? R->sz.work_f_bytes : R->sz.work_bytes, extra = 0;
-    if (pass == PLAN_PASS_F && R->act_mode != EXEC_ACT_ALL) extra = R->act_rebuilt;
-    if (pass == PLAN_PASS_R)
-        extra = (b->sl.yb < 0 && R->kind != EXEC_HEAD ? R->sz.y_bytes : 0) +
-                (R->kind == EXEC_MOE_GATE && b->sl.y2b < 0 ? R->sz.route_bytes : 0);
-    return extra ? exec_work_extra_at(w) + extra : w;
-}
-
-static int read_computes(exec_cuda_rt *r, base_error *e)
-{
-    const plan_set *p = r->p;
+    const exec_bind *d = &r->bd;
     const plan_list *L = r->L;
-    /* ZeRO-3: a comm buffer that an all-gather of a region's parameter buffer fills holds the
-     * region's whole bf16 parameters, which the kernels read instead of the device's piece; the
-     * head's gather may carry the embedding's token table after its own parameters (tied) */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads < 1 || in->nreads > 2 ||
-            in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_PARAM ||
-            L->bufs[in->writes[0]].mem != PLAN_MEM_COMM)
-            continue;
-        if (in->region < 0 || in->region >= r->nreg || !r->reg[in->region].here) {
-            base_errorf(e, "an all-gather of parameters into %s for a region this device does "
-                           "not compute",
-                        buf_name(r, in->writes[0]));
-            return instr_err(r, i, e);
-        }
-        exec_buf *B = &r->buf[in->writes[0]];
-        B->role = EXEC_BUF_GATHERED;
-        B->region = in->region;
-        B->bytes = 2 * r->reg[in->region].n;
-        if (in->nreads == 2) {
-            if (L->bufs[in->reads[1]].mem != PLAN_MEM_PARAM || r->reg[in->region].kind != EXEC_HEAD ||
-                !r->cfg.tied || r->embed_region < 0 || !r->reg[r->embed_region].here) {
-                base_errorf(e, "an all-gather of two parameter buffers that is not the head's "
-                               "gather of the tied token table");
-                return instr_err(r, i, e);
-            }
-            B->table = true;
-            B->bytes += 2 * r->reg[r->embed_region].par[0].count;
-        }
-    }
-    /* sequence parallelism's backward re-gathers (sched/dir_shard.c): the kernels keep their
-     * device's rows of the norm input and output, the leading bytes of the act buffer, which
-     * the plan all-gathers for the backward into [input | output] pairs of every rank (xg) */
-    exec_mark_saved_gathers(p, r->dev, r->buf);
-    if (act_modes(r, e)) return -1;
-    int *act_cur = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_cur);
-    int *act_rec = base_xcalloc((size_t)(r->nreg * r->nmb + 1), sizeof *act_rec);
-    exec_region_kind *kinds = base_xcalloc((size_t)(r->nreg + 1), sizeof *kinds);
-    for (int k = 0; k < r->nreg; k++) kinds[k] = r->reg[k].kind;
-    for (int64_t k = 0; k < r->nreg * r->nmb; k++) act_cur[k] = act_rec[k] = -1;
-    /* workspace-category buffers: a pass's workspace (the kernels' work buffer, sized by their
-     * layout: the plan's bytes at bf16), or a tensor handed between regions (plan_layout.h) */
-    uint8_t *wk = base_xcalloc((size_t)L->nbufs + 1, 1);
-    exec_work_kinds(L, kinds, r->nreg, wk);
-    int rc = 0;
-    for (int i = 0; i < L->n && !rc; i++) {
-        const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COMPUTE) continue;
-        rt_bind *b = &r->bind[i];
-        b->region = in->region;
-        b->mb = in->mb;
-        const char *kid = exec_compute_kid(p, in);
-        b->aux = exec_aux_kind(kid);
-        if (b->aux == 1) {
-            r->have_norm = true;
-            continue;
-        }
-        if (b->aux == 2) {
-            if (in->mb < 0 || in->mb >= r->nmb) {
-                base_errorf(e, "aux.aux_loss without a micro-batch in [0, %lld)", (long long)r->nmb);
-                rc = instr_err(r, i, e);
+        if (in->op == PLAN_COMPUTE) {
+            const exec_compute *b = &d->comp[i];
+            if (b->aux || !b->kernel || in->pass == PLAN_PASS_UPD) continue;
+            const exec_region *R = &d->reg[b->region];
+            const bool fwd = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
+            if ((fwd ? R->sz.work_f_bytes : R->sz.work_bytes) > 0 && b->work < 0) {
+                base_errorf(e, "the %s pass of %s has no workspace in the plan; the CUDA kernels "
+                               "keep their statistics and intermediate gradients there: recompile "
+                               "the plan with this version of piper-compile",
+                            plan_pass_name((plan_pass)in->pass), R->name);
+                return exec_bind_instr_error(d, i, e);
             }
             continue;
         }
-        b->k = exec_cuda_kernel_find(kid);
-        if (!b->k) {
-            base_errorf(e, "kernel identity '%s' is unknown to the CUDA backend; the plan was "
-                           "written by a newer compiler, or the table lacks it",
-                        kid ? kid : "(none)");
-            rc = instr_err(r, i, e);
-            break;
-        }
-        int g = in->region;
-        if (g < 0 || g >= r->nreg || b->k->kind != (int)r->reg[g].kind ||
-            b->k->family != (r->cfg.gpt ? 0 : 1)) {
-            base_errorf(e, "kernel %s does not fit region %s of the %s model", kid,
-                        g >= 0 && g < r->nreg ? r->reg[g].name : "(none)", r->cfg.gpt ? "gpt" : "llama");
-            rc = instr_err(r, i, e);
-            break;
-        }
-        rt_region *R = &r->reg[g];
-        plan_pass pass = (plan_pass)in->pass;
-        bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
-        bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
-        if ((fwd || bwd) && (in->mb < 0 || in->mb >= r->nmb)) {
-            base_errorf(e, "a %s pass needs a micro-batch in [0, %lld)", plan_pass_name(pass),
-                        (long long)r->nmb);
-            rc = instr_err(r, i, e);
-            break;
-        }
-        int mb = in->mb;
-        for (int side = 0; side < 2 && !rc; side++) {
-            int n = side == 0 ? in->nreads : in->nwrites;
-            const int32_t *v = side == 0 ? in->reads : in->writes;
-            for (int q = 0; q < n && !rc; q++) {
-                int bb = v[q];
-                plan_mem m = (plan_mem)L->bufs[bb].mem;
-                if (m == PLAN_MEM_PARAM) {
-                    rc = set_role(r, i, bb, EXEC_BUF_PARAM, g, 0, e);
-                    if (!rc && R->param_buf >= 0 && R->param_buf != bb) {
-                        base_errorf(e, "region %s has two parameter buffers (%s and %s)", R->name,
-                                    buf_name(r, R->param_buf), buf_name(r, bb));
-                        rc = instr_err(r, i, e);
-                    }
-                    R->param_buf = bb;
-                } else if (r->buf[bb].role == EXEC_BUF_GATHERED) {
-                    if (r->buf[bb].region != g || side != 0) {
-                        base_errorf(e, "%s uses the gathered parameters of region %s", kid,
-                                    r->reg[r->buf[bb].region].name);
-                        rc = instr_err(r, i, e);
-                    }
-                    b->pb = bb;
-                    R->gathered = true;
-                } else if (r->buf[bb].saved_gather) {
-                    if (!bwd || side != 0 || r->buf[bb].region != g) {
-                        base_errorf(e, "%s uses buffer %s, the re-gathered norm shards of another "
-                                       "region's backward", kid, buf_name(r, bb));
-                        rc = instr_err(r, i, e);
-                    } else {
-                        rc = set_role(r, i, bb, EXEC_BUF_COMM, g, 2 * R->sz.x_bytes, e);
-                        b->xg = bb;
-                    }
-                } else if (m == PLAN_MEM_GRAD) {
-                    /* as the CPU executor: the optimizer step reads the kept gradient, a backward
-                     * adds into its own, a tied head's second one is the embedding's */
-                    bool embed = b->gb >= 0 && bwd && side == 1 && R->kind == EXEC_HEAD &&
-                                 r->cfg.tied && r->embed_region >= 0;
-                    rc = set_role(r, i, bb, EXEC_BUF_GRAD, embed ? r->embed_region : g, 0, e);
-                    if (pass == PLAN_PASS_UPD) R->grad_buf = bb;
-                    else if (embed) b->egb = bb;
-                    else if (bwd && side == 1) b->gb = bb;
-                } else if (m == PLAN_MEM_OPT) {
-                    rc = set_role(r, i, bb, EXEC_BUF_OPT, g, 0, e);
-                    R->opt_buf = bb;
-                } else if (m == PLAN_MEM_ACT) {
-                    if (pass == PLAN_PASS_UPD) continue;
-                    if (fwd && side == 1 && pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) {
-                        /* what R rebuilds; F's buffer (what it kept) stays the act */
-                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->act_rebuilt, e);
-                        act_rec[g * r->nmb + mb] = bb;
-                        b->act2 = bb;
-                    } else if (fwd && side == 1) {
-                        rc = set_role(r, i, bb, EXEC_BUF_ACT, g, R->act_kept, e);
-                        act_cur[g * r->nmb + mb] = bb;
-                        if (pass == PLAN_PASS_F) act_rec[g * r->nmb + mb] = -1;
-                        b->act = bb;
-                    } else if (bwd && side == 0) {
-                        int cur = act_cur[g * r->nmb + mb];
-                        if (bb == cur || b->act < 0) b->act = cur >= 0 ? cur : bb;
-                    }
-                } else if (m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) {
-                    /* sized below, once the outputs are bound (pass_work_bytes) */
-                    if (b->work >= 0 && b->work != bb) {
-                        base_errorf(e, "%s has two workspaces (%s and %s)", kid,
-                                    buf_name(r, b->work), buf_name(r, bb));
-                        rc = instr_err(r, i, e);
-                    }
-                    b->work = bb;
-                } else {
-                    bool route = m == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_ROUTE;
-                    int64_t xb = R->sz.x_bytes, yb = R->sz.y_bytes;
-                    int64_t sz = route ? R->sz.route_bytes
-                                       : fwd ? (side == 0 ? xb : yb) : (side == 0 ? yb : xb);
-                    rc = set_role(r, i, bb, EXEC_BUF_COMM, g, sz, e);
-                    int *dst = exec_bind_boundary(&b->sl, fwd, side, route);
-                    if (!rc && *dst >= 0) {
-                        base_errorf(e, "%s reads or writes more than one communication buffer on "
-                                       "one side (%s and %s)",
-                                    kid, buf_name(r, *dst), buf_name(r, bb));
-                        rc = instr_err(r, i, e);
-                    }
-                    *dst = bb;
-                }
-            }
-        }
-        if (!rc && b->work >= 0)
-            rc = set_role(r, i, b->work, EXEC_BUF_WORK, g,
-                          pass == PLAN_PASS_BW ? R->sz.work_bytes : pass_work_bytes(R, pass, b), e);
-        if (rc) break;
-        if (pass == PLAN_PASS_UPD) {
-            if (R->param_buf < 0 || R->grad_buf < 0 || R->opt_buf < 0) {
-                base_errorf(e, "the optimizer step of %s does not name its parameter, gradient and "
-                               "optimizer buffers",
-                            R->name);
-                rc = instr_err(r, i, e);
-            }
-            continue;
-        }
-        /* a pass that reads the parameter buffer itself needs it whole */
-        if ((fwd || bwd) && b->pb < 0 && R->param_buf >= 0) R->reads_whole = true;
-        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) b->act = act_cur[g * r->nmb + mb];
-        if (bwd) b->act2 = act_rec[g * r->nmb + mb];
-        if (pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL &&
-            ((b->act < 0 && R->act_mode != EXEC_ACT_NONE) || b->act2 < 0)) {
-            base_errorf(e, "the recompute of %s (micro-batch %d) has no forward before it on this "
-                           "device, or writes no activation buffer",
-                        R->name, mb);
-            rc = instr_err(r, i, e);
-            break;
-        }
-        if (fwd && b->act < 0) {
-            base_errorf(e, "the %s pass of %s writes no activation buffer", plan_pass_name(pass),
-                        R->name);
-            rc = instr_err(r, i, e);
-            break;
-        }
-        if (R->kind == EXEC_HEAD && r->cfg.tied && !R->ncopy && r->embed_region >= 0 && (fwd || bwd)) {
-            /* the head reads the embedding's token table; under ZeRO-3 only a gathered copy of it
-             * is whole, and the plan must gather it for the head (with the head's parameters) */
-            bool gathered = false;
-            for (int q = 0; q < L->nbufs; q++)
-                gathered |= r->buf[q].role == EXEC_BUF_GATHERED && r->buf[q].region == r->embed_region;
-            const bool table = b->pb >= 0 && r->buf[b->pb].table;
-            if (!table) r->reg[r->embed_region].reads_whole = true;
-            if (gathered && !table) {
-                base_errorf(e, "the head uses the tied token table, whose parameters are ZeRO-3 "
-                               "shards gathered for the embedding only; the plan does not gather "
-                               "them for the head, so the head would read stale weights");
-                rc = instr_err(r, i, e);
-                break;
-            }
-        }
-        const int64_t need = fwd ? R->sz.work_f_bytes : R->sz.work_bytes;
-        if (need > 0 && b->work < 0) {
-            base_errorf(e, "the %s pass of %s has no workspace in the plan; the CUDA kernels keep "
-                           "their statistics and intermediate gradients there: recompile the plan "
-                           "with this version of piper-compile",
-                        plan_pass_name(pass), R->name);
-            rc = instr_err(r, i, e);
-            break;
-        }
-        if (bwd && b->act < 0) b->act = act_cur[g * r->nmb + mb];
-        if (bwd && b->act < 0) {
-            base_errorf(e, "the backward of %s (micro-batch %d) runs before any forward of it",
-                        R->name, mb);
-            rc = instr_err(r, i, e);
-            break;
-        }
-        if ((rc = exec_bind_slots_fill(kinds, r->nreg, r->nmb, g, mb, pass, R->name, &b->sl, e))) {
-            rc = instr_err(r, i, e);
-            break;
-        }
-        /* under full or selective recompute R rebuilds from the input F kept (the first piece of
-         * its act buffer), not from the boundary slot, which may go after the forward */
-        if (pass == PLAN_PASS_R && (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE)) {
-            b->sl.xs = -1;
-            if (R->kind == EXEC_MOE_COMBINE) b->sl.x2s = -1; /* the route follows in act */
-        }
-        const exec_slot_sizes sz = {R->sz.x_bytes, R->sz.y_bytes, R->sz.route_bytes};
-        exec_slots_note_reads(&b->sl, i, sz, r->slot_last, r->slot_bytes);
-    }
-    free(act_cur);
-    free(act_rec);
-    free(kinds);
-    free(wk);
-    if (rc) return -1;
-    for (int i = 0; i < L->n; i++) {
-        const rt_bind *b = &r->bind[i];
-        if (L->ins[i].op != PLAN_COMPUTE || b->aux || !b->k) continue;
-        const rt_region *R = &r->reg[b->region];
-        const exec_slot_sizes sz = {R->sz.x_bytes, R->sz.y_bytes, R->sz.route_bytes};
-        if (exec_slots_check_writes(r->p, r->nmb, b->region, &b->sl, sz, r->slot_last,
-                                    r->slot_bytes, e))
-            return instr_err(r, i, e);
-    }
-    return 0;
-}
-
-static int read_collectives(exec_cuda_rt *r, base_error *e)
-{
-    const plan_set *p = r->p;
-    const plan_list *L = r->L;
-    exec_coll_sizes(p, r->dev, r->buf); /* sizes through activation collectives */
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COLL) continue;
-        exec_coll *C = &r->coll[i];
-        if (exec_coll_open(p, r->dev, i, C, e)) return instr_err(r, i, e);
-        if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0) {
-            if (in->coll != PLAN_ALL_REDUCE) {
-                base_errorf(e, "a %s without buffers; the CUDA runtime reads a bufferless collective "
-                               "as the sum of the gradient norm",
-                            plan_coll_name((plan_coll)in->coll));
-                return instr_err(r, i, e);
-            }
-            C->kind = EXEC_COLL_SCALAR;
-            continue;
+        const exec_coll *C = &d->coll[i];
+        if (C->kind == EXEC_COLL_ACT && in->coll > PLAN_ALL_TO_ALL) {
+            base_errorf(e, "a %s of an activation buffer; the CUDA runtime moves activations with "
+                           "all-reduce, reduce-scatter, all-gather or all-to-all",
+                        plan_coll_name((plan_coll)in->coll));
+            return exec_bind_instr_error(d, i, e);
         }
-        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-        plan_mem m = (plan_mem)L->bufs[ib].mem;
-        if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) {
-            C->kind = EXEC_COLL_ACT;
-            C->in = ib;
-            C->out = in->nwrites > 0 ? in->writes[0] : ib;
-            if (in->nreads > 1 || in->nwrites > 1 || in->coll > PLAN_ALL_TO_ALL) {
-                base_errorf(e, "a %s over %d buffers; the CUDA runtime moves one activation buffer "
-                               "with all-reduce, reduce-scatter, all-gather or all-to-all",
-                            plan_coll_name((plan_coll)in->coll), in->nreads);
-                return instr_err(r, i, e);
-            }
-            if (!r->buf[C->in].bytes || !r->buf[C->out].bytes) {
-                base_errorf(e, "no compute on this device tells the size of buffer %s",
-                            buf_name(r, r->buf[C->in].bytes ? C->out : C->in));
-                return instr_err(r, i, e);
-            }
-            continue;
+        if (C->kind == EXEC_COLL_PARAM_GATHER && C->out < 0 && in->nwrites > 0) {
+            base_errorf(e, "an all-gather of parameters into %s, which is no gathered copy; the "
+                           "CUDA runtime gathers parameters in place or into a ZeRO-3 copy",
+                        exec_buf_name(L, in->writes[0]));
+            return exec_bind_instr_error(d, i, e);
         }
-        const bool grads = m == PLAN_MEM_GRAD;
-        if (grads && in->coll == PLAN_ALL_REDUCE)
-            C->kind = EXEC_COLL_GRAD_SUM;
-        else if (grads && in->coll == PLAN_REDUCE_SCATTER)
-            C->kind = EXEC_COLL_GRAD_SCATTER;
-        else if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER &&
-                 (in->nwrites == 0 || (in->nwrites == 1 && r->buf[in->writes[0]].role == EXEC_BUF_GATHERED)))
-            C->kind = EXEC_COLL_PARAM_GATHER; /* in place (ZeRO-1/2) or into a gathered copy (3) */
-        else {
-            base_errorf(e, "a %s of %s buffers; the CUDA runtime knows all-reduce and "
-                           "reduce-scatter of gradients and all-gather of parameters in place",
-                        plan_coll_name((plan_coll)in->coll), plan_mem_name(m));
-            return instr_err(r, i, e);
+        if (C->kind == EXEC_COLL_PARAM_GATHER && C->out >= 0 && !d->reg[in->region].here) {
+            base_errorf(e, "an all-gather of parameters into %s for a region this device does not "
+                           "compute",
+                        exec_buf_name(L, C->out));
+            return exec_bind_instr_error(d, i, e);
         }
-        C->seg = base_xcalloc((size_t)in->nreads * EXEC_MAX_REGION_PARAMS + 1, sizeof *C->seg);
-        int64_t total = 0;
-        for (int q = 0; q < in->nreads; q++) {
-            int bb = in->reads[q];
-            const exec_buf *B = &r->buf[bb];
-            if (B->role != (grads ? EXEC_BUF_GRAD : EXEC_BUF_PARAM) || B->region < 0) {
-                base_errorf(e, "buffer %s of a %s collective is not a region's %s buffer",
-                            buf_name(r, bb), grads ? "gradient" : "parameter",
-                            grads ? "gradient" : "parameter");
-                return instr_err(r, i, e);
-            }
-            int g = B->region;
-            rt_region *R = &r->reg[g];
-            bool whole = exec_group_holds(p, r->holds, C->group, g);
-            const int seg0 = C->nseg;
-            if (C->kind != EXEC_COLL_GRAD_SUM) {
-                /* ZeRO: a region's block cut in group-size pieces */
-                if (C->group == R->tp_group || C->group == R->ep_group || !whole || R->ncopy) {
-                    base_errorf(e, "%s of region %s over group %s: the CUDA runtime supports ZeRO "
-                                   "over data-parallel groups of regions without a tied copy only",
-                                plan_coll_name((plan_coll)in->coll), R->name,
-                                p->groups[C->group].name ? p->groups[C->group].name : "?");
-                    return instr_err(r, i, e);
-                }
-                C->seg[C->nseg++] = exec_seg_at(g, 0, R->n);
-            } else if (C->group == R->tp_group) {
-                for (int t = 0; t < R->npar; t++)
-                    if (R->par[t].replicated) C->seg[C->nseg++] = exec_seg_at(g, R->par[t].offset, R->par[t].count);
-            } else if (!whole) {
-                if (R->kind == EXEC_EMBED && r->cfg.tied) {
-                    C->seg[C->nseg++] = exec_seg_at(g, R->par[0].offset, R->par[0].count);
-                } else if (R->kind == EXEC_HEAD && R->ncopy) {
-                    C->seg[C->nseg++] = exec_seg_at(g, R->copy.offset, R->ncopy);
-                } else {
-                    base_errorf(e, "region %s's gradient is summed over group %s, which has members "
-                                   "without the region, and it is not a tied embedding",
-                                R->name, p->groups[C->group].name ? p->groups[C->group].name : "?");
-                    return instr_err(r, i, e);
-                }
-            } else if (C->group == R->ep_group) {
-                base_errorf(e, "the plan sums region %s's gradients over its expert-parallel group; "
-                               "expert gradients may be summed only over devices that hold the "
-                               "same experts",
-                            R->name);
-                return instr_err(r, i, e);
-            } else {
-                C->seg[C->nseg++] = exec_seg_at(g, 0, R->n);
-                if (C->grank > 0) R->norm_skip = true;
-            }
-            int piece = grads ? exec_grad_segs_bind(C, seg0, in, bb, r->buf, g, R->grad_buf) : 0;
-            if (piece < 0) {
-                base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer "
-                               "that the region's optimizer step reads",
-                            R->name, buf_name(r, bb));
-                return instr_err(r, i, e);
-            }
-            if (piece) R->grad_piece = true;
-        }
-        if (C->kind == EXEC_COLL_PARAM_GATHER && in->nwrites == 1) {
-            C->out = in->writes[0];
-            if (r->buf[C->out].table) {
-                /* [head's parameters | the embedding's token table] */
-                const rt_region *E = &r->reg[r->embed_region];
-                if (C->nseg != 2 || C->seg[0].region != in->region || C->seg[1].region != r->embed_region) {
-                    base_errorf(e, "the head's gather of the tied token table reads buffers other "
-                                   "than the head's and the embedding's parameters");
-                    return instr_err(r, i, e);
-                }
-                C->seg[1] = exec_seg_at(r->embed_region, E->par[0].offset, E->par[0].count);
-            } else if (C->nseg != 1 || C->seg[0].region != in->region) {
-                base_errorf(e, "a ZeRO-3 gather of %d regions into %s; the CUDA runtime gathers "
-                               "one region's parameters into a buffer",
-                            C->nseg, buf_name(r, C->out));
-                return instr_err(r, i, e);
+        if (C->kind != EXEC_COLL_GRAD_SCATTER && C->kind != EXEC_COLL_PARAM_GATHER) continue;
+        for (int s = 0; s < C->nseg; s++) {
+            const exec_region *R = &d->reg[C->seg[s].region];
+            if (!exec_group_holds(r->p, d->holds, C->group, C->seg[s].region) || R->ncopy) {
+                base_errorf(e, "%s of region %s over group %s: the CUDA runtime supports ZeRO over "
+                               "data-parallel groups of regions without a tied copy only",
+                            plan_coll_name((plan_coll)in->coll), R->name,
+                            r->p->groups[C->group].name ? r->p->groups[C->group].name : "?");
+                return exec_bind_instr_error(d, i, e);
             }
         }
-        for (int s = 0; s < C->nseg; s++) total += C->seg[s].n;
-        if (C->kind != EXEC_COLL_GRAD_SUM) {
-            for (int s = 0; s < C->nseg; s++) {
-                rt_region *R = &r->reg[C->seg[s].region];
-                C->chunk += seg_chunk(R, &C->seg[s], C->gsize);
-                if (C->kind == EXEC_COLL_GRAD_SCATTER) {
-                    R->scatter_group = C->group;
-                    exec_zero_piece(R->n, C->grank, C->gsize, &R->upd_lo, &R->upd_hi);
-                }
-            }
-            /* the device's pieces arrive in the plan's receive buffer (fp32 here) */
-            if (C->kind == EXEC_COLL_GRAD_SCATTER) {
-                if (in->buf < 0 || L->bufs[in->buf].mem != PLAN_MEM_COMM) {
-                    base_errorf(e, "a gradient reduce-scatter without a receive buffer; recompile "
-                                   "the plan with this version of piper-compile");
-                    return instr_err(r, i, e);
-                }
-                if (set_role(r, i, in->buf, EXEC_BUF_COMM, -1, 4 * C->chunk, e)) return -1;
-            }
-            continue;
+        /* the device's pieces arrive in the plan's receive buffer (fp32 here) */
+        if (C->kind == EXEC_COLL_GRAD_SCATTER && (in->buf < 0 || L->bufs[in->buf].mem != PLAN_MEM_COMM)) {
+            base_errorf(e, "a gradient reduce-scatter without a receive buffer; recompile the plan "
+                           "with this version of piper-compile");
+            return exec_bind_instr_error(d, i, e);
         }
-        int64_t copies = 0;
-        for (int k = 0; k < C->nseg; k++)
-            if (C->seg[k].off == 0 && C->seg[k].n == r->reg[C->seg[k].region].n)
-                copies += r->reg[C->seg[k].region].ncopy;
-        if (exec_check_bucket_bytes(p, in, total, copies, "runtime", e)) return instr_err(r, i, e);
-    }
-    /* a parameter all-gather sends the pieces the reduce-scatter gave */
-    for (int i = 0; i < L->n; i++) {
-        const exec_coll *C = &r->coll[i];
-        if (L->ins[i].op != PLAN_COLL) continue;
-        if (C->kind != EXEC_COLL_PARAM_GATHER) continue;
-        for (int s = 0; s < C->nseg; s++)
-            if (r->reg[C->seg[s].region].scatter_group != C->group) {
-                base_errorf(e, "parameters of %s are gathered over a group their gradients were "
-                               "not reduce-scattered over",
-                            r->reg[C->seg[s].region].name);
-                return instr_err(r, i, e);
-            }
-    }
-    /* storage: the optimizer state of the piece the update steps (the whole block without
-     * ZeRO); parameters whole unless every pass but the update reads a gathered copy (ZeRO-3:
-     * the piece, as piper-exec's param_lo); the kept gradient whole unless micro-batches'
-     * reduce-scatters add into it (ZeRO-2/3: the piece) */
-    for (int k = 0; k < r->nreg; k++) {
-        rt_region *R = &r->reg[k];
-        const int64_t lo = R->upd_lo, np = R->upd_hi - R->upd_lo;
-        const bool piece = R->param_buf >= 0 && R->gathered && !R->reads_whole && R->scatter_group >= 0;
-        R->param_lo = piece ? lo : 0;
-        R->param_n = piece ? np : R->n;
-        R->grad_lo = R->grad_piece ? lo : 0;
-        R->grad_n = R->grad_piece ? np : R->n;
-        if (R->param_buf >= 0) r->buf[R->param_buf].bytes = 2 * R->param_n;
-        if (R->grad_buf >= 0) r->buf[R->grad_buf].bytes = 4 * R->grad_n;
-        if (R->opt_buf >= 0) r->buf[R->opt_buf].bytes = opt_bytes(r, np);
-    }
-    /* every other gradient buffer is a whole fp32 block, of its region or (a tied head's) the
-     * embedding's: under ZeRO-2/3 a micro-batch's */
-    for (int b = 0; b < L->nbufs; b++) {
-        exec_buf *B = &r->buf[b];
-        if (B->role == EXEC_BUF_GRAD && B->region >= 0 && b != r->reg[B->region].grad_buf)
-            B->bytes = 4 * r->reg[B->region].n;
     }
     return 0;
-}
-
-static int read_dp_rank(exec_cuda_rt *r, base_error *e)
-{
-    const plan_set *p = r->p;
-    if (exec_dp_size(&p->model, &r->dp_size, e)) return -1;
-    r->dp_rank = 0;
-    if (r->dp_size == 1) return 0;
-    int r0 = exec_first_forward_region(r->L);
-    if (r0 < 0) return 0;
-    const rt_region *R = &r->reg[r0];
-    int64_t k = exec_dp_rank_find(p, r->L, r->coll, r->holds, r0, R->tp_group, R->ep_group,
-                                  R->grad_buf, r->dp_size);
-    if (k >= 0) {
-        r->dp_rank = k;
-        return 0;
-    }
-    return base_errorf(e, "device %d: the plan has %lld data-parallel replicas but no gradient "
-                          "reduction of region %s over a group of that size that all run it, so "
-                          "the runtime cannot tell which samples this device holds",
-                       r->dev, (long long)r->dp_size, R->name);
 }
 
 /* ---------------------------------------------------------------- the allocator's device side */
@@ -885,11 +258,11 @@ static int create_cuda(exec_cuda_rt *r, base_error *e)
     r->htok = base_xcalloc((size_t)r->T, sizeof *r->htok);
     r->htgt = base_xcalloc((size_t)r->T, sizeof *r->htgt);
     rt_scalars *sc = &r->sc;
-    sc->n = r->nmb + r->nmb * r->nreg + 2 + r->nreg;
+    sc->n = r->nmb + r->nmb * r->bd.nreg + 2 + r->bd.nreg;
     if (exec_cuda_malloc((void **)&sc->base, (size_t)sc->n * sizeof(double), e)) return -1;
     sc->loss = sc->base;
     sc->gate = sc->loss + r->nmb;
-    sc->norm = sc->gate + r->nmb * r->nreg;
+    sc->norm = sc->gate + r->nmb * r->bd.nreg;
     sc->scratch = sc->norm + 1;
     sc->coef = sc->scratch + 1;
     return 0;
@@ -899,10 +272,7 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const plan_set *p, int device, int wor
                       const exec_cuda_options *o, base_error *e)
 {
     *out = NULL;
-    if (device < 0 || device >= p->ndevices)
-        return base_errorf(e, "rank %d has no device: the plan has %d devices; start at most that "
-                              "many ranks",
-                           device, p->ndevices);
+    if (exec_bind_check_device(p, device, e)) return -1;
     exec_cuda_rt *r = base_xcalloc(1, sizeof *r);
     r->p = p;
     r->dev = device;
@@ -914,44 +284,23 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const plan_set *p, int device, int wor
     int rc = 0;
     const plan_list *L = r->L;
     if ((rc = exec_cfg_from_plan(&p->model, o->seed, &r->cfg, e))) goto done;
-    r->nmb = p->model.num_microbatches > 0 ? p->model.num_microbatches : 1;
     r->T = r->cfg.b * r->cfg.s;
-    if ((rc = read_regions(r, e))) goto done;
-    r->buf = base_xcalloc((size_t)(L->nbufs + 1), sizeof *r->buf);
-    for (int b = 0; b < L->nbufs; b++) r->buf[b].region = -1;
-    r->bind = base_xcalloc((size_t)(L->n + 1), sizeof *r->bind);
-    for (int i = 0; i < L->n; i++) {
-        rt_bind *b = &r->bind[i];
-        b->act = b->act2 = b->work = b->xg = b->pb = b->gb = b->egb = -1;
-        b->sl = exec_bind_slots_none();
-    }
-    r->coll = base_xcalloc((size_t)(L->n + 1), sizeof *r->coll);
-    int64_t nslots = (int64_t)r->nreg * r->nmb * EXEC_NSLOT;
-    r->slot = base_xcalloc((size_t)nslots + 1, sizeof *r->slot);
-    r->slot_bytes = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_bytes);
-    r->slot_last = base_xcalloc((size_t)nslots + 1, sizeof *r->slot_last);
-    for (int64_t s = 0; s < nslots; s++) r->slot_last[s] = -1;
-    if ((rc = read_computes(r, e)) || (rc = read_collectives(r, e)) || (rc = read_dp_rank(r, e)))
+    const exec_bind_ops ops = {"CUDA runtime", "CUDA kernels", "CUDA backend", 2, 4,
+                               o->optim.kind == EXEC_ADAMW ? 12 : 4, cuda_layout, cuda_act_split,
+                               cuda_kernel_find, r};
+    if ((rc = exec_bind_open(&r->bd, p, device, &r->cfg, &ops, e)) || (rc = check_supported(r, e)))
         goto done;
+    r->nmb = r->bd.nmb;
+    r->dp_size = r->bd.dp_size;
+    r->dp_rank = r->bd.dp_rank;
+    r->slot = base_xcalloc((size_t)((int64_t)r->bd.nreg * r->nmb * EXEC_NSLOT) + 1, sizeof *r->slot);
     r->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * r->cfg.s);
     r->cfg.aux_weight = 1.0 / (double)(r->nmb * r->dp_size);
-    for (int b = 0; b < L->nbufs; b++)
-        if (r->buf[b].role == EXEC_BUF_NONE) r->buf[b].bytes = L->bufs[b].bytes;
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        if ((in->op == PLAN_SEND || in->op == PLAN_RECV) &&
-            (in->buf < 0 || r->buf[in->buf].role != EXEC_BUF_COMM)) {
-            base_errorf(e, "a %s whose buffer no compute on this device reads or writes",
-                        plan_op_name((plan_op)in->op));
-            rc = instr_err(r, i, e);
-            goto done;
-        }
-    }
     if ((rc = exec_cuda_streams_init(&r->sm, L, e))) goto done;
     r->sr_first = base_xcalloc((size_t)(L->n + 1), sizeof(int));
     r->sr_last = base_xcalloc((size_t)(L->n + 1), sizeof(int));
     exec_cuda_sendrecv_spans(L, r->sr_first, r->sr_last);
-    if ((rc = exec_cuda_comm_keys(p, r->head_region, &r->keys, &r->nkeys, e))) goto done;
+    if ((rc = exec_cuda_comm_keys(p, r->bd.head_region, &r->keys, &r->nkeys, e))) goto done;
     rc = create_cuda(r, e);
 done:
     if (rc) {
@@ -974,23 +323,17 @@ void exec_cuda_rt_close(exec_cuda_rt *r)
         for (int k = 0; k < r->nkeys; k++) exec_nccl_destroy(r->comm[k]);
     free(r->comm);
     exec_cuda_comm_keys_free(r->keys, r->nkeys);
-    if (r->buf) {
+    if (r->bd.buf) {
         for (int b = 0; b < r->L->nbufs; b++)
-            if (r->buf[b].p) exec_cuda_pool_free(&r->pool, r->buf[b].p, (size_t)r->buf[b].bytes, -1, &e);
+            if (r->bd.buf[b].p)
+                exec_cuda_pool_free(&r->pool, r->bd.buf[b].p, (size_t)r->bd.buf[b].bytes, -1, &e);
     }
     if (r->slot)
-        for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * EXEC_NSLOT; s++)
-            if (r->slot[s]) exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->slot_bytes[s], -1, &e);
+        for (int64_t s = 0; s < (int64_t)r->bd.nreg * r->nmb * EXEC_NSLOT; s++)
+            if (r->slot[s])
+                exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->bd.slot_bytes[s], -1, &e);
     if (r->stream) exec_cuda_pool_destroy(&r->pool);
-    free(r->buf);
-    if (r->coll)
-        for (int i = 0; i < r->L->n; i++) free(r->coll[i].seg);
-    free(r->coll);
-    free(r->bind);
     free(r->slot);
-    free(r->slot_bytes);
-    free(r->slot_last);
-    exec_holds_free(r->holds, r->p->ndevices);
     if (r->tokens)
         for (int64_t k = 0; k < r->nmb; k++) exec_cuda_free(r->tokens[k]), exec_cuda_free(r->targets[k]);
     free(r->tokens);
@@ -1018,7 +361,7 @@ void exec_cuda_rt_close(exec_cuda_rt *r)
     free(r->sr_first);
     free(r->sr_last);
     free(r->req);
-    free(r->reg);
+    exec_bind_close(&r->bd);
     free(r);
 }
 
@@ -1050,13 +393,13 @@ int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
     for (int i = 0; i < r->L->n; i++) {
         const plan_instr *in = &r->L->ins[i];
         if (in->op == PLAN_COLL) {
-            exec_coll *C = &r->coll[i];
+            exec_coll *C = &r->bd.coll[i];
             if (C->gsize > 1) C->comm = exec_cuda_comm_find_group(r->keys, r->nkeys, C->group, stream_name(r->L, in->stream));
         }
     }
-    if (r->head_region >= 0 && r->reg[r->head_region].tp_group >= 0 &&
-        r->p->groups[r->reg[r->head_region].tp_group].n > 1)
-        r->head_comm = exec_cuda_comm_find_group(r->keys, r->nkeys, r->reg[r->head_region].tp_group,
+    if (r->bd.head_region >= 0 && r->bd.reg[r->bd.head_region].tp_group >= 0 &&
+        r->p->groups[r->bd.reg[r->bd.head_region].tp_group].n > 1)
+        r->head_comm = exec_cuda_comm_find_group(r->keys, r->nkeys, r->bd.reg[r->bd.head_region].tp_group,
                                                  EXEC_CUDA_REDUCE_STREAM);
     return 0;
 }
@@ -1064,7 +407,7 @@ int exec_cuda_rt_connect(exec_cuda_rt *r, void *world_comm, base_error *e)
 /* ---------------------------------------------------------------- buffers */
 
 /* The region's whole block: bf16 values at w, and their fp32 copy at master when not NULL. */
-static int init_block(exec_cuda_rt *r, rt_region *R, uint16_t *w, float *master, base_error *e)
+static int init_block(exec_cuda_rt *r, exec_region *R, uint16_t *w, float *master, base_error *e)
 {
     char name[160];
     for (int t = 0; t < R->npar; t++) {
@@ -1075,7 +418,7 @@ static int init_block(exec_cuda_rt *r, rt_region *R, uint16_t *w, float *master,
     }
     if (R->ncopy) {
         /* the same name as the embedding's own table, so both copies start equal */
-        const char *en = r->embed_region >= 0 ? r->reg[r->embed_region].name : "embed";
+        const char *en = r->bd.embed_region >= 0 ? r->bd.reg[r->bd.embed_region].name : "embed";
         snprintf(name, sizeof name, "%s.%s", en, R->copy.name);
         if (exec_cuda_param_init(r->ctx[0], r->cfg.seed, name, &R->copy, w + R->copy.offset,
                                  master ? master + R->copy.offset : NULL, e))
@@ -1088,14 +431,14 @@ static int init_block(exec_cuda_rt *r, rt_region *R, uint16_t *w, float *master,
 /* The initial values of [lo, lo + n) of a region's block, bf16 into w or fp32 into master:
  * they are a function of the global index, so a piece (ZeRO) is cut from the whole block
  * initialised in a scratch allocation. */
-static int init_piece(exec_cuda_rt *r, rt_region *R, int64_t lo, int64_t n, uint16_t *w,
+static int init_piece(exec_cuda_rt *r, exec_region *R, int64_t lo, int64_t n, uint16_t *w,
                       float *master, base_error *e)
 {
-    if (w && lo == 0 && n == R->n) return init_block(r, R, w, NULL, e);
+    if (w && lo == 0 && n == R->nstore) return init_block(r, R, w, NULL, e);
     void *all = NULL;
-    if (exec_cuda_malloc(&all, (size_t)(6 * R->n), e)) return -1;
+    if (exec_cuda_malloc(&all, (size_t)(6 * R->nstore), e)) return -1;
     uint16_t *w_all = all;
-    float *m_all = (float *)((char *)all + 2 * R->n);
+    float *m_all = (float *)((char *)all + 2 * R->nstore);
     int rc = init_block(r, R, w_all, master ? m_all : NULL, e);
     void *s = r->stream[0];
     if (!rc && w) rc = exec_cuda_copy_d2d(s, w, w_all + lo, (size_t)n * 2, e);
@@ -1108,7 +451,7 @@ static int init_piece(exec_cuda_rt *r, rt_region *R, int64_t lo, int64_t n, uint
 static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    exec_buf *B = &r->buf[b];
+    exec_buf *B = &r->bd.buf[b];
     if (B->live) return base_errorf(e, "buffer %s is already live", buf_name(r, b));
     if (!B->p) {
         void *q = NULL;
@@ -1122,7 +465,7 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
     if (B->role == EXEC_BUF_GRAD && exec_cuda_zero(s, B->p, (size_t)B->bytes, e)) return -1;
     if (B->role == EXEC_BUF_OPT && !B->init) {
         /* the master copy of the piece the update steps, then zero moments */
-        rt_region *R = &r->reg[B->region];
+        exec_region *R = &r->bd.reg[B->region];
         const int64_t n = R->upd_hi - R->upd_lo;
         if (exec_cuda_zero(s, B->p, (size_t)B->bytes, e) ||
             exec_cuda_stream_sync(s, e) ||
@@ -1131,7 +474,7 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
         B->init = true;
     }
     if (B->role == EXEC_BUF_PARAM && !B->init) {
-        rt_region *R = &r->reg[B->region];
+        exec_region *R = &r->bd.reg[B->region];
         if (init_piece(r, R, R->param_lo, R->param_n, (uint16_t *)B->p, NULL, e)) return -1;
         B->init = true;
     }
@@ -1145,15 +488,15 @@ static int rt_alloc(void *ctx, int instr, int b, int64_t plan_bytes, base_error 
  * micro-batch's whole gradient goes back to the pool when the plan frees it). */
 static bool persistent(const exec_cuda_rt *r, int b)
 {
-    const exec_buf *B = &r->buf[b];
-    if (B->role == EXEC_BUF_GRAD) return B->region >= 0 && r->reg[B->region].grad_buf == b;
+    const exec_buf *B = &r->bd.buf[b];
+    if (B->role == EXEC_BUF_GRAD) return B->region >= 0 && r->bd.reg[B->region].grad_buf == b;
     return B->role == EXEC_BUF_PARAM || B->role == EXEC_BUF_OPT;
 }
 
 static int rt_release(void *ctx, int instr, int b, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    exec_buf *B = &r->buf[b];
+    exec_buf *B = &r->bd.buf[b];
     if (!B->live) return base_errorf(e, "buffer %s is not live", buf_name(r, b));
     B->live = false;
     r->plan_live -= (double)r->L->bufs[b].bytes;
@@ -1170,30 +513,30 @@ static void *buf_ptr(exec_cuda_rt *r, int b, const char *what, base_error *e)
         base_errorf(e, "%s: no buffer", what);
         return NULL;
     }
-    if (!r->buf[b].live || !r->buf[b].p) {
+    if (!r->bd.buf[b].live || !r->bd.buf[b].p) {
         base_errorf(e, "%s: buffer %d (%s) is not live; the plan uses it outside its alloc/free",
                     what, b, buf_name(r, b));
         return NULL;
     }
-    return r->buf[b].p;
+    return r->bd.buf[b].p;
 }
 
 static void *slot_get(exec_cuda_rt *r, int s, bool create, const char *what, base_error *e)
 {
     if (!r->slot[s] && create &&
-        exec_cuda_pool_alloc(&r->pool, (size_t)r->slot_bytes[s], &r->slot[s], e))
+        exec_cuda_pool_alloc(&r->pool, (size_t)r->bd.slot_bytes[s], &r->slot[s], e))
         return NULL;
     if (!r->slot[s]) {
         int g = (int)(s / EXEC_NSLOT / r->nmb), mb = (int)(s / EXEC_NSLOT % r->nmb);
         base_errorf(e, "%s of region %s, micro-batch %d, was never produced on this device", what,
-                    r->reg[g].name, mb);
+                    r->bd.reg[g].name, mb);
     }
     return r->slot[s];
 }
 
 static int slot_drop(exec_cuda_rt *r, int s, int stream, base_error *e)
 {
-    int rc = exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->slot_bytes[s], stream, e);
+    int rc = exec_cuda_pool_free(&r->pool, r->slot[s], (size_t)r->bd.slot_bytes[s], stream, e);
     r->slot[s] = NULL;
     return rc;
 }
@@ -1218,7 +561,7 @@ static int head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_redu
                                 h->r->comm[h->r->head_comm], h->stream, e);
 }
 
-static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bind *b, base_error *e)
+static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, exec_region *R, const exec_compute *b, base_error *e)
 {
     char *param = buf_ptr(r, R->param_buf, "the parameters", e);
     char *grad = param ? buf_ptr(r, R->grad_buf, "the gradients", e) : NULL;
@@ -1246,14 +589,14 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
     call.c.opt_v = opt + (size_t)n * 8;
     call.ctx = x;
     call.c.upd_off = lo;
-    call.c.upd_n = lo == 0 && n == R->n ? R->nkern : n;
-    if (r->have_norm && r->o.grad_clip > 0) {
+    call.c.upd_n = lo == 0 && n == R->nstore ? R->nkern : n;
+    if (r->bd.has_norm && r->o.grad_clip > 0) {
         /* the coefficient on this stream, after the norm's all-reduce the plan orders before */
-        double *coef = r->sc.coef + (R - r->reg);
+        double *coef = r->sc.coef + (R - r->bd.reg);
         if (exec_cuda_clip_coef(x, r->sc.norm, r->o.grad_clip, coef, e)) return -1;
         call.grad_scale = coef;
     }
-    if (call.c.upd_n > 0 && exec_cuda_kernel_run(b->k, &call, e)) return -1;
+    if (call.c.upd_n > 0 && exec_cuda_kernel_run(cuda_kernel(b), &call, e)) return -1;
     if (!R->ncopy) return 0;
     /* the tied token table's copy: the embedding's update of its token table (a matrix, so it
      * decays), on the head's vocabulary shard */
@@ -1277,9 +620,9 @@ static int run_upd(exec_cuda_rt *r, exec_cuda_ctx *x, rt_region *R, const rt_bin
 static int run_grad_norm(exec_cuda_rt *r, exec_cuda_ctx *x, base_error *e)
 {
     bool acc = false;
-    for (int k = 0; k < r->nreg; k++) {
-        const rt_region *R = &r->reg[k];
-        if (!R->upd || R->norm_skip || R->tp_copy || R->n == 0) continue;
+    for (int k = 0; k < r->bd.nreg; k++) {
+        const exec_region *R = &r->bd.reg[k];
+        if (!R->upd || R->norm_skip || R->tp_copy || R->nstore == 0) continue;
         const float *g = buf_ptr(r, R->grad_buf, "the gradients", e);
         if (!g) return -1;
         for (int t = 0; t < R->npar; t++) {
@@ -1302,7 +645,7 @@ static void range_name(const exec_cuda_rt *r, int i, char *buf, size_t n)
 
 static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *x, base_error *e)
 {
-    const rt_bind *b = &r->bind[i];
+    const exec_compute *b = &r->bd.comp[i];
     if (b->aux == 1) return run_grad_norm(r, x, e);
     if (b->aux == 2) {
         exec_cuda_call call;
@@ -1312,13 +655,13 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
         call.c.cfg = &r->cfg;
         call.c.shard = &sh;
         call.c.layer = -1;
-        call.c.nin = r->nreg;
-        call.c.scalars_in = r->sc.gate + (int64_t)b->mb * r->nreg;
+        call.c.nin = r->bd.nreg;
+        call.c.scalars_in = r->sc.gate + (int64_t)b->mb * r->bd.nreg;
         call.c.out = r->sc.scratch;
         call.ctx = x;
         return exec_cuda_kernel_run_id("aux.aux_loss", &call, e);
     }
-    rt_region *R = &r->reg[b->region];
+    exec_region *R = &r->bd.reg[b->region];
     if (in->pass == PLAN_PASS_UPD) return run_upd(r, x, R, b, e);
     exec_cuda_call call;
     memset(&call, 0, sizeof call);
@@ -1333,7 +676,7 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     c->out = r->sc.scratch;
     if (in->pass == PLAN_PASS_F && R->kind == EXEC_HEAD && !R->tp_copy) c->out = r->sc.loss + b->mb;
     if (in->pass == PLAN_PASS_F && R->kind == EXEC_MOE_GATE && !R->tp_copy)
-        c->out = r->sc.gate + (int64_t)b->mb * r->nreg + b->region;
+        c->out = r->sc.gate + (int64_t)b->mb * r->bd.nreg + b->region;
     if (b->pb >= 0) {
         if (!(c->param = buf_ptr(r, b->pb, "the gathered parameters", e))) return -1;
     } else if (R->param_buf >= 0 && !(c->param = buf_ptr(r, R->param_buf, "the parameters", e))) {
@@ -1350,7 +693,7 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
      * and does not keep: F's rebuilt part under recompute, R's outputs */
     const bool fwd = in->pass == PLAN_PASS_F || in->pass == PLAN_PASS_R;
     char *extra = NULL;
-    if (b->work >= 0 && r->buf[b->work].bytes > 0) {
+    if (b->work >= 0 && r->bd.buf[b->work].bytes > 0) {
         if (!(c->work = buf_ptr(r, b->work, "the workspace", e))) return -1;
         extra = (char *)c->work +
                 exec_work_extra_at(fwd ? R->sz.work_f_bytes : R->sz.work_bytes);
@@ -1370,8 +713,8 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
         c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
         if (bwd) c->lm_grad = (char *)c->grad + (size_t)R->nkern * 4;
     } else if (R->kind == EXEC_HEAD && r->cfg.tied) {
-        const rt_region *E = &r->reg[r->embed_region];
-        if (b->pb >= 0 && r->buf[b->pb].table) {
+        const exec_region *E = &r->bd.reg[r->bd.embed_region];
+        if (b->pb >= 0 && r->bd.buf[b->pb].table) {
             /* ZeRO-3: the gathered table follows the head's gathered parameters */
             c->lm_w = (char *)c->param + (size_t)R->nkern * 2;
         } else {
@@ -1433,7 +776,7 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (!rc && b->sl.dx2s >= 0 && !(c->dx2 = slot_get(r, b->sl.dx2s, true, "the route gradient", e))) rc = -1;
     if (!rc && b->sl.dy2b >= 0 && !(c->dy2 = buf_ptr(r, b->sl.dy2b, "the route gradient", e))) rc = -1;
     if (!rc && b->sl.dx2b >= 0 && !(c->dx2 = buf_ptr(r, b->sl.dx2b, "the route gradient", e))) rc = -1;
-    if (!rc) rc = exec_cuda_kernel_run(b->k, &call, e);
+    if (!rc) rc = exec_cuda_kernel_run(cuda_kernel(b), &call, e);
     base_error e2;
     base_error_clear(&e2);
     if (scratch_y) exec_cuda_pool_free(&r->pool, scratch_y, (size_t)R->sz.y_bytes, in->stream, &e2);
@@ -1441,7 +784,7 @@ static int compute(exec_cuda_rt *r, int i, const plan_instr *in, exec_cuda_ctx *
     if (rc) return -1;
     const int reads[] = {b->sl.xs, b->sl.x2s, b->sl.dys, b->sl.dy2s};
     for (size_t q = 0; q < BASE_COUNT(reads); q++)
-        if (reads[q] >= 0 && r->slot_last[reads[q]] == i && slot_drop(r, reads[q], in->stream, e)) return -1;
+        if (reads[q] >= 0 && r->bd.slot_last[reads[q]] == i && slot_drop(r, reads[q], in->stream, e)) return -1;
     return 0;
 }
 
@@ -1503,7 +846,7 @@ static int rt_p2p_start(void *ctx, int i, const plan_instr *in, int peer, int *r
     void *buf = buf_ptr(r, in->buf, send ? "the data to send" : "the receive buffer", e);
     if (!buf) return -1;
     int64_t count;
-    exec_nccl_dtype dt = bytes_dtype(r->buf[in->buf].bytes, &count);
+    exec_nccl_dtype dt = bytes_dtype(r->bd.buf[in->buf].bytes, &count);
     const bool first = r->sr_first[i] == i, last = r->sr_last[i] == i, grouped = !(first && last);
     char name[160];
     if (r->o.nvtx) {
@@ -1536,7 +879,7 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, v
     void *ib = buf_ptr(r, C->in, "the collective's input", e);
     void *ob = ib ? buf_ptr(r, C->out, "the collective's output", e) : NULL;
     if (!ob) return -1;
-    const int64_t inb = r->buf[C->in].bytes, outb = r->buf[C->out].bytes;
+    const int64_t inb = r->bd.buf[C->in].bytes, outb = r->bd.buf[C->out].bytes;
     if (C->gsize == 1) return exec_cuda_copy_d2d(s, ob, ib, (size_t)(inb < outb ? inb : outb), e);
     void *comm = r->comm[C->comm];
     int64_t count;
@@ -1551,7 +894,7 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, v
         return exec_nccl_reduce_scatter(ib, ob, (size_t)count, EXEC_NCCL_BF16, comm, s, e);
     case PLAN_ALL_GATHER: {
         /* SP's backward re-gather reads the leading share of an act buffer (see read_computes) */
-        int64_t nb = r->buf[C->out].saved_gather && outb % C->gsize == 0 && outb / C->gsize <= inb
+        int64_t nb = r->bd.buf[C->out].saved_gather && outb % C->gsize == 0 && outb / C->gsize <= inb
                          ? outb / C->gsize : inb;
         exec_nccl_dtype dt = bytes_dtype(nb, &count);
         return exec_nccl_all_gather(ib, ob, (size_t)count, dt, comm, s, e);
@@ -1586,7 +929,7 @@ static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *
     int rc = 0;
     for (int k = 0; k < C->nseg && !rc; k++) {
         const exec_seg *g = &C->seg[k];
-        float *gr = buf_ptr(r, g->buf >= 0 ? g->buf : r->reg[g->region].grad_buf, "the gradients", e);
+        float *gr = buf_ptr(r, g->buf >= 0 ? g->buf : r->bd.reg[g->region].grad_buf, "the gradients", e);
         if (!gr) {
             rc = -1;
             break;
@@ -1631,7 +974,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
     int64_t outoff = 0; /* the segment's place in a gathered copy */
     for (int q = 0; q < C->nseg && !rc; q++) {
         const exec_seg *S = &C->seg[q];
-        const rt_region *R = &r->reg[S->region];
+        const exec_region *R = &r->bd.reg[S->region];
         int sb, db;
         int64_t sbase, dbase;
         if (scatter) {
@@ -1651,7 +994,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
         }
         for (int k = 0; k < C->gsize && !rc; k++) {
             int64_t lo, hi;
-            seg_piece(R, S, k, C->gsize, &lo, &hi);
+            exec_seg_piece(R, S, k, C->gsize, &lo, &hi);
             if (hi <= lo) continue;
             const size_t n = (size_t)(hi - lo);
             if (scatter) {
@@ -1668,7 +1011,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
                     rc = exec_cuda_copy_d2d(s, to, from, n * es, e);
             }
         }
-        off += (size_t)seg_chunk(R, S, C->gsize);
+        off += (size_t)exec_seg_chunk(R, S, C->gsize);
         outoff += S->n;
     }
     base_error e2;
@@ -1679,9 +1022,9 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
     off = 0;
     for (int q = 0; q < C->nseg && !rc; q++) {
         const exec_seg *S = &C->seg[q];
-        const rt_region *R = &r->reg[S->region];
+        const exec_region *R = &r->bd.reg[S->region];
         int64_t lo, hi;
-        seg_piece(R, S, C->grank, C->gsize, &lo, &hi);
+        exec_seg_piece(R, S, C->grank, C->gsize, &lo, &hi);
         const int db = S->out >= 0 ? S->out : S->buf >= 0 ? S->buf : R->grad_buf;
         const int64_t base = db == R->grad_buf ? R->grad_lo : 0;
         char *dst = buf_ptr(r, db, "the collective's region", e);
@@ -1692,7 +1035,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
             rc = exec_cuda_add_f32(s, (float *)to, (const float *)from, hi - lo, e);
         else if (hi > lo)
             rc = exec_cuda_copy_d2d(s, to, from, (size_t)(hi - lo) * es, e);
-        off += (size_t)seg_chunk(R, S, C->gsize);
+        off += (size_t)exec_seg_chunk(R, S, C->gsize);
     }
     return rc;
 }
@@ -1700,7 +1043,7 @@ static int coll_zero(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, 
 static int rt_coll_start(void *ctx, int i, const plan_instr *in, int group, int *req, base_error *e)
 {
     exec_cuda_rt *r = ctx;
-    const exec_coll *C = &r->coll[i];
+    const exec_coll *C = &r->bd.coll[i];
     void *s = r->stream[in->stream];
     if (C->gsize > 1 && (C->comm < 0 || !r->comm || !r->comm[C->comm]))
         return base_errorf(e, "no communicator for group %d on stream %s", group,
@@ -1831,7 +1174,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
     st->seconds = exec_now() - t0;
     r->traced = r->o.trace;
     for (int b = 0; b < r->L->nbufs; b++) {
-        exec_buf *B = &r->buf[b];
+        exec_buf *B = &r->bd.buf[b];
         if (!B->live) continue;
         B->live = false;
         if (!persistent(r, b)) {
@@ -1839,15 +1182,15 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
             B->p = NULL;
         }
     }
-    for (int64_t s = 0; s < (int64_t)r->nreg * r->nmb * EXEC_NSLOT; s++)
+    for (int64_t s = 0; s < (int64_t)r->bd.nreg * r->nmb * EXEC_NSLOT; s++)
         if (r->slot[s] && slot_drop(r, (int)s, -1, e)) return -1;
     double *h = base_xcalloc((size_t)r->sc.n, sizeof *h);
     int rc = exec_cuda_copy_d2h(s0, h, r->sc.base, (size_t)r->sc.n * sizeof(double), e) ||
              exec_cuda_stream_sync(s0, e);
     if (!rc) {
         for (int64_t k = 0; k < r->nmb; k++) st->loss += h[k];
-        for (int64_t k = 0; k < r->nmb * r->nreg; k++) st->aux_loss += r->cfg.aux_weight * h[r->nmb + k];
-        st->grad_norm = r->have_norm ? h[r->nmb + r->nmb * r->nreg] : -1;
+        for (int64_t k = 0; k < r->nmb * r->bd.nreg; k++) st->aux_loss += r->cfg.aux_weight * h[r->nmb + k];
+        st->grad_norm = r->bd.has_norm ? h[r->nmb + r->nmb * r->bd.nreg] : -1;
     }
     free(h);
     st->peak = r->pool.peak_in_use;
@@ -1891,7 +1234,7 @@ void exec_cuda_rt_print_memory(const exec_cuda_rt *r, FILE *f)
     for (int b = 0; b < r->L->nbufs; b++) {
         int m = r->L->bufs[b].mem < PLAN_NMEM ? r->L->bufs[b].mem : PLAN_MEM_COMM;
         plan[m] += (double)r->L->bufs[b].bytes;
-        mine[m] += (double)r->buf[b].bytes;
+        mine[m] += (double)r->bd.buf[b].bytes;
     }
     fprintf(f, "device %d buffers, plan / CUDA runtime (bytes):", r->dev);
     for (int m = 0; m < PLAN_NMEM; m++)

@@ -1,4 +1,4 @@
-/* test_data.c — piper-exec's token sources (exec/cpu/data.h): synthetic tokens are the
+/* test_data.c — piper-exec's token sources (exec/data.h): synthetic tokens are the
  * generator's; the bundled corpus and token files give windows of consecutive tokens of the text,
  * so every token's target is the next token of the text; tokens are a pure function of (seed,
  * step, sample, position), whatever the order of the calls; uint16 and uint32 files with the same
@@ -6,7 +6,7 @@
  * is refused at open with a message naming it. */
 #include <unistd.h>
 
-#include "exec/cpu/data.h"
+#include "exec/data.h"
 #include "harness.h"
 
 #define SEQ 32

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "data.h"
-#include "kernels.h"
+#include "model.h"
 
 int exec_data_open(exec_data *d, const char *spec, int64_t vocab, int64_t seq, base_error *e)
 {

@@ -1,7 +1,7 @@
-/* params.c — the model as the kernels see it (exec_cfg, from the plan's model shape), what one
- * device holds of it (exec_shard: Megatron's tensor-parallel split and the expert-parallel
- * split), each region's parameter tensors with the block a shard holds, and deterministic
- * initialisation of those blocks.
+/* model.c — the model as every backend's kernels see it (model.h): exec_cfg from the plan's
+ * model shape, what one device holds of it (exec_shard: Megatron's tensor-parallel split and the
+ * expert-parallel split), each region's parameter tensors with the block a shard holds, their
+ * deterministic initial values, and the clipping coefficient.
  *
  * The parameter lists must agree with ir_region_params_per_device (ir/model.c) element for
  * element, since the plan allocates parameter buffers from it; tests/exec_cpu checks this for
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "model.h"
 
 static const char *const KIND_NAMES[EXEC_NREGION_KINDS] = {
     "embed", "attn", "mlp", "moe_gate", "moe_experts", "moe_combine", "head"};
@@ -317,4 +317,10 @@ int exec_param_init(uint64_t seed, const char *full_name, const exec_param *p, p
                     ((double *)dst)[i] = v;
             }
     return 0;
+}
+
+double exec_clip_coef(double global_norm, double max_norm)
+{
+    if (max_norm <= 0 || !(global_norm > max_norm)) return 1.0;
+    return max_norm / (global_norm + 1e-6);
 }

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "../../base/base.h"
+#include "../base/base.h"
 
 typedef enum { EXEC_DATA_SYNTHETIC, EXEC_DATA_CORPUS, EXEC_DATA_FILE } exec_data_kind;
 

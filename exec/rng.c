@@ -10,7 +10,7 @@
  * give distinct pre-images under one key, and keys themselves come out of the mixer. */
 #include <math.h>
 
-#include "kernels.h"
+#include "model.h"
 
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 
