@@ -23,7 +23,7 @@ double exec_now(void)
 
 typedef struct stream_q {
     int n;            /* instructions on the stream */
-    int *idx;         /* their indices in launch order */
+    const int *idx;   /* their indices in launch order (the index's queue) */
     int cur;          /* position of the head */
     /* the head's communication in flight: requests and how many instructions they cover */
     int nreq, npending, span;
@@ -40,7 +40,7 @@ struct exec_interp {
     const exec_backend *b;
     int nstreams;
     stream_q *sq;
-    int *wait_target;   /* WAIT i: index of the RECORD it waits for */
+    plan_index ix;      /* queues, wait targets and sendrecv groups (plan.h) */
     bool *ran;          /* instruction i has finished in this run */
     exec_interp_observer obs;
     void *obs_ctx;
@@ -115,75 +115,21 @@ int exec_interp_new(exec_interp **out, const plan_set *p, int device, const exec
     const plan_list *L = it->L;
     it->nstreams = L->nstreams > 0 ? L->nstreams : 1;
     it->sq = base_xcalloc((size_t)it->nstreams, sizeof *it->sq);
-    it->wait_target = base_xcalloc((size_t)(L->n > 0 ? L->n : 1), sizeof *it->wait_target);
     it->ran = base_xcalloc((size_t)(L->n > 0 ? L->n : 1), sizeof *it->ran);
     for (int s = 0; s < it->nstreams; s++)
         it->sq[s].st.name = s < L->nstreams && L->streams[s] ? L->streams[s] : "?";
-    for (int i = 0; i < L->n; i++) {
-        int s = L->ins[i].stream;
-        if (s < 0 || s >= it->nstreams) {
-            exec_interp_free(it);
-            return base_errorf(e, "device %d: instruction #%d names stream %d of %d; the plan is "
-                                  "corrupt, compile it again",
-                               device, i, s, it->nstreams);
-        }
-        it->sq[s].n++;
+    if (plan_index_build(&it->ix, p, p->devices[device].list, e)) {
+        exec_interp_free(it);
+        return -1;
     }
-    for (int s = 0; s < it->nstreams; s++) {
-        it->sq[s].idx = base_xcalloc((size_t)(it->sq[s].n ? it->sq[s].n : 1), sizeof(int));
-        it->sq[s].n = 0;
-    }
-    for (int i = 0; i < L->n; i++) {
-        stream_q *q = &it->sq[L->ins[i].stream];
-        q->idx[q->n++] = i;
-    }
-    /* each wait's record: the latest before it, else the first after it */
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        it->wait_target[i] = -1;
-        if (in->op != PLAN_WAIT) continue;
-        for (int j = i - 1; j >= 0 && it->wait_target[i] < 0; j--)
-            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) it->wait_target[i] = j;
-        for (int j = i + 1; j < L->n && it->wait_target[i] < 0; j++)
-            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) it->wait_target[i] = j;
-        if (it->wait_target[i] < 0) {
-            char d[256];
-            exec_instr_describe(p, device, i, d, sizeof d);
-            exec_interp_free(it);
-            return base_errorf(e, "device %d: %s waits for event %d, which no instruction "
-                                  "records; the plan is inconsistent, compile it again",
-                               device, d, in->event);
-        }
-    }
-    /* sendrecv groups: consecutive on their stream, at most MAX_GROUP */
-    for (int s = 0; s < it->nstreams; s++) {
-        const stream_q *q = &it->sq[s];
-        for (int k = 0; k < q->n; k++) {
-            const plan_instr *in = &L->ins[q->idx[k]];
-            if ((in->op != PLAN_SEND && in->op != PLAN_RECV) || !in->sendrecv) continue;
-            int m = 1;
-            while (k + m < q->n && L->ins[q->idx[k + m]].sendrecv == in->sendrecv &&
-                   (L->ins[q->idx[k + m]].op == PLAN_SEND || L->ins[q->idx[k + m]].op == PLAN_RECV))
-                m++;
-            for (int j = k + m; j < q->n; j++)
-                if ((L->ins[q->idx[j]].op == PLAN_SEND || L->ins[q->idx[j]].op == PLAN_RECV) &&
-                    L->ins[q->idx[j]].sendrecv == in->sendrecv) {
-                    char d[256];
-                    exec_instr_describe(p, device, q->idx[j], d, sizeof d);
-                    exec_interp_free(it);
-                    return base_errorf(e, "device %d: %s belongs to sendrecv group %d but is not "
-                                          "next to its other members on stream %s; the plan is "
-                                          "inconsistent, compile it again",
-                                       device, d, in->sendrecv, q->st.name);
-                }
-            if (m > MAX_GROUP) {
-                exec_interp_free(it);
-                return base_errorf(e, "device %d: sendrecv group %d has %d members; the "
-                                      "interpreter posts at most %d together",
-                                   device, in->sendrecv, m, MAX_GROUP);
-            }
-            k += m - 1;
-        }
+    for (int s = 0; s < L->nstreams; s++) it->sq[s].idx = plan_index_stream(&it->ix, s, &it->sq[s].n);
+    if (it->ix.max_run > MAX_GROUP) {
+        int i = 0;
+        while (it->ix.run[i] <= MAX_GROUP) i++;
+        base_errorf(e, "device %d: sendrecv group %d has %d members; the interpreter posts at most %d together",
+                    device, L->ins[i].sendrecv, it->ix.run[i], MAX_GROUP);
+        exec_interp_free(it);
+        return -1;
     }
     *out = it;
     return 0;
@@ -192,9 +138,8 @@ int exec_interp_new(exec_interp **out, const plan_set *p, int device, const exec
 void exec_interp_free(exec_interp *it)
 {
     if (!it) return;
-    for (int s = 0; s < it->nstreams; s++) free(it->sq[s].idx);
+    plan_index_free(&it->ix);
     free(it->sq);
-    free(it->wait_target);
     free(it->ran);
     free(it);
 }
@@ -256,7 +201,7 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
             if (b->record && b->record(b->ctx, in->stream, in->event, e)) return fail_at(it, i, e);
             break;
         case PLAN_WAIT:
-            if (!it->ran[it->wait_target[i]]) return 0;
+            if (!it->ran[it->ix.wait[i]]) return 0;
             if (b->wait && b->wait(b->ctx, in->stream, in->event, e)) return fail_at(it, i, e);
             break;
         case PLAN_NOP: break;
@@ -275,12 +220,7 @@ static int advance(exec_interp *it, int s, bool *progress, base_error *e)
         case PLAN_SEND:
         case PLAN_RECV:
         case PLAN_COLL: {
-            int span = 1;
-            if (in->op != PLAN_COLL && in->sendrecv)
-                while (q->cur + span < q->n && L->ins[q->idx[q->cur + span]].sendrecv == in->sendrecv &&
-                       (L->ins[q->idx[q->cur + span]].op == PLAN_SEND ||
-                        L->ins[q->idx[q->cur + span]].op == PLAN_RECV))
-                    span++;
+            int span = in->op == PLAN_COLL ? 1 : it->ix.run[i];
             q->started = exec_now();
             q->span = span;
             q->nreq = q->npending = 0;

@@ -401,4 +401,68 @@ typedef void (*plan_timing_fn)(void *ctx, int dev, int instr, double start, doub
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e);
 
+/* ---------------------------------------------------------------- index of a list */
+
+/* Where the host that issues a list in launch order blocks until its GPU has done everything
+ * issued so far (sim/'s host model, docs/simulator.md "The host"), as bits of plan_index.block:
+ *  - P2P: a p2p run, at its first instruction: the framework posts it and synchronises
+ *    (Megatron's batch_isend_irecv, then torch.cuda.synchronize());
+ *  - NORM: the gradient norm's all-reduce: the first collective on the stream of an
+ *    `aux.grad_norm` compute after it, or the compute itself when its stream reaches another
+ *    compute (or its end) first: the host reads the norm back to clip;
+ *  - BATCH: the instruction before a micro-batch's first forward compute (micro-batches begin in
+ *    order from 0): the host loads the batch's input.
+ * A consumer selects the kinds it models. */
+enum { PLAN_BLOCK_P2P = 1u, PLAN_BLOCK_NORM = 2u, PLAN_BLOCK_BATCH = 4u };
+
+/* One index of one instruction list, built once in time linear in the list (plus its stream,
+ * event and slot counts) and read by the static check, the simulator and the interpreter, so that
+ * they agree on what a list means. Arrays with one entry per instruction are indexed by launch
+ * index; all of them are owned by the index. */
+typedef struct plan_index {
+    int list, n, nstreams, ngroup_slots;
+    int32_t *soff;       /* nstreams + 1: stream s runs sidx[soff[s] .. soff[s+1]) */
+    int32_t *sidx;       /* launch indices grouped by stream, in launch order inside each */
+    int32_t *spos;       /* per instruction: its position in its stream's queue */
+    /* WAIT: launch index of the record it waits for: the latest record of its event before it in
+     * launch order (CUDA's rule), or the first one when none precedes it; -1 for other ops */
+    int32_t *wait;
+    /* p2p runs: a sendrecv group (consecutive p2p instructions of one stream sharing a nonzero
+     * `sendrecv` id, posted together), or a lone p2p instruction. The run's first instruction in
+     * its stream holds the run's length, every other instruction 0. */
+    int32_t *run;
+    int32_t *coll_seq;   /* COLL: its sequence number among the list's collectives on its slot; -1 */
+    int32_t *slot_ncoll; /* per group slot: collectives issued through it */
+    uint8_t *block;      /* per instruction: PLAN_BLOCK_* bits */
+    int32_t early_wait;  /* the first wait (by event, then launch index) launched before every
+                            record of its event, where CUDA alone would not wait; -1: none */
+    int32_t max_run;     /* longest p2p run (0: no p2p) */
+} plan_index;
+
+/* Indexes list `list` of `p`. Fails, naming the instruction, on what no consumer can run: a
+ * stream, event or collective slot out of range, a wait whose event the list never records, and a
+ * sendrecv group whose members are not consecutive on their stream. Messages name the first
+ * device that uses the list, as the static check's do. On failure *ix is left empty (freeing it is
+ * harmless). */
+int plan_index_build(plan_index *ix, const plan_set *p, int list, base_error *e);
+void plan_index_free(plan_index *ix);
+
+/* Stream s's queue: *len launch indices, in launch order. */
+static inline const int32_t *plan_index_stream(const plan_index *ix, int s, int *len)
+{
+    *len = ix->soff[s + 1] - ix->soff[s];
+    return ix->sidx + ix->soff[s];
+}
+
+/* A device's collective numbering when two of its slots with collectives name one group, so that
+ * the group's k-th collective is counted across both, in launch order: malloc'd, one entry per
+ * instruction (COLL only). NULL when the slots name distinct groups and ix->coll_seq is the
+ * device's numbering. Expects the device's slots to be valid group ids. */
+int32_t *plan_index_device_coll_seq(const plan_index *ix, const plan_set *p, int dev);
+
+/* Appends "#12 send s=pp peer=3 tag=17 mb=2 stage=0" to *b: instruction i of list `list` with the
+ * peers and groups device `dev` sees (dev < 0: the list's own peers, no groups), enough to find
+ * its line in the plan file. Safe on fields out of range. */
+void plan_instr_describe(base_buf *b, const plan_set *p, int list, int dev, int i);
+
 #endif /* PIPER_PLAN_PLAN_H */

@@ -22,12 +22,7 @@ enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_DONE };
 /* What the devices sharing a list share: the list's stream orders and static facts. */
 typedef struct list_info {
     int first_dev;        /* a device using the list (for messages); -1 when unused */
-    int32_t *soff;        /* nstreams + 1: stream s runs sidx[soff[s] .. soff[s+1]) */
-    int32_t *sidx;        /* launch indices, grouped by stream, in launch order */
-    int32_t *spos;        /* per instruction: its position in its stream */
-    int32_t *aux;         /* WAIT: launch index of the record it waits for;
-                             COLL: its sequence number among the list's collectives on its slot */
-    int32_t *slot_ncoll;  /* per group slot: collectives issued through it */
+    plan_index ix;        /* stream queues, wait targets, p2p runs, collective numbers */
     uint8_t *slot_used;   /* per group slot: named by a collective or a compute's tp/ep group */
     double busy;          /* compute seconds */
     int64_t count[PLAN_NOP + 1];
@@ -146,36 +141,7 @@ static const char *name_or(const char *s, const char *dflt) { return s ? s : dfl
 /* "#12 send s=pp peer=3 tag=17 mb=2 stage=0": enough to find the line in the plan file. */
 static void describe(base_buf *b, const checker *c, int d, int i)
 {
-    const plan_set *p = c->p;
-    const plan_list *L = dev_list(c, d);
-    const plan_instr *in = &L->ins[i];
-    base_buf_printf(b, "#%d %s s=%s", i, plan_op_name((plan_op)in->op),
-                    in->stream >= 0 && in->stream < L->nstreams ? name_or(L->streams[in->stream], "?") : "?");
-    switch (in->op) {
-    case PLAN_COMPUTE:
-        base_buf_printf(b, " pass=%s", plan_pass_name((plan_pass)in->pass));
-        if (in->region >= 0 && in->region < p->nregions) base_buf_printf(b, " region=%s", name_or(p->regions[in->region], "?"));
-        break;
-    case PLAN_SEND:
-    case PLAN_RECV:
-        /* not plan_dev_peer: messages may be about plans whose offsets are not checked yet */
-        base_buf_printf(b, " peer=%" PRId64 " tag=%d", (int64_t)in->peer + p->devices[d].peer_offset, in->tag);
-        break;
-    case PLAN_COLL: {
-        const int32_t *slots = p->devices[d].group_slots;
-        int g = slots && in->group >= 0 && in->group < L->ngroup_slots ? slots[in->group] : -1;
-        base_buf_printf(b, " kind=%s group=%d (%s) bytes=%" PRId64, plan_coll_name((plan_coll)in->coll), g,
-                        g >= 0 && g < p->ngroups ? name_or(p->groups[g].name, "?") : "?", in->bytes);
-        break;
-    }
-    case PLAN_RECORD:
-    case PLAN_WAIT: base_buf_printf(b, " event=%d", in->event); break;
-    case PLAN_ALLOC:
-    case PLAN_FREE: base_buf_printf(b, " buf=%d (%s)", in->buf, name_or(L->bufs[in->buf].name, "?")); break;
-    default: break;
-    }
-    if (in->mb >= 0) base_buf_printf(b, " mb=%d", in->mb);
-    if (in->stage >= 0) base_buf_printf(b, " stage=%d", in->stage);
+    plan_instr_describe(b, c->p, c->p->devices[d].list, d, i);
 }
 
 /* An error about one instruction of one device: "device 3 (list 1) #12 free ...: what; fix". */
@@ -213,18 +179,6 @@ static int cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
-}
-
-typedef struct key3 {
-    int32_t a, b, c;
-} key3;
-
-static int cmp_key3(const void *x, const void *y)
-{
-    const key3 *p = x, *q = y;
-    if (p->a != q->a) return (p->a > q->a) - (p->a < q->a);
-    if (p->b != q->b) return (p->b > q->b) - (p->b < q->b);
-    return (p->c > q->c) - (p->c < q->c);
 }
 
 /* ---------------------------------------------------------------- static facts per list */
@@ -273,11 +227,6 @@ static int prepare_list(checker *c, int l)
             return fail(c, "list %d buffer %d (%s) has category %d and %" PRId64 " bytes; the compiler built an invalid plan",
                         l, b, name_or(L->bufs[b].name, "?"), L->bufs[b].mem, L->bufs[b].bytes);
 
-    li->soff = base_xcalloc((size_t)L->nstreams + 1, sizeof *li->soff);
-    li->spos = base_xmalloc((size_t)L->n * sizeof *li->spos + 1);
-    li->aux = base_xmalloc((size_t)L->n * sizeof *li->aux + 1);
-    li->sidx = base_xmalloc((size_t)L->n * sizeof *li->sidx + 1);
-    li->slot_ncoll = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *li->slot_ncoll);
     li->slot_used = base_xcalloc((size_t)L->ngroup_slots + 1, 1);
     li->peer_lo = INT32_MAX, li->peer_hi = INT32_MIN;
 
@@ -289,7 +238,6 @@ static int prepare_list(checker *c, int l)
             return fail(c, "list %d instruction %d runs on stream %d of %d; the compiler built an invalid plan", l, i,
                         in->stream, L->nstreams);
         li->count[in->op]++;
-        li->soff[in->stream + 1]++;
         const char *bad = NULL;
         switch (in->op) {
         case PLAN_COMPUTE:
@@ -318,7 +266,7 @@ static int prepare_list(checker *c, int l)
             else if (in->op == PLAN_COLL) {
                 if (in->coll >= PLAN_NCOLL) bad = "kind";
                 else if (in->group < 0 || in->group >= L->ngroup_slots) bad = "group";
-                else li->slot_used[in->group] = 1, li->aux[i] = li->slot_ncoll[in->group]++;
+                else li->slot_used[in->group] = 1;
             } else {
                 if (in->peer < li->peer_lo) li->peer_lo = in->peer, li->peer_lo_at = i;
                 if (in->peer > li->peer_hi) li->peer_hi = in->peer, li->peer_hi_at = i;
@@ -345,78 +293,23 @@ static int prepare_list(checker *c, int l)
                         plan_op_name((plan_op)in->op), bad);
     }
 
-    /* stream orders: a counting sort of launch indices by stream keeps launch order inside each */
-    for (int s = 0; s < L->nstreams; s++) li->soff[s + 1] += li->soff[s];
-    int32_t *fill = base_xmalloc(((size_t)L->nstreams + 1) * sizeof *fill);
-    memcpy(fill, li->soff, ((size_t)L->nstreams + 1) * sizeof *fill);
-    for (int i = 0; i < L->n; i++) {
-        int s = L->ins[i].stream;
-        li->spos[i] = fill[s] - li->soff[s];
-        li->sidx[fill[s]++] = i;
+    /* stream orders, sendrecv groups, wait targets and collective numbers: the one index that
+     * the simulator and the executor read too */
+    if (plan_index_build(&li->ix, p, l, c->e)) {
+        c->failed = 1;
+        return -1;
     }
-    free(fill);
-
-    /* sendrecv groups: one id, one run of consecutive p2p instructions on one stream */
-    BASE_VEC(key3) runs = {0};
-    for (int s = 0; s < L->nstreams; s++) {
-        int32_t prev = 0;
-        for (int k = li->soff[s]; k < li->soff[s + 1]; k++) {
-            const plan_instr *in = &L->ins[li->sidx[k]];
-            int32_t id = in->op == PLAN_SEND || in->op == PLAN_RECV ? in->sendrecv : 0;
-            if (id != 0 && id != prev) BASE_VEC_PUSH(runs, ((key3){s, id, li->sidx[k]}));
-            prev = id;
-        }
+    if (li->ix.early_wait >= 0) {
+        /* the run blocks there, waiting for the first record (plan_index's rule) */
+        int i = li->ix.early_wait;
+        base_buf b = {0};
+        describe(&b, c, d, i);
+        base_warn_at(c->e, NULL, 0, 0, "device %d (list %d) %s: waits for event %d before any record of it in launch "
+                     "order; an executor waits for nothing there (CUDA semantics): launch the record first", d, l, b.s,
+                     L->ins[i].event);
+        base_buf_free(&b);
     }
-    if (runs.n) qsort(runs.v, runs.n, sizeof *runs.v, cmp_key3);
-    int rc = 0;
-    for (size_t k = 1; k < runs.n && !rc; k++)
-        if (runs.v[k].a == runs.v[k - 1].a && runs.v[k].b == runs.v[k - 1].b)
-            rc = fail_at(c, d, runs.v[k].c, "sendrecv group %d already appeared at #%d, with other instructions of the "
-                         "stream in between; a group's sends and receives must be consecutive on their stream",
-                         runs.v[k].b, runs.v[k - 1].c);
-    free(runs.v);
-    if (rc) return rc;
-
-    /* A wait waits for the latest record of its event before it in launch order, as CUDA does; a
-     * wait launched before any record waits for the first one (the abstract run's rule: blocking,
-     * where CUDA would not wait at all, hence the warning). */
-    BASE_VEC(key3) ev = {0};
-    for (int i = 0; i < L->n; i++)
-        if (L->ins[i].op == PLAN_RECORD || L->ins[i].op == PLAN_WAIT) BASE_VEC_PUSH(ev, ((key3){L->ins[i].event, i, 0}));
-    if (ev.n) qsort(ev.v, ev.n, sizeof *ev.v, cmp_key3);
-    int warned = 0;
-    for (size_t a = 0; a < ev.n && !rc;) {
-        size_t b = a;
-        int32_t first = -1, last = -1;
-        while (b < ev.n && ev.v[b].a == ev.v[a].a) {
-            if (first < 0 && L->ins[ev.v[b].b].op == PLAN_RECORD) first = ev.v[b].b;
-            b++;
-        }
-        for (size_t k = a; k < b && !rc; k++) {
-            int i = ev.v[k].b;
-            if (L->ins[i].op == PLAN_RECORD) {
-                last = i;
-                continue;
-            }
-            if (first < 0) {
-                rc = fail_at(c, d, i, "waits for event %d, which no instruction of the list records; record it on "
-                             "the stream that produces what this wait needs", L->ins[i].event);
-                break;
-            }
-            li->aux[i] = last >= 0 ? last : first;
-            if (last < 0 && !warned++) {
-                base_buf b2 = {0};
-                describe(&b2, c, d, i);
-                base_warn_at(c->e, NULL, 0, 0, "device %d (list %d) %s: waits for event %d before any record of it "
-                             "in launch order; an executor waits for nothing there (CUDA semantics): launch the record "
-                             "first", d, l, b2.s, L->ins[i].event);
-                base_buf_free(&b2);
-            }
-        }
-        a = b;
-    }
-    free(ev.v);
-    return rc;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- devices and groups */
@@ -477,7 +370,6 @@ static int prepare_device(checker *c, int d)
                         L->ins[at].peer, dev->peer_offset, (int64_t)L->ins[at].peer + dev->peer_offset, p->ndevices - 1);
         }
     }
-    int dup = 0;
     for (int s = 0; s < L->ngroup_slots; s++) {
         if (!li->slot_used[s]) continue;
         int g = dev->group_slots[s];
@@ -490,27 +382,9 @@ static int prepare_device(checker *c, int d)
                                    name_or(p->groups[g].name, "?"));
             }
         }
-        for (int t = 0; t < s && !dup; t++)
-            if (li->slot_ncoll[s] && li->slot_ncoll[t] && dev->group_slots[t] == g) dup = 1;
     }
-    if (dup) {
-        /* two slots name one group: number the group's collectives across both, in launch order */
-        int32_t *canon = base_xmalloc((size_t)L->ngroup_slots * sizeof *canon);
-        int32_t *cnt = base_xcalloc((size_t)L->ngroup_slots, sizeof *cnt);
-        for (int s = 0; s < L->ngroup_slots; s++) {
-            canon[s] = s;
-            for (int t = 0; t < s; t++)
-                if (dev->group_slots[t] == dev->group_slots[s]) {
-                    canon[s] = canon[t];
-                    break;
-                }
-        }
-        c->dv[d].coll_seq = base_xmalloc((size_t)L->n * sizeof(int32_t) + 1);
-        for (int i = 0; i < L->n; i++)
-            if (L->ins[i].op == PLAN_COLL) c->dv[d].coll_seq[i] = cnt[canon[L->ins[i].group]]++;
-        free(canon);
-        free(cnt);
-    }
+    /* two slots name one group: number the group's collectives across both, in launch order */
+    c->dv[d].coll_seq = plan_index_device_coll_seq(&li->ix, p, d);
     return 0;
 }
 
@@ -523,7 +397,7 @@ static int same_pattern(const checker *c, int d, int r, int g)
     const plan_list *L = &c->p->lists[a->list];
     const list_info *li = &c->li[a->list];
     for (int s = 0; s < L->ngroup_slots; s++)
-        if (li->slot_ncoll[s] && (a->group_slots[s] == g) != (b->group_slots[s] == g)) return 0;
+        if (li->ix.slot_ncoll[s] && (a->group_slots[s] == g) != (b->group_slots[s] == g)) return 0;
     return 1;
 }
 
@@ -696,7 +570,7 @@ static int do_free(checker *c, int d, int i, const plan_instr *in)
         for (int s = 0; s < L->nstreams && user < 0; s++) {
             const stream_state *ss = &c->ss[dv->slot0 + s];
             for (int k = 0; k < ss->batch && ss->state != ST_IDLE && ss->state != ST_DONE && user < 0; k++) {
-                int j = li->sidx[li->soff[s] + ss->cur + k];
+                int j = li->ix.sidx[li->ix.soff[s] + ss->cur + k];
                 const plan_instr *u = &L->ins[j];
                 if (u->buf == b && u->op != PLAN_COMPUTE) user = j;
                 for (int q = 0; q < u->nreads && u->op == PLAN_COMPUTE; q++) user = u->reads[q] == b ? j : user;
@@ -723,20 +597,13 @@ static void p2p_matched(checker *c, int32_t slot, double t)
 
 /* Posts the head's p2p operations (the whole sendrecv group) and matches each against what the
  * peer has posted: zero buffering, so a transfer starts only when both sides are posted. */
-static int post_p2p(checker *c, int32_t slot, const int32_t *order, int len)
+static int post_p2p(checker *c, int32_t slot, const int32_t *order)
 {
     const plan_set *p = c->p;
     stream_state *ss = &c->ss[slot];
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
-    const plan_instr *head = &L->ins[order[ss->cur]];
-    int b = 1;
-    if (head->sendrecv != 0)
-        while (ss->cur + b < len) {
-            const plan_instr *nx = &L->ins[order[ss->cur + b]];
-            if ((nx->op != PLAN_SEND && nx->op != PLAN_RECV) || nx->sendrecv != head->sendrecv) break;
-            b++;
-        }
+    int b = c->li[p->devices[d].list].ix.run[order[ss->cur]];
     ss->batch = b;
     ss->pending = b;
     ss->end = c->now;
@@ -787,7 +654,7 @@ static int post_coll(checker *c, int32_t slot, int i)
     const plan_instr *in = &dev_list(c, d)->ins[i];
     if (in->buf >= 0 && use_buf(c, d, i, in->buf, "communicates")) return -1;
     int g = plan_dev_group(p, d, in);
-    int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : c->li[p->devices[d].list].aux[i];
+    int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : c->li[p->devices[d].list].ix.coll_seq[i];
     int inst = c->goff[g] + k;
     ss->state = ST_COLL;
     ss->batch = 1;
@@ -808,9 +675,9 @@ static void wake_waits(checker *c, int d)
     for (int s = 0; s < L->nstreams && dv->nwaiting; s++) {
         stream_state *ss = &c->ss[dv->slot0 + s];
         if (ss->state != ST_WAIT) continue;
-        int w = li->sidx[li->soff[s] + ss->cur];
-        int r = li->aux[w];
-        if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->spos[r]) {
+        int w = li->ix.sidx[li->ix.soff[s] + ss->cur];
+        int r = li->ix.wait[w];
+        if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->ix.spos[r]) {
             timed(c, d, w, ss->start);
             ss->state = ST_IDLE;
             ss->cur++;
@@ -828,8 +695,8 @@ static int advance(checker *c, int32_t slot)
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
     const list_info *li = &c->li[c->p->devices[d].list];
-    const int32_t *order = li->sidx + li->soff[ss->s];
-    int len = li->soff[ss->s + 1] - li->soff[ss->s];
+    const int32_t *order = li->ix.sidx + li->ix.soff[ss->s];
+    int len = li->ix.soff[ss->s + 1] - li->ix.soff[ss->s];
     dev_state *dv = &c->dv[d];
     while (ss->state == ST_IDLE) {
         if (ss->cur >= len) {
@@ -861,15 +728,15 @@ static int advance(checker *c, int32_t slot)
         case PLAN_SEND:
         case PLAN_RECV:
             ss->start = c->now;
-            if (post_p2p(c, slot, order, len)) return -1;
+            if (post_p2p(c, slot, order)) return -1;
             break;
         case PLAN_COLL:
             ss->start = c->now;
             if (post_coll(c, slot, i)) return -1;
             break;
         case PLAN_WAIT: {
-            int r = li->aux[i];
-            if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->spos[r]) {
+            int r = li->ix.wait[i];
+            if (c->ss[dv->slot0 + L->ins[r].stream].cur > li->ix.spos[r]) {
                 timed(c, d, i, c->now);
                 ss->cur++;
                 touch_end(c, d);
@@ -917,7 +784,7 @@ static void complete(checker *c, int32_t slot)
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
     const list_info *li = &c->li[c->p->devices[d].list];
-    const int32_t *order = li->sidx + li->soff[ss->s];
+    const int32_t *order = li->ix.sidx + li->ix.soff[ss->s];
     for (int k = 0; k < ss->batch; k++) {
         release_bufs(c, d, &L->ins[order[ss->cur + k]]);
         timed(c, d, order[ss->cur + k], ss->start);
@@ -938,10 +805,10 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
     int d = ss->dev;
     const plan_list *L = dev_list(c, d);
     const list_info *li = &c->li[p->devices[d].list];
-    const int32_t *order = li->sidx + li->soff[ss->s];
+    const int32_t *order = li->ix.sidx + li->ix.soff[ss->s];
     int i = order[ss->cur];
     if (ss->state == ST_WAIT) {
-        int r = li->aux[i];
+        int r = li->ix.wait[i];
         base_buf_printf(b, " [waits for #%d record on stream %s]", r, name_or(L->streams[L->ins[r].stream], "?"));
     } else if (ss->state == ST_P2P) {
         const dev_state *dv = &c->dv[d];
@@ -957,7 +824,7 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
     } else if (ss->state == ST_COLL) {
         const plan_instr *in = &L->ins[i];
         int g = plan_dev_group(p, d, in);
-        int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : li->aux[i];
+        int k = c->dv[d].coll_seq ? c->dv[d].coll_seq[i] : li->ix.coll_seq[i];
         int inst = c->goff[g] + k;
         for (int32_t w = c->ghead[inst]; w >= 0; w = c->ss[w].next) mark[c->ss[w].dev] = 1;
         int missing = -1;
@@ -1010,7 +877,7 @@ static int report_deadlock(checker *c)
                 break;
             }
             base_buf_puts(&b, shown ? ", " : " ");
-            describe(&b, c, d, li->sidx[li->soff[s] + c->ss[slot].cur]);
+            describe(&b, c, d, li->ix.sidx[li->ix.soff[s] + c->ss[slot].cur]);
             why_stuck(&b, c, slot, mark);
             shown++;
         }
@@ -1110,7 +977,7 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
         }
     for (int l = 0; l < p->nlists && c.li; l++) {
         list_info *li = &c.li[l];
-        free(li->soff), free(li->sidx), free(li->spos), free(li->aux), free(li->slot_ncoll), free(li->slot_used);
+        plan_index_free(&li->ix), free(li->slot_used);
     }
     for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post);
     free(c.li), free(c.dv), free(c.ss), free(c.kl_dur), free(c.gsorted), free(c.gmoff), free(c.goff);

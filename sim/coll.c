@@ -96,7 +96,7 @@ void sim_do_coll(stream_ctx *sc, int i)
     const plan_group *grp = &p->groups[g];
     int n = grp->n;
     if (n <= 1) return;
-    int seq = dv->coll_seq ? dv->coll_seq[i] : li->aux[i];
+    int seq = dv->coll_seq ? dv->coll_seq[i] : li->coll_seq[i];
     coll_inst *ci = &S->inst[S->goff[g] + seq];
     group_rt *gr = &S->gr[g];
     int rank = dv->slot_rank[in->group];

@@ -138,7 +138,7 @@ static void do_wait(stream_ctx *sc, int i)
     dev_rt *dv = &S->dv[d];
     const plan_list *L = plan_dev_list(p, d);
     const list_rt *li = &S->li[p->devices[d].list];
-    int r = li->aux[i];
+    int r = li->wait[i];
     int rs = L->ins[r].stream;
     if (dv->done[rs] > li->spos[r]) return;
     if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
@@ -255,64 +255,22 @@ bool sim_pass_is_model(int pass)
 
 static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const double *kl_lead);
 
-static void prepare_list(sim_state *st, int l, const double *kl_dur, const double *kl_lead)
+/* A list's index (plan_index: stream queues, wait targets, p2p runs, collective numbers, the
+ * host's blocking points), its streams' global keys, its host clock and its compute durations. */
+static int prepare_list(sim_state *st, int l, const double *kl_dur, const double *kl_lead, base_error *e)
 {
     const plan_set *p = st->p;
     const plan_list *L = &p->lists[l];
     list_rt *li = &st->li[l];
+    if (plan_index_build(&li->ix, p, l, e)) return -1;
+    li->soff = li->ix.soff, li->sidx = li->ix.sidx, li->spos = li->ix.spos;
+    li->wait = li->ix.wait, li->coll_seq = li->ix.coll_seq, li->run = li->ix.run;
+    li->slot_ncoll = li->ix.slot_ncoll;
     size_t n = (size_t)L->n + 1;
-    li->soff = base_xcalloc((size_t)L->nstreams + 1, sizeof *li->soff);
-    li->sidx = base_xmalloc(n * sizeof *li->sidx);
-    li->spos = base_xmalloc(n * sizeof *li->spos);
-    li->aux = base_xcalloc(n, sizeof *li->aux);
-    li->run = base_xcalloc(n, sizeof *li->run);
     li->dur = base_xcalloc(n, sizeof *li->dur);
     li->skey = base_xcalloc((size_t)L->nstreams + 1, sizeof *li->skey);
-    li->slot_ncoll = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *li->slot_ncoll);
     for (int s = 0; s < L->nstreams; s++) li->skey[s] = stream_key(st, L->streams[s]);
 
-    for (int i = 0; i < L->n; i++) li->soff[L->ins[i].stream + 1]++;
-    for (int s = 0; s < L->nstreams; s++) li->soff[s + 1] += li->soff[s];
-    int32_t *fill = base_xmalloc(((size_t)L->nstreams + 1) * sizeof *fill);
-    memcpy(fill, li->soff, ((size_t)L->nstreams + 1) * sizeof *fill);
-    for (int i = 0; i < L->n; i++) {
-        int s = L->ins[i].stream;
-        li->spos[i] = fill[s] - li->soff[s];
-        li->sidx[fill[s]++] = i;
-    }
-    free(fill);
-
-    /* sendrecv groups: consecutive p2p instructions of one stream with one nonzero id */
-    for (int s = 0; s < L->nstreams; s++)
-        for (int k = li->soff[s]; k < li->soff[s + 1];) {
-            const plan_instr *in = &L->ins[li->sidx[k]];
-            int len = 1;
-            if ((in->op == PLAN_SEND || in->op == PLAN_RECV) && in->sendrecv != 0)
-                while (k + len < li->soff[s + 1]) {
-                    const plan_instr *nx = &L->ins[li->sidx[k + len]];
-                    if ((nx->op != PLAN_SEND && nx->op != PLAN_RECV) || nx->sendrecv != in->sendrecv) break;
-                    len++;
-                }
-            li->run[li->sidx[k]] = len;
-            k += len;
-        }
-
-    /* a wait waits for the latest record of its event before it in launch order, or the first
-     * one when none precedes it (the abstract run's rule, plan_check.c) */
-    int32_t *last = base_xmalloc(((size_t)L->nevents + 1) * sizeof *last);
-    int32_t *first = base_xmalloc(((size_t)L->nevents + 1) * sizeof *first);
-    memset(last, 0xff, ((size_t)L->nevents + 1) * sizeof *last);
-    memset(first, 0xff, ((size_t)L->nevents + 1) * sizeof *first);
-    for (int i = 0; i < L->n; i++)
-        if (L->ins[i].op == PLAN_RECORD && first[L->ins[i].event] < 0) first[L->ins[i].event] = i;
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        if (in->op == PLAN_RECORD) last[in->event] = i;
-        else if (in->op == PLAN_WAIT) li->aux[i] = last[in->event] >= 0 ? last[in->event] : first[in->event];
-        else if (in->op == PLAN_COLL) li->aux[i] = li->slot_ncoll[in->group]++;
-    }
-    free(last);
-    free(first);
     if (host_model(&st->o->costs)) prepare_host(st, L, li, kl_lead);
 
     /* compute durations; with unit costs, P / (instructions of pass P for the same stage and
@@ -349,37 +307,7 @@ static void prepare_list(sim_state *st, int l, const double *kl_dur, const doubl
         }
     }
     free(keys);
-}
-
-/* Is instruction i the host's synchronisation point (sim.h, SIM_SYNC_*)? A p2p run (at its first
- * instruction, where the stream posts it); the gradient norm's all-reduce: the first collective
- * on the stream of an `aux.grad_norm` compute after it (the compute itself when none follows
- * before the stream's next compute); a micro-batch's input: the instruction before its first
- * forward compute. */
-static void host_sync_points(const plan_set *p, const plan_list *L, const list_rt *li, unsigned bits, uint8_t *sync)
-{
-    int norm_kid = -1;
-    for (int k = 0; k < p->nkernel_ids; k++)
-        if (p->kernel_ids[k] && !strcmp(p->kernel_ids[k], "aux.grad_norm")) norm_kid = k;
-    int next_mb = 0; /* micro-batches are numbered from 0 and begin in order */
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        if ((bits & SIM_SYNC_BATCH) && in->op == PLAN_COMPUTE && in->pass == PLAN_PASS_F && in->mb >= next_mb) {
-            next_mb = in->mb + 1;
-            if (i > 0) sync[i - 1] = 1;
-        }
-        if ((bits & SIM_SYNC_P2P) && (in->op == PLAN_SEND || in->op == PLAN_RECV) && li->run[i] > 0) sync[i] = 1;
-        if ((bits & SIM_SYNC_NORM) && in->op == PLAN_COMPUTE && norm_kid >= 0 && in->kid == norm_kid) {
-            int at = i;
-            for (int j = i + 1; j < L->n; j++) {
-                const plan_instr *nx = &L->ins[j];
-                if (nx->stream != in->stream) continue;
-                if (nx->op == PLAN_COLL) at = j;
-                if (nx->op == PLAN_COLL || nx->op == PLAN_COMPUTE) break;
-            }
-            sync[at] = 1;
-        }
-    }
+    return 0;
 }
 
 /* The host's issue clock of a list (SIM_LAUNCH_HOST): the host walks the launch order, spending
@@ -390,10 +318,12 @@ static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const d
     const plan_set *p = st->p;
     const sim_costs *c = &st->o->costs;
     size_t n = (size_t)L->n + 1, ns = (size_t)L->nstreams;
-    uint8_t *sync = base_xcalloc(n, 1);
-    host_sync_points(p, L, li, st->host_sync, sync);
+    /* the synchronisation points in effect: the blocking points (plan_index) of the kinds selected */
+    unsigned kinds = (st->host_sync & SIM_SYNC_P2P ? PLAN_BLOCK_P2P : 0) |
+                     (st->host_sync & SIM_SYNC_NORM ? PLAN_BLOCK_NORM : 0) |
+                     (st->host_sync & SIM_SYNC_BATCH ? PLAN_BLOCK_BATCH : 0);
     li->nseg = 1;
-    for (int i = 0; i < L->n; i++) li->nseg += sync[i];
+    for (int i = 0; i < L->n; i++) li->nseg += (li->ix.block[i] & kinds) != 0;
     li->seg = base_xcalloc(n, sizeof *li->seg);
     li->hrel = base_xcalloc(n, sizeof *li->hrel);
     li->seg_len = base_xcalloc((size_t)li->nseg, sizeof *li->seg_len);
@@ -416,7 +346,7 @@ static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const d
         li->seg[i] = sg;
         li->hrel[i] = rel;
         cnt[in->stream]++;
-        if (sync[i]) {
+        if (li->ix.block[i] & kinds) {
             li->seg_len[sg] = t;
             memcpy(li->seg_need + (size_t)sg * ns, cnt, ns * sizeof *cnt);
             sg++;
@@ -425,7 +355,6 @@ static void prepare_host(sim_state *st, const plan_list *L, list_rt *li, const d
     }
     li->seg_len[sg] = t;
     free(cnt);
-    free(sync);
 }
 
 /* The group's rings: the flat one in rank order, and the hierarchical grid (fold.c). */
@@ -471,10 +400,12 @@ static int prepare(sim_state *st, base_error *e)
     }
     st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
     for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
-    for (int l = 0; l < p->nlists; l++)
-        if (st->li[l].used) prepare_list(st, l, kl_dur, kl_lead);
+    int rc = 0;
+    for (int l = 0; l < p->nlists && !rc; l++)
+        if (st->li[l].used) rc = prepare_list(st, l, kl_dur, kl_lead, e);
     free(kl_dur);
     free(kl_lead);
+    if (rc) return rc;
 
     sim_fold_plan(p, st->o, &st->fold);
     st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
@@ -494,30 +425,17 @@ static int prepare(sim_state *st, base_error *e)
         dv->streams_left = L->nstreams;
         dv->slot_rank = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *dv->slot_rank);
         dv->slot_alpha = base_xcalloc(4 * (size_t)L->ngroup_slots + 1, sizeof *dv->slot_alpha);
-        int dup = 0;
         for (int s = 0; s < L->ngroup_slots; s++) {
             const plan_group *g = &p->groups[slots[s]];
             for (int ph = 0; ph < 4; ph++) dv->slot_alpha[4 * s + ph] = -1;
             dv->slot_rank[s] = -1;
             for (int m = 0; m < g->n; m++)
                 if (g->devices[m] == d) dv->slot_rank[s] = m;
-            for (int t = 0; t < s; t++)
-                if (slots[t] == slots[s] && li->slot_ncoll[s] && li->slot_ncoll[t]) dup = 1;
+            /* a group's instances: the collectives of every slot naming it */
+            if (st->fold.first_sim[slots[s]] == d) ninst[slots[s]] += li->slot_ncoll[s];
         }
-        if (dup) {
-            /* two slots name one group: number its collectives across both, in launch order */
-            int32_t *cnt = base_xcalloc((size_t)p->ngroups + 1, sizeof *cnt);
-            dv->coll_seq = base_xcalloc((size_t)L->n + 1, sizeof *dv->coll_seq);
-            for (int i = 0; i < L->n; i++)
-                if (L->ins[i].op == PLAN_COLL) dv->coll_seq[i] = cnt[slots[L->ins[i].group]]++;
-            for (int g = 0; g < p->ngroups; g++)
-                if (st->fold.first_sim[g] == d) ninst[g] = cnt[g];
-            free(cnt);
-        } else {
-            for (int s = 0; s < L->ngroup_slots; s++) {
-                if (st->fold.first_sim[slots[s]] == d) ninst[slots[s]] += li->slot_ncoll[s];
-            }
-        }
+        /* two slots name one group: its collectives are numbered across both, in launch order */
+        dv->coll_seq = plan_index_device_coll_seq(&li->ix, p, d);
         for (int s = 0; s < L->ngroup_slots; s++)
             if (li->slot_ncoll[s] && dv->slot_rank[s] < 0) {
                 free(ninst);
@@ -540,8 +458,7 @@ static void state_free(sim_state *st)
     const plan_set *p = st->p;
     for (int l = 0; st->li && l < p->nlists; l++) {
         list_rt *li = &st->li[l];
-        free(li->soff), free(li->sidx), free(li->spos), free(li->aux), free(li->run), free(li->dur);
-        free(li->skey), free(li->slot_ncoll);
+        plan_index_free(&li->ix), free(li->dur), free(li->skey);
         free(li->seg), free(li->hrel), free(li->seg_len), free(li->seg_need);
     }
     for (int d = 0; st->dv && d < p->ndevices; d++) {

@@ -73,12 +73,14 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
 
 typedef struct list_rt {
     bool used;
-    int32_t *soff, *sidx, *spos; /* stream s runs sidx[soff[s] .. soff[s+1]); spos: position in its stream */
-    int32_t *aux;                /* WAIT: launch index of its record; COLL: sequence number on its slot */
-    int32_t *run;                /* SEND/RECV heading a sendrecv group: instructions in the group */
+    plan_index ix;               /* the list's index (plan.h); the arrays below are its own */
+    const int32_t *soff, *sidx, *spos; /* stream s runs sidx[soff[s] .. soff[s+1]); spos: position in its stream */
+    const int32_t *wait;         /* WAIT: launch index of its record */
+    const int32_t *coll_seq;     /* COLL: sequence number on its slot */
+    const int32_t *run;          /* SEND/RECV heading a sendrecv group: instructions in the group */
+    const int32_t *slot_ncoll;   /* per group slot: collectives issued through it */
     double *dur;                 /* COMPUTE: seconds */
     int32_t *skey;               /* per stream: global id of the stream's name */
-    int32_t *slot_ncoll;         /* per group slot: collectives issued through it */
     double model_flops, hw_flops;
     /* the host's issue clock (host_model): instruction i belongs to segment seg[i] (segments end
      * at the host's synchronisation points) and may start hrel[i] after the segment's base, the
