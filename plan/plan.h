@@ -15,6 +15,7 @@
 #ifndef PIPER_PLAN_PLAN_H
 #define PIPER_PLAN_PLAN_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -464,5 +465,8 @@ int32_t *plan_index_device_coll_seq(const plan_index *ix, const plan_set *p, int
  * peers and groups device `dev` sees (dev < 0: the list's own peers, no groups), enough to find
  * its line in the plan file. Safe on fields out of range. */
 void plan_instr_describe(base_buf *b, const plan_set *p, int list, int dev, int i);
+/* Sets *e to "device 3 (list 1) #12 free ...: MESSAGE" (dev < 0: "list 1 #12 ...: MESSAGE"), the
+ * one form in which plan/ names an instruction in an error; returns -1. */
+int plan_instr_errorv(base_error *e, const plan_set *p, int list, int dev, int i, const char *fmt, va_list ap);
 
 #endif /* PIPER_PLAN_PLAN_H */

@@ -148,18 +148,10 @@ static void describe(base_buf *b, const checker *c, int d, int i)
 static int fail_at(checker *c, int d, int i, const char *fmt, ...) BASE_PRINTF(4, 5);
 static int fail_at(checker *c, int d, int i, const char *fmt, ...)
 {
-    base_buf b = {0};
-    base_buf_printf(&b, "device %d (list %d) ", d, c->p->devices[d].list);
-    describe(&b, c, d, i);
-    base_buf_puts(&b, ": ");
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    plan_instr_errorv(c->e, c->p, c->p->devices[d].list, d, i, fmt, ap);
     va_end(ap);
-    base_buf_puts(&b, msg);
-    base_errorf(c->e, "%s", b.s);
-    base_buf_free(&b);
     c->failed = 1;
     return -1;
 }

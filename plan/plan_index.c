@@ -60,27 +60,33 @@ void plan_instr_describe(base_buf *b, const plan_set *p, int list, int dev, int 
     if (in->stage >= 0) base_buf_printf(b, " stage=%d", in->stage);
 }
 
-/* "device 3 (list 1) #12 wait ...: what; fix", naming the first device that runs the list (the
- * static check's form), or "list 1 #12 ..." when none does. */
+int plan_instr_errorv(base_error *e, const plan_set *p, int list, int dev, int i, const char *fmt, va_list ap)
+{
+    base_buf b = {0};
+    if (dev >= 0) base_buf_printf(&b, "device %d (list %d) ", dev, list);
+    else base_buf_printf(&b, "list %d ", list);
+    plan_instr_describe(&b, p, list, dev, i);
+    base_buf_puts(&b, ": ");
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    base_buf_puts(&b, msg);
+    base_errorf(e, "%s", b.s);
+    base_buf_free(&b);
+    return -1;
+}
+
+/* An error about instruction i of list l, naming the first device that runs the list (the
+ * static check's form), or only the list when none does. */
 static int fail_at(base_error *e, const plan_set *p, int l, int i, const char *fmt, ...) BASE_PRINTF(5, 6);
 static int fail_at(base_error *e, const plan_set *p, int l, int i, const char *fmt, ...)
 {
     int d = -1;
     for (int k = 0; k < p->ndevices && d < 0; k++)
         if (p->devices[k].list == l) d = k;
-    base_buf b = {0};
-    if (d >= 0) base_buf_printf(&b, "device %d (list %d) ", d, l);
-    else base_buf_printf(&b, "list %d ", l);
-    plan_instr_describe(&b, p, l, d, i);
-    base_buf_puts(&b, ": ");
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    plan_instr_errorv(e, p, l, d, i, fmt, ap);
     va_end(ap);
-    base_buf_puts(&b, msg);
-    base_errorf(e, "%s", b.s);
-    base_buf_free(&b);
     return -1;
 }
 
