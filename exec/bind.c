@@ -1,8 +1,8 @@
 /* bind.c — the binding layer (bind.h): one reading of a device's plan for every backend. Regions
  * first (placement, shards, the backend's layouts), then the computes (buffer roles and sizes,
  * activation buffers, workspaces, boundary slots), then the collectives (what each moves, ZeRO
- * pieces, storage sizes), then the data-parallel rank. The role inference sits in the
- * exec_bind_* functions of the next section and nowhere else. */
+ * pieces, storage sizes), then the data-parallel rank. The plan's roles and purposes are read
+ * (and checked against the instructions) in the exec_bind_* functions of the next section. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,39 +40,111 @@ int64_t exec_seg_chunk(const exec_region *R, const exec_seg *S, int g)
     return m;
 }
 
-/* ---------------------------------------------------------------- role inference
+/* ---------------------------------------------------------------- roles
  *
- * The plan does not yet say what a buffer or a collective is for: these functions infer it from
- * the shapes of instructions, as the lowering (sched/lower.c) writes them. When the plan format
- * carries each buffer's role and each collective's purpose, they read those fields instead, and
- * nothing else in the binding changes. */
+ * What a buffer or a collective is for is the plan's: plan_buffer.role and .region,
+ * plan_instr.purpose (docs/plan-format.md, "Roles, purposes and pieces"). These functions read
+ * it and check it against the shape of the instructions where the binding relies on both, so
+ * that a plan whose stated roles and instructions disagree is refused, naming the instruction,
+ * rather than computed some other way. A role or purpose `none` (a plan built by hand) is refused
+ * too where the binding needs it: the binding does not guess. */
 
-/* A ZeRO-3 gather: an all-gather of a region's parameter buffer (and, for the head under tied
- * embeddings, the embedding's) into one comm buffer, which then holds the whole parameters that
- * the region's passes read instead of the device's piece. */
-static bool exec_bind_is_zero3_gather(const exec_bind *b, const plan_instr *in)
+static const char *region_name(const exec_bind *b, int r)
 {
-    const plan_list *L = b->L;
-    return in->op == PLAN_COLL && in->coll == PLAN_ALL_GATHER && in->nreads >= 1 &&
-           in->nreads <= 2 && in->nwrites == 1 && L->bufs[in->reads[0]].mem == PLAN_MEM_PARAM &&
-           L->bufs[in->writes[0]].mem == PLAN_MEM_COMM && in->region >= 0 && in->region < b->nreg;
+    return r >= 0 && r < b->nreg ? b->reg[r].name : "-";
 }
 
-/* What a collective is for, from its buffers: none, the gradient-norm scalar (an all-reduce
- * without buffers); one activation or comm buffer, an activation collective; gradient buffers, a
- * data-parallel, TP or tied-pair sum (all-reduce) or a ZeRO reduce-scatter; parameter buffers, a
- * ZeRO all-gather. EXEC_COLL_NONE: a shape the binding does not know. */
-static exec_coll_kind exec_bind_coll_purpose(const exec_bind *b, const plan_instr *in)
+static const char *role_name(const exec_bind *b, int bb)
 {
-    if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0)
-        return in->coll == PLAN_ALL_REDUCE ? EXEC_COLL_SCALAR : EXEC_COLL_NONE;
-    int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-    plan_mem m = (plan_mem)b->L->bufs[ib].mem;
-    if (m == PLAN_MEM_COMM || m == PLAN_MEM_ACT) return EXEC_COLL_ACT;
-    if (m == PLAN_MEM_GRAD && in->coll == PLAN_ALL_REDUCE) return EXEC_COLL_GRAD_SUM;
-    if (m == PLAN_MEM_GRAD && in->coll == PLAN_REDUCE_SCATTER) return EXEC_COLL_GRAD_SCATTER;
-    if (m == PLAN_MEM_PARAM && in->coll == PLAN_ALL_GATHER) return EXEC_COLL_PARAM_GATHER;
-    return EXEC_COLL_NONE;
+    return plan_role_name((plan_role)b->L->bufs[bb].role);
+}
+
+/* Fails naming instruction i: its stated purpose or roles disagree with its buffers. */
+static int disagree(const exec_bind *b, int i, base_error *e)
+{
+    base_error_prefix(e, "the plan's purpose or roles disagree with its instructions: ");
+    return exec_bind_instr_error(b, i, e);
+}
+
+/* Whether collective i is a ZeRO-3 gather (purpose zero3_gather): it reads the region's
+ * param_piece (and, for the head under tied embeddings, a second buffer owned by the embedding:
+ * the token table) into one gathered buffer, which then holds the whole parameters that the
+ * region's passes read instead of the device's piece. 1 yes, 0 no, -1 when its shape
+ * disagrees. */
+static int exec_bind_is_zero3_gather(const exec_bind *b, int i, base_error *e)
+{
+    const plan_list *L = b->L;
+    const plan_instr *in = &L->ins[i];
+    if (in->op != PLAN_COLL || in->purpose != PLAN_PURPOSE_ZERO3_GATHER) return 0;
+    if (in->nreads < 1 || in->nreads > 2 || in->nwrites != 1 || in->region < 0 ||
+        in->region >= b->nreg || L->bufs[in->reads[0]].role != PLAN_ROLE_PARAM_PIECE ||
+        L->bufs[in->writes[0]].role != PLAN_ROLE_GATHERED) {
+        base_errorf(e, "a zero3_gather of %d buffers (the first of role %s) into %d (the first of "
+                       "role %s); it gathers a region's param_piece into one gathered buffer",
+                    in->nreads, in->nreads ? role_name(b, in->reads[0]) : "-", in->nwrites,
+                    in->nwrites ? role_name(b, in->writes[0]) : "-");
+        return disagree(b, i, e);
+    }
+    return 1;
+}
+
+/* What collective i is for, from its stated purpose, checked against what it reads: the
+ * gradient-norm scalar (grad_norm: no buffers); an activation collective (tp_fwd, tp_bwd,
+ * sp_regather, ep_dispatch, ep_combine: an activation or comm buffer); a gradient sum
+ * (dp_grad_sum, tp_grad_sync, tied_sum, pair_sum) or a ZeRO reduce-scatter (zero_scatter) of
+ * gradient buffers; a ZeRO all-gather (zero_update_gather, zero3_gather) of parameter buffers.
+ * EXEC_COLL_NONE with an error otherwise. */
+static exec_coll_kind exec_bind_coll_purpose(const exec_bind *b, int i, base_error *e)
+{
+    const plan_instr *in = &b->L->ins[i];
+    const bool bufless = in->nreads == 0 && in->nwrites == 0 && in->buf < 0;
+    const int ib = in->nreads > 0 ? in->reads[0] : in->buf;
+    const int m = ib >= 0 ? b->L->bufs[ib].mem : -1;
+    exec_coll_kind k = EXEC_COLL_NONE;
+    bool ok = false;
+    const char *wants = "";
+    switch ((plan_purpose)in->purpose) {
+    case PLAN_PURPOSE_GRAD_NORM:
+        k = EXEC_COLL_SCALAR, ok = bufless, wants = "no buffers (a scalar)";
+        break;
+    case PLAN_PURPOSE_TP_FWD:
+    case PLAN_PURPOSE_TP_BWD:
+    case PLAN_PURPOSE_SP_REGATHER:
+    case PLAN_PURPOSE_EP_DISPATCH:
+    case PLAN_PURPOSE_EP_COMBINE:
+        k = EXEC_COLL_ACT, ok = m == PLAN_MEM_COMM || m == PLAN_MEM_ACT;
+        wants = "an activation or comm buffer";
+        break;
+    case PLAN_PURPOSE_DP_GRAD_SUM:
+    case PLAN_PURPOSE_TP_GRAD_SYNC:
+    case PLAN_PURPOSE_TIED_SUM:
+    case PLAN_PURPOSE_PAIR_SUM:
+        k = EXEC_COLL_GRAD_SUM, ok = m == PLAN_MEM_GRAD, wants = "gradient buffers";
+        break;
+    case PLAN_PURPOSE_ZERO_SCATTER:
+        k = EXEC_COLL_GRAD_SCATTER, ok = m == PLAN_MEM_GRAD, wants = "gradient buffers";
+        break;
+    case PLAN_PURPOSE_ZERO_UPDATE_GATHER:
+    case PLAN_PURPOSE_ZERO3_GATHER:
+        k = EXEC_COLL_PARAM_GATHER, ok = m == PLAN_MEM_PARAM, wants = "parameter buffers";
+        break;
+    default:
+        base_errorf(e, "the collective states no purpose (purpose=%s); the %s reads what a "
+                       "collective is for from the plan: compile the program with piper-compile, "
+                       "or state its purpose (docs/plan-format.md, Purposes)",
+                    plan_purpose_name((plan_purpose)in->purpose), b->ops.who);
+        exec_bind_instr_error(b, i, e);
+        return EXEC_COLL_NONE;
+    }
+    if (!ok) {
+        base_errorf(e, "a %s collective moves %s, but this one %s%s",
+                    plan_purpose_name((plan_purpose)in->purpose), wants,
+                    bufless ? "has none" : "reads ",
+                    bufless ? "" : plan_mem_name((plan_mem)m));
+        disagree(b, i, e);
+        return EXEC_COLL_NONE;
+    }
+    return k;
 }
 
 /* What a buffer a compute touches is to it. */
@@ -82,65 +154,128 @@ typedef enum {
     BUF_SAVED_GATHER,   /* sequence parallelism: the re-gathered norm shards of the backward */
     BUF_GRAD,
     BUF_OPT,
-    BUF_ACT,            /* saved activations */
+    BUF_ACT,            /* saved or recomputed activations */
     BUF_WORK,           /* the pass's workspace */
     BUF_BOUNDARY,       /* a tensor handed to or from another region */
     BUF_ROUTE           /* the MoE route between a gate and its combine */
 } buf_use;
 
-/* The role from the buffer's memory category, what a collective marked it (gathered, saved
- * gather) and, for workspace buffers, which regions' computes touch it (exec_work_kinds). */
-static buf_use exec_bind_buf_role(const exec_bind *b, const uint8_t *wk, int bb)
+/* What buffer bb is to compute i, from its stated role; a gathered or regathered buffer must be
+ * one a zero3_gather or an sp_regather of the device fills. -1 with an error otherwise. */
+static int exec_bind_buf_role(const exec_bind *b, int i, int bb, buf_use *use, base_error *e)
 {
-    switch ((plan_mem)b->L->bufs[bb].mem) {
-    case PLAN_MEM_PARAM: return BUF_PARAM;
-    case PLAN_MEM_GRAD: return BUF_GRAD;
-    case PLAN_MEM_OPT: return BUF_OPT;
-    case PLAN_MEM_ACT: return BUF_ACT;
-    default: break;
+    switch ((plan_role)b->L->bufs[bb].role) {
+    case PLAN_ROLE_PARAMS:
+    case PLAN_ROLE_PARAM_PIECE: *use = BUF_PARAM; return 0;
+    case PLAN_ROLE_GRADS:
+    case PLAN_ROLE_GRAD_PIECE:
+    case PLAN_ROLE_MB_GRADS: *use = BUF_GRAD; return 0;
+    case PLAN_ROLE_OPT:
+    case PLAN_ROLE_OPT_PIECE: *use = BUF_OPT; return 0;
+    case PLAN_ROLE_SAVED:
+    case PLAN_ROLE_RECOMPUTED: *use = BUF_ACT; return 0;
+    case PLAN_ROLE_WORKSPACE: *use = BUF_WORK; return 0;
+    case PLAN_ROLE_BOUNDARY:
+    case PLAN_ROLE_COMM: *use = BUF_BOUNDARY; return 0;
+    case PLAN_ROLE_ROUTE: *use = BUF_ROUTE; return 0;
+    case PLAN_ROLE_GATHERED:
+        *use = BUF_GATHERED;
+        if (b->buf[bb].role == EXEC_BUF_GATHERED) return 0;
+        base_errorf(e, "buffer %s has role gathered, but no zero3_gather of this device fills it",
+                    buf_name(b, bb));
+        return disagree(b, i, e);
+    case PLAN_ROLE_REGATHERED:
+        *use = BUF_SAVED_GATHER;
+        if (b->buf[bb].saved_gather) return 0;
+        base_errorf(e, "buffer %s has role regathered, but no sp_regather of this device fills it",
+                    buf_name(b, bb));
+        return disagree(b, i, e);
+    case PLAN_ROLE_PIECES:
+        base_errorf(e, "a compute uses buffer %s, a reduce-scatter's received pieces (role "
+                       "pieces), which only its zero_scatter uses",
+                    buf_name(b, bb));
+        return disagree(b, i, e);
+    default:
+        base_errorf(e, "buffer %s states no role (role=%s); the %s binds buffers by the roles the "
+                       "plan states: compile the program with piper-compile, or state its role "
+                       "(docs/plan-format.md, Roles)",
+                    buf_name(b, bb), role_name(b, bb), b->ops.who);
+        return exec_bind_instr_error(b, i, e);
     }
-    if (b->buf[bb].role == EXEC_BUF_GATHERED) return BUF_GATHERED;
-    if (b->buf[bb].saved_gather) return BUF_SAVED_GATHER;
-    if (b->L->bufs[bb].mem == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_SPACE) return BUF_WORK;
-    if (b->L->bufs[bb].mem == PLAN_MEM_WORK && wk[bb] == EXEC_WORK_ROUTE) return BUF_ROUTE;
-    return BUF_BOUNDARY;
 }
 
-/* A tied head's backward writes two gradients: its own first, then the embedding's token table. */
-static bool exec_bind_grad_is_table(const exec_bind *b, const exec_region *R,
-                                    const exec_compute *cb, bool bwd, int side)
+/* The region whose gradient buffer bb, which compute i (cb, of region R) reads (side 0) or writes
+ * (side 1), is: its owner. A tied head's backward writes two gradients, its own first, then the
+ * embedding's token table (owner embed, *table); any other owner than the compute's region
+ * disagrees with the plan's instructions. -1 with an error. */
+static int exec_bind_grad_owner(const exec_bind *b, int i, const exec_region *R,
+                                const exec_compute *cb, bool bwd, int side, int bb, bool *table,
+                                base_error *e)
 {
-    return cb->gb >= 0 && bwd && side == 1 && R->kind == EXEC_HEAD && b->cfg->tied &&
-           b->embed_region >= 0;
+    const int owner = b->L->bufs[bb].region;
+    *table = owner >= 0 && owner != cb->region && owner == b->embed_region;
+    const bool second = cb->gb >= 0 && bwd && side == 1 && R->kind == EXEC_HEAD && b->cfg->tied &&
+                        b->embed_region >= 0;
+    if (owner == cb->region && !second) return owner;
+    if (*table && second) return owner;
+    base_errorf(e, "gradient buffer %s is owned by region %s, but %s of region %s; only a tied "
+                   "head's backward writes a second gradient, the embedding's",
+                buf_name(b, bb), region_name(b, owner),
+                second ? "it is the second gradient a tied head's backward writes"
+                       : "the compute is",
+                R->name);
+    return disagree(b, i, e);
 }
 
-/* The segments of region r that a gradient all-reduce over C's group sums: over the region's own
- * TP group the tensors every TP rank holds whole; over a group some member of which does not run
- * the region (the tied-embedding pair) the token table; else the whole block (data parallelism),
- * which only the group's first member counts in the gradient norm. -1 with an error for a group
- * the sum cannot be over. */
-static int exec_bind_sum_segments(exec_bind *b, exec_coll *C, int r, base_error *e)
+/* The segments of region r that gradient all-reduce i (C) sums, by its purpose: tp_grad_sync
+ * over the region's own TP group the tensors every TP rank holds whole; tied_sum over a group
+ * some member of which does not run the region (the tied-embedding pair) the token table;
+ * dp_grad_sum and pair_sum over replicas that all run it the whole block, which only the group's
+ * first member counts in the gradient norm. -1 with an error for a group the purpose cannot be
+ * over. */
+static int exec_bind_sum_segments(exec_bind *b, int i, exec_coll *C, int r, base_error *e)
 {
     exec_region *R = &b->reg[r];
-    if (C->group == R->tp_group) {
+    const plan_purpose pu = (plan_purpose)b->L->ins[i].purpose;
+    const bool holds = exec_group_holds(b->p, b->holds, C->group, r);
+    if (pu == PLAN_PURPOSE_TP_GRAD_SYNC) {
+        if (C->group != R->tp_group) {
+            base_errorf(e, "a tp_grad_sync of region %s over group %s, which is not its TP group",
+                        R->name, group_name(b, C->group));
+            return disagree(b, i, e);
+        }
         for (int t = 0; t < R->npar; t++)
             if (R->par[t].replicated) C->seg[C->nseg++] = exec_seg_at(r, R->par[t].offset, R->par[t].count);
-    } else if (!exec_group_holds(b->p, b->holds, C->group, r)) {
+    } else if (pu == PLAN_PURPOSE_TIED_SUM) {
+        if (holds || C->group == R->tp_group) {
+            base_errorf(e, "a tied_sum of region %s over group %s, every member of which runs "
+                           "the region; it sums the token table between the embedding and the head",
+                        R->name, group_name(b, C->group));
+            return disagree(b, i, e);
+        }
         if (R->kind == EXEC_EMBED && b->cfg->tied)
             C->seg[C->nseg++] = exec_seg_at(r, R->par[0].offset, R->par[0].count);
         else if (R->kind == EXEC_HEAD && R->ncopy)
             C->seg[C->nseg++] = exec_seg_at(r, R->copy.offset, R->ncopy);
-        else
-            return base_errorf(e, "region %s's gradient is summed over group %s, which has members "
-                                  "without the region, and it is not a tied embedding",
-                               R->name, group_name(b, C->group));
+        else {
+            base_errorf(e, "a tied_sum of region %s's gradient, which holds no tied token table",
+                        R->name);
+            return disagree(b, i, e);
+        }
+    } else if (C->group == R->tp_group || !holds) {
+        base_errorf(e, "a %s of region %s over group %s, %s; it sums the whole gradient over "
+                       "replicas that all run the region",
+                    plan_purpose_name(pu), R->name, group_name(b, C->group),
+                    holds ? "its TP group" : "some member of which does not run the region");
+        return disagree(b, i, e);
     } else if (C->group == R->ep_group) {
-        return base_errorf(e, "the plan sums region %s's gradients over its expert-parallel group "
-                              "%s, whose members hold different experts; expert gradients may be "
-                              "summed only over devices that hold the same experts (none when the "
-                              "expert- and data-parallel degrees are equal): the compiler should "
-                              "leave them out of this reduction",
-                           R->name, group_name(b, C->group));
+        base_errorf(e, "the plan sums region %s's gradients over its expert-parallel group "
+                       "%s, whose members hold different experts; expert gradients may be "
+                       "summed only over devices that hold the same experts (none when the "
+                       "expert- and data-parallel degrees are equal): the compiler should "
+                       "leave them out of this reduction",
+                    R->name, group_name(b, C->group));
+        return exec_bind_instr_error(b, i, e);
     } else {
         C->seg[C->nseg++] = exec_seg_at(r, 0, R->nstore);
         if (C->grank > 0) R->norm_skip = true;
@@ -300,12 +435,10 @@ static int64_t pass_work_bytes(const exec_region *R, plan_pass pass, const exec_
 /* ---------------------------------------------------------------- computes */
 
 /* The working state of read_computes: per (region, micro-batch) the act buffer the latest
- * forward or recompute wrote and R's rebuilt one; every region's kind; every buffer's workspace
- * kind. */
+ * forward or recompute wrote and R's rebuilt one; every region's kind. */
 typedef struct compute_scan {
     int *act_cur, *act_rec;
     exec_region_kind *kinds;
-    uint8_t *wk;
 } compute_scan;
 
 /* Binds one buffer that compute i (cb, of region R) reads (side 0) or writes (side 1). */
@@ -318,7 +451,8 @@ static int bind_buffer(exec_bind *b, compute_scan *s, int i, const char *kid, ex
     const bool bwd = pass == PLAN_PASS_B || pass == PLAN_PASS_BI || pass == PLAN_PASS_BW;
     const int64_t k = (int64_t)r * b->nmb + mb;
     int rc = 0;
-    const buf_use use = exec_bind_buf_role(b, s->wk, bb);
+    buf_use use = BUF_BOUNDARY;
+    if (exec_bind_buf_role(b, i, bb, &use, e)) return -1;
     switch (use) {
     case BUF_PARAM:
         rc = set_role(b, i, bb, EXEC_BUF_PARAM, r, 0, e);
@@ -333,8 +467,10 @@ static int bind_buffer(exec_bind *b, compute_scan *s, int i, const char *kid, ex
         /* the optimizer step reads the kept gradient; a backward adds into its own (the same
          * buffer, or under ZeRO-2/3 its micro-batch's whole gradient), and a tied head's second
          * one is the embedding's */
-        const bool table = exec_bind_grad_is_table(b, R, cb, bwd, side);
-        rc = set_role(b, i, bb, EXEC_BUF_GRAD, table ? b->embed_region : r, 0, e);
+        bool table;
+        const int owner = exec_bind_grad_owner(b, i, R, cb, bwd, side, bb, &table, e);
+        if (owner < 0) return -1;
+        rc = set_role(b, i, bb, EXEC_BUF_GRAD, owner, 0, e);
         if (pass == PLAN_PASS_UPD) R->grad_buf = bb;
         else if (table) cb->egb = bb;
         else if (bwd && side == 1) cb->gb = bb;
@@ -346,6 +482,13 @@ static int bind_buffer(exec_bind *b, compute_scan *s, int i, const char *kid, ex
         return rc;
     case BUF_ACT:
         if (pass == PLAN_PASS_UPD) return 0;
+        if (fwd && side == 1 &&
+            b->L->bufs[bb].role != (pass == PLAN_PASS_F ? PLAN_ROLE_SAVED : PLAN_ROLE_RECOMPUTED)) {
+            base_errorf(e, "%s writes activation buffer %s of role %s; a forward writes what it "
+                           "keeps (saved), a recompute what it rebuilds (recomputed)",
+                        kid, buf_name(b, bb), role_name(b, bb));
+            return disagree(b, i, e);
+        }
         if (fwd && side == 1 && pass == PLAN_PASS_R && R->act_mode != EXEC_ACT_ALL) {
             /* what R rebuilds; F's buffer (what it kept) stays the act */
             rc = set_role(b, i, bb, EXEC_BUF_ACT, r, R->act_rebuilt, e);
@@ -551,17 +694,22 @@ static int read_computes(exec_bind *b, base_error *e)
      * after its own parameters (tied) */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (!exec_bind_is_zero3_gather(b, in)) continue;
+        const int z3 = exec_bind_is_zero3_gather(b, i, e);
+        if (z3 < 0) return -1;
+        if (!z3) continue;
         exec_buf *B = &b->buf[in->writes[0]];
         B->role = EXEC_BUF_GATHERED;
         B->region = in->region;
         B->bytes = b->reg[in->region].nstore * b->ops.param_elem;
         if (in->nreads == 2) {
-            if (L->bufs[in->reads[1]].mem != PLAN_MEM_PARAM || b->reg[in->region].kind != EXEC_HEAD ||
-                !b->cfg->tied || b->embed_region < 0 || !b->reg[b->embed_region].here) {
-                base_errorf(e, "an all-gather of two parameter buffers that is not the head's "
-                               "gather of the tied token table");
-                return exec_bind_instr_error(b, i, e);
+            if (L->bufs[in->reads[1]].mem != PLAN_MEM_PARAM || b->embed_region < 0 ||
+                L->bufs[in->reads[1]].region != b->embed_region ||
+                b->reg[in->region].kind != EXEC_HEAD || !b->cfg->tied ||
+                !b->reg[b->embed_region].here) {
+                base_errorf(e, "a zero3_gather of two parameter buffers that is not the head's "
+                               "gather of the tied token table (a second buffer owned by the "
+                               "embedding)");
+                return disagree(b, i, e);
             }
             B->table = true;
             B->bytes += b->reg[b->embed_region].par[0].count * b->ops.param_elem;
@@ -570,7 +718,7 @@ static int read_computes(exec_bind *b, base_error *e)
     /* sequence parallelism's backward re-gathers (sched/dir_shard.c): the kernels keep their
      * device's rows of the norm input and output, the leading bytes of the act buffer, which the
      * plan all-gathers for the backward into [input | output] pairs of every rank (xg) */
-    exec_mark_saved_gathers(b->p, b->dev, b->buf);
+    if (exec_mark_saved_gathers(b->p, b->dev, b->buf, e) < 0) return -1;
     if (act_modes(b, e)) return -1;
     compute_scan s;
     const int64_t nk = (int64_t)b->nreg * b->nmb;
@@ -579,15 +727,12 @@ static int read_computes(exec_bind *b, base_error *e)
     for (int64_t k = 0; k < nk; k++) s.act_cur[k] = s.act_rec[k] = -1;
     s.kinds = base_xcalloc((size_t)b->nreg + 1, sizeof *s.kinds);
     for (int r = 0; r < b->nreg; r++) s.kinds[r] = b->reg[r].kind;
-    s.wk = base_xcalloc((size_t)L->nbufs + 1, 1);
-    exec_work_kinds(L, s.kinds, b->nreg, s.wk);
     int rc = 0;
     for (int i = 0; i < L->n && !rc; i++)
         if (L->ins[i].op == PLAN_COMPUTE) rc = bind_compute(b, &s, i, e);
     free(s.act_cur);
     free(s.act_rec);
     free(s.kinds);
-    free(s.wk);
     if (rc) return -1;
     /* outputs into slots: the size is what the next region reads; a slot written and never read
      * on this device means the tensor had nowhere to go */
@@ -647,7 +792,7 @@ static int bind_region_coll(exec_bind *b, int i, exec_coll *C, base_error *e)
         exec_region *R = &b->reg[r];
         const int seg0 = C->nseg;
         if (C->kind == EXEC_COLL_GRAD_SUM) {
-            if (exec_bind_sum_segments(b, C, r, e)) return exec_bind_instr_error(b, i, e);
+            if (exec_bind_sum_segments(b, i, C, r, e)) return -1;
         } else if (C->group == R->tp_group || C->group == R->ep_group) {
             base_errorf(e, "%s of region %s's %s over its own TP/EP group; the %s supports ZeRO "
                            "over data-parallel groups only",
@@ -657,7 +802,8 @@ static int bind_region_coll(exec_bind *b, int i, exec_coll *C, base_error *e)
         } else {
             C->seg[C->nseg++] = exec_seg_at(r, 0, R->nstore); /* ZeRO: the region's block */
         }
-        const int piece = grads ? exec_grad_segs_bind(C, seg0, in, bb, b->buf, r, R->grad_buf) : 0;
+        const int piece =
+            grads ? exec_grad_segs_bind(C, seg0, b->L, in, bb, b->buf, r, R->grad_buf) : 0;
         if (piece < 0) {
             base_errorf(e, "a reduce-scatter of %s's whole gradient (%s) writes no buffer that the "
                            "region's optimizer step reads; the %s cannot tell where the device's "
@@ -680,7 +826,13 @@ static int bind_region_coll(exec_bind *b, int i, exec_coll *C, base_error *e)
         return 0;
     }
     if (C->kind == EXEC_COLL_PARAM_GATHER) {
-        const bool zero3 = in->nwrites == 1 && b->buf[in->writes[0]].role == EXEC_BUF_GATHERED;
+        const bool zero3 = in->purpose == PLAN_PURPOSE_ZERO3_GATHER;
+        if (!zero3 && in->nwrites > 0) {
+            base_errorf(e, "a zero_update_gather writes buffer %s (role %s); it gathers the "
+                           "updated pieces into the parameter buffers it reads, in place",
+                        buf_name(b, in->writes[0]), role_name(b, in->writes[0]));
+            return disagree(b, i, e);
+        }
         if (!zero3) /* into the parameter buffers themselves: they hold the whole block */
             for (int s = 0; s < C->nseg; s++) b->reg[C->seg[s].region].reads_whole = true;
         if (zero3) {
@@ -715,8 +867,50 @@ static int bind_region_coll(exec_bind *b, int i, exec_coll *C, base_error *e)
     }
     /* the plan's receive buffer of the pieces (sched/lower.c), when it names one */
     if (C->kind == EXEC_COLL_GRAD_SCATTER && in->buf >= 0 &&
+        b->L->bufs[in->buf].role != PLAN_ROLE_PIECES) {
+        base_errorf(e, "a zero_scatter receives into buffer %s of role %s; its buffer holds the "
+                       "received pieces (role pieces)",
+                    buf_name(b, in->buf), role_name(b, in->buf));
+        return disagree(b, i, e);
+    }
+    if (C->kind == EXEC_COLL_GRAD_SCATTER && in->buf >= 0 &&
         set_role(b, i, in->buf, EXEC_BUF_COMM, C->seg[0].region, C->chunk * b->ops.grad_elem, e))
         return -1;
+    return 0;
+}
+
+/* The ZeRO pieces the binding derived for region R (the parameters when every pass but the
+ * update reads a gathered copy, `param_piece`; the kept gradient when micro-batches'
+ * zero_scatters add into it; the optimizer state when a zero_scatter makes the piece) must be
+ * the roles the plan states for its buffers (param_piece, grad_piece, opt_piece): a plan that
+ * says otherwise would have the device keep a piece where it reads the whole, or the reverse. */
+static int piece_roles_check(const exec_bind *b, const exec_region *R, bool param_piece,
+                             base_error *e)
+{
+    const struct {
+        int buf;
+        bool piece;
+        plan_role whole, part;
+        const char *why;
+    } k[] = {
+        {R->param_buf, param_piece, PLAN_ROLE_PARAMS, PLAN_ROLE_PARAM_PIECE,
+         "its passes read only gathered copies"},
+        {R->grad_buf, R->grad_piece, PLAN_ROLE_GRADS, PLAN_ROLE_GRAD_PIECE,
+         "zero_scatters add their pieces into it"},
+        {R->opt_buf, R->scatter_group >= 0, PLAN_ROLE_OPT, PLAN_ROLE_OPT_PIECE,
+         "a zero_scatter makes the piece its update steps"},
+    };
+    for (size_t q = 0; q < BASE_COUNT(k); q++) {
+        if (k[q].buf < 0) continue;
+        const plan_role stated = (plan_role)b->L->bufs[k[q].buf].role;
+        if (stated == (k[q].piece ? k[q].part : k[q].whole)) continue;
+        return base_errorf(e, "device %d: buffer %s of region %s has role %s, but the plan's "
+                              "instructions make it %s (%s); the plan's roles disagree with its "
+                              "instructions",
+                           b->dev, buf_name(b, k[q].buf), R->name, plan_role_name(stated),
+                           plan_role_name(k[q].piece ? k[q].part : k[q].whole),
+                           k[q].piece ? k[q].why : "no instruction makes a ZeRO piece of it");
+    }
     return 0;
 }
 
@@ -733,7 +927,7 @@ static int read_collectives(exec_bind *b, base_error *e)
         if (in->op != PLAN_COLL) continue;
         exec_coll *C = &b->coll[i];
         if (exec_coll_open(p, b->dev, i, C, e)) return exec_bind_instr_error(b, i, e);
-        C->kind = exec_bind_coll_purpose(b, in);
+        C->kind = exec_bind_coll_purpose(b, i, e);
         int rc = 0;
         switch (C->kind) {
         case EXEC_COLL_SCALAR: break;
@@ -741,26 +935,7 @@ static int read_collectives(exec_bind *b, base_error *e)
         case EXEC_COLL_GRAD_SUM:
         case EXEC_COLL_GRAD_SCATTER:
         case EXEC_COLL_PARAM_GATHER: rc = bind_region_coll(b, i, C, e); break;
-        case EXEC_COLL_NONE: {
-            if (in->nreads == 0 && in->nwrites == 0 && in->buf < 0)
-                base_errorf(e, "a %s without buffers; the %s reads a bufferless collective as the "
-                               "sum of a scalar (the gradient norm)",
-                            plan_coll_name((plan_coll)in->coll), b->ops.who);
-            else {
-                plan_mem m = (plan_mem)L->bufs[in->nreads > 0 ? in->reads[0] : in->buf].mem;
-                if (m != PLAN_MEM_GRAD && m != PLAN_MEM_PARAM)
-                    base_errorf(e, "a collective over %s buffers; the %s knows activations, "
-                                   "gradients and parameters",
-                                plan_mem_name(m), b->ops.who);
-                else
-                    base_errorf(e, "a %s of %s; the %s knows all-reduce and reduce-scatter of "
-                                   "gradients and all-gather of parameters",
-                                plan_coll_name((plan_coll)in->coll),
-                                m == PLAN_MEM_GRAD ? "gradients" : "parameters", b->ops.who);
-            }
-            rc = exec_bind_instr_error(b, i, e);
-            break;
-        }
+        case EXEC_COLL_NONE: rc = -1; break;
         }
         if (rc) return -1;
     }
@@ -784,6 +959,7 @@ static int read_collectives(exec_bind *b, base_error *e)
         exec_region *R = &b->reg[r];
         const int64_t lo = R->upd_lo, np = R->upd_hi - R->upd_lo;
         const bool piece = R->param_buf >= 0 && R->gathered && !R->reads_whole && R->scatter_group >= 0;
+        if (piece_roles_check(b, R, piece, e)) return -1;
         R->param_lo = piece ? lo : 0;
         R->param_n = piece ? np : R->nstore;
         R->grad_lo = R->grad_piece ? lo : 0;

@@ -8,10 +8,11 @@
  * storage element sizes, its kernel table and its name in messages. What a backend does not
  * support it refuses after exec_bind_open, from the binding.
  *
- * What a buffer or a collective is for is, today, inferred from instruction shapes (an all-gather
- * of a parameter buffer into a comm buffer is a ZeRO-3 gather, a collective without buffers the
- * gradient-norm scalar); that inference lives in bind.c's exec_bind_* role functions only, so
- * that once the plan states roles and purposes those functions read them instead.
+ * What a buffer or a collective is for is the plan's: each buffer's role and owner region, each
+ * collective's purpose (plan/plan.h, docs/plan-format.md "Roles, purposes and pieces"). bind.c's
+ * role functions read them and check them against the instructions' shapes, so that a plan whose
+ * stated roles and instructions disagree, or that states none, is refused naming the instruction
+ * rather than computed some other way.
  *
  * The rules under it (region names, placement, ZeRO pieces, boundary slots, sizes through
  * activation collectives) are plan_layout.h's. Plain C over plan/plan.h and exec/model.h. */

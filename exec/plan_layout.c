@@ -122,47 +122,6 @@ int exec_aux_kind(const char *kid)
     return 0;
 }
 
-void exec_work_kinds(const plan_list *L, const exec_region_kind *kinds, int nreg, uint8_t *out)
-{
-    int *region = base_xmalloc((size_t)(L->nbufs + 1) * sizeof *region);
-    for (int b = 0; b < L->nbufs; b++) {
-        out[b] = L->bufs[b].mem == PLAN_MEM_WORK ? EXEC_WORK_SPACE : EXEC_WORK_NONE;
-        region[b] = -1;
-    }
-    bool *gate = base_xcalloc((size_t)(L->nbufs + 1), sizeof *gate);
-    bool *combine = base_xcalloc((size_t)(L->nbufs + 1), sizeof *combine);
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        if (in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL) {
-            if (in->buf >= 0 && in->buf < L->nbufs && out[in->buf] == EXEC_WORK_SPACE)
-                out[in->buf] = EXEC_WORK_BOUNDARY;
-            for (int side = 0; side < 2; side++)
-                for (int q = 0; q < (side ? in->nwrites : in->nreads); q++) {
-                    int b = side ? in->writes[q] : in->reads[q];
-                    if (b >= 0 && b < L->nbufs && out[b] == EXEC_WORK_SPACE) out[b] = EXEC_WORK_BOUNDARY;
-                }
-            continue;
-        }
-        if (in->op != PLAN_COMPUTE) continue;
-        for (int side = 0; side < 2; side++)
-            for (int q = 0; q < (side ? in->nwrites : in->nreads); q++) {
-                int b = side ? in->writes[q] : in->reads[q];
-                if (b < 0 || b >= L->nbufs || L->bufs[b].mem != PLAN_MEM_WORK) continue;
-                if (region[b] >= 0 && region[b] != in->region) out[b] = EXEC_WORK_BOUNDARY;
-                region[b] = in->region;
-                if (in->region >= 0 && in->region < nreg) {
-                    gate[b] |= kinds[in->region] == EXEC_MOE_GATE;
-                    combine[b] |= kinds[in->region] == EXEC_MOE_COMBINE;
-                }
-            }
-    }
-    for (int b = 0; b < L->nbufs; b++)
-        if (out[b] == EXEC_WORK_BOUNDARY && gate[b] && combine[b]) out[b] = EXEC_WORK_ROUTE;
-    free(region);
-    free(gate);
-    free(combine);
-}
-
 int *exec_bind_boundary(exec_bind_slots *s, bool fwd, int side, bool route)
 {
     if (fwd) return side == 0 ? (route ? &s->x2b : &s->xb) : (route ? &s->y2b : &s->yb);
@@ -241,19 +200,19 @@ void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf)
             int g = plan_dev_group(p, dev, in), n = p->groups[g].n;
             int ib = in->nreads > 0 ? in->reads[0] : in->buf;
             int ob = in->nwrites > 0 ? in->writes[0] : ib;
-            if (ib < 0 || L->bufs[ib].mem != PLAN_MEM_COMM || ob == ib) continue;
+            if (ib < 0 || L->bufs[ib].role != PLAN_ROLE_COMM || ob == ib) continue;
             exec_buf *I = &buf[ib], *O = &buf[ob];
             int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1;
             int64_t div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
             if (I->bytes && !O->bytes) {
                 O->bytes = I->bytes * mul / div;
                 O->role = EXEC_BUF_COMM;
-                O->region = I->region;
+                O->region = L->bufs[ob].region;
                 changed = true;
             } else if (O->bytes && !I->bytes) {
                 I->bytes = O->bytes * div / mul;
                 I->role = EXEC_BUF_COMM;
-                I->region = O->region;
+                I->region = L->bufs[ib].region;
                 changed = true;
             }
         }
@@ -261,16 +220,22 @@ void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf)
     }
 }
 
-int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf)
+int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf, base_error *e)
 {
     const plan_list *L = plan_dev_list(p, dev);
     int n = 0;
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->coll != PLAN_ALL_GATHER || in->nreads != 1 ||
-            in->nwrites != 1 || L->bufs[in->reads[0]].mem != PLAN_MEM_ACT ||
-            L->bufs[in->writes[0]].mem != PLAN_MEM_COMM)
-            continue;
+        if (in->op != PLAN_COLL || in->purpose != PLAN_PURPOSE_SP_REGATHER) continue;
+        const int rd = in->nreads == 1 ? L->bufs[in->reads[0]].role : PLAN_ROLE_NONE;
+        if (in->nwrites != 1 || (rd != PLAN_ROLE_SAVED && rd != PLAN_ROLE_RECOMPUTED) ||
+            L->bufs[in->writes[0]].role != PLAN_ROLE_REGATHERED) {
+            base_errorf(e, "an sp_regather reads %d buffers and writes %d; it reads one saved or "
+                           "recomputed buffer and writes one regathered buffer: the plan's "
+                           "purpose or roles are wrong",
+                        in->nreads, in->nwrites);
+            return exec_instr_error(p, dev, i, e);
+        }
         exec_buf *B = &buf[in->writes[0]];
         B->saved_gather = true;
         B->role = EXEC_BUF_COMM;
@@ -329,16 +294,19 @@ int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *
     return 0;
 }
 
-int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, const exec_buf *buf,
-                        int r, int kept)
+int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_list *L, const plan_instr *in, int bb,
+                        const exec_buf *buf, int r, int kept)
 {
     int piece = 0;
     for (int s = seg0; s < C->nseg; s++) {
         C->seg[s].buf = bb;
-        if (in->coll != PLAN_REDUCE_SCATTER || in->nwrites == 0) continue;
+        if (in->purpose != PLAN_PURPOSE_ZERO_SCATTER || in->nwrites == 0) continue;
         for (int w = 0; w < in->nwrites; w++) {
-            const exec_buf *W = &buf[in->writes[w]];
-            if (in->writes[w] != bb && W->role == EXEC_BUF_GRAD && W->region == r) C->seg[s].out = in->writes[w];
+            const int wb = in->writes[w];
+            const plan_buffer *P = &L->bufs[wb];
+            if (wb != bb && P->role == PLAN_ROLE_GRAD_PIECE && P->region == r &&
+                buf[wb].role == EXEC_BUF_GRAD && buf[wb].region == r)
+                C->seg[s].out = wb;
         }
         if (C->seg[s].out < 0 || C->seg[s].out != kept) return -1;
         piece = 1;
@@ -353,8 +321,9 @@ int exec_dp_rank_find(const plan_set *p, const plan_list *L, const exec_coll *co
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         const exec_coll *C = &coll[i];
-        bool grads = C->kind == EXEC_COLL_GRAD_SUM || C->kind == EXEC_COLL_GRAD_SCATTER;
-        if (in->op != PLAN_COLL || !grads) continue;
+        if (in->op != PLAN_COLL || (in->purpose != PLAN_PURPOSE_DP_GRAD_SUM &&
+                                    in->purpose != PLAN_PURPOSE_ZERO_SCATTER))
+            continue;
         if (C->group == tp_group || C->group == ep_group || C->gsize != dp_size) continue;
         bool reads = false;
         for (int q = 0; q < in->nreads; q++) reads |= in->reads[q] == grad_buf;
@@ -406,11 +375,11 @@ bool exec_sequence_parallel(const plan_set *p, int dev, int r, int tp_group)
     const plan_list *L = plan_dev_list(p, dev);
     for (int i = 0; i < L->n && tp_group >= 0; i++) {
         const plan_instr *in = &L->ins[i];
-        if (in->op != PLAN_COLL || in->region != r || plan_dev_group(p, dev, in) != tp_group ||
-            (in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER))
-            continue;
-        int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-        if (ib >= 0 && (L->bufs[ib].mem == PLAN_MEM_COMM || L->bufs[ib].mem == PLAN_MEM_ACT)) return true;
+        const bool tp = in->purpose == PLAN_PURPOSE_TP_FWD || in->purpose == PLAN_PURPOSE_TP_BWD;
+        if (in->op == PLAN_COLL && tp && in->region == r &&
+            plan_dev_group(p, dev, in) == tp_group &&
+            (in->coll == PLAN_REDUCE_SCATTER || in->coll == PLAN_ALL_GATHER))
+            return true;
     }
     return false;
 }
@@ -423,8 +392,9 @@ void exec_plan_act_bytes(const plan_list *L, int r, int64_t *fb, int64_t *rb)
         if (in->op != PLAN_COMPUTE || in->region != r ||
             (in->pass != PLAN_PASS_F && in->pass != PLAN_PASS_R))
             continue;
+        const plan_role kept = in->pass == PLAN_PASS_F ? PLAN_ROLE_SAVED : PLAN_ROLE_RECOMPUTED;
         for (int q = 0; q < in->nwrites; q++)
-            if (L->bufs[in->writes[q]].mem == PLAN_MEM_ACT) {
+            if (L->bufs[in->writes[q]].role == kept) {
                 int64_t *dst = in->pass == PLAN_PASS_F ? fb : rb;
                 if (*dst < 0) *dst = L->bufs[in->writes[q]].bytes;
             }

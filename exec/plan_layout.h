@@ -17,8 +17,8 @@
 #include "model.h"
 
 /* What a plan buffer of the device is to a backend, and the backend's own size and storage of
- * it. The role comes from how the computes use the buffer (and, for GATHERED, a ZeRO-3 all-gather
- * that fills a comm buffer with a region's whole parameters): exec/bind.c's role functions. */
+ * it. The role is the plan's (plan_buffer.role), as exec/bind.c's role functions read it and
+ * check it against the instructions that use the buffer. */
 typedef enum {
     EXEC_BUF_NONE,
     EXEC_BUF_PARAM,
@@ -84,16 +84,19 @@ typedef struct exec_coll {
 } exec_coll;
 
 /* Sequence parallelism's backward re-gathers: marks (exec_buf.saved_gather, role COMM, the
- * all-gather's region) the comm buffer each all-gather of an activation buffer writes; the
- * backend sizes it in its own layout. Returns how many. */
-int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf);
-/* Sequence parallelism: a tensor-parallel region r whose boundary tensors the plan all-gathers or
- * reduce-scatters over its TP group (rather than all-reducing them) holds b*s/tp tokens outside
- * its TP-split GEMMs; its kernels then keep that share of their rows (exec_shard.sp). */
+ * all-gather's region) the regathered buffer each sp_regather writes; the backend sizes it in its
+ * own layout. Returns how many, or -1 (naming the instruction) when an sp_regather does not read
+ * one saved or recomputed buffer into one regathered buffer. */
+int exec_mark_saved_gathers(const plan_set *p, int dev, exec_buf *buf, base_error *e);
+/* Sequence parallelism: a tensor-parallel region r whose tp_fwd or tp_bwd collectives over its
+ * TP group are all-gathers or reduce-scatters (piece even, rather than all-reduces) holds b*s/tp
+ * tokens outside its TP-split GEMMs; its kernels then keep that share of their rows
+ * (exec_shard.sp). */
 bool exec_sequence_parallel(const plan_set *p, int dev, int r, int tp_group);
 
-/* A region's recompute mode from the plan: the bytes of its first forward's activation buffer
- * (*fb) and its first recompute's (*rb) on list L, -1 where there is none; then the mode whose
+/* A region's recompute mode from the plan: the bytes of the first saved buffer its forward
+ * writes (*fb) and of the first recomputed buffer its recompute writes (*rb) on list L, -1 where
+ * there is none; then the mode whose
  * split of the backend's act buffer (split: *kept for F, *rebuilt for R) is those sizes, so that
  * what F keeps and what R rebuilds are the plan's tensors. *mode is EXEC_ACT_ALL when no mode
  * matches (F and R then keep the whole layout each). Both executors read plans so. */
@@ -110,17 +113,19 @@ static inline int64_t exec_work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
  * the device's position (in, out, comm: -1). Fails when the device is not a member. */
 int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *e);
 
-/* The gradient segments [seg0, C->nseg) of region r that collective `in` reads from buffer bb
- * live there (exec_seg.buf). A ZeRO-2/3 reduce-scatter that writes adds each segment's piece into
- * the region's gradient buffer among its writes (exec_seg.out), which must be the region's kept
- * gradient `kept`, the one its optimizer step reads. Returns 1 when the segments go into `kept`
- * as a piece, 0 when they stay in place, -1 when the writes name no such buffer. */
-int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_instr *in, int bb, const exec_buf *buf,
-                        int r, int kept);
+/* The gradient segments [seg0, C->nseg) of region r that collective `in` of list L reads from
+ * buffer bb live there (exec_seg.buf). A ZeRO-2/3 zero_scatter that writes adds each segment's
+ * piece into the buffer among its writes of role grad_piece owned by r (exec_seg.out), which must
+ * be the region's kept gradient `kept`, the one its optimizer step reads. Returns 1 when the
+ * segments go into `kept` as a piece, 0 when they stay in place, -1 when the writes name no such
+ * buffer. */
+int exec_grad_segs_bind(exec_coll *C, int seg0, const plan_list *L, const plan_instr *in, int bb,
+                        const exec_buf *buf, int r, int kept);
 
-/* The data-parallel rank of the device: its position in the first gradient reduction (sum or
- * reduce-scatter, coll[] per instruction of L) of region r0's gradient buffer over a group of
- * dp_size devices that all run r0, other than r0's TP and EP groups; -1 when there is none. */
+/* The data-parallel rank of the device: its position in the group of the first dp_grad_sum or
+ * zero_scatter (coll[] per instruction of L) that reads or writes region r0's gradient buffer,
+ * over a group of dp_size devices that all run r0, other than r0's TP and EP groups; -1 when
+ * there is none. */
 int exec_dp_rank_find(const plan_set *p, const plan_list *L, const exec_coll *coll,
                       bool *const *holds, int r0, int tp_group, int ep_group, int grad_buf,
                       int64_t dp_size);
@@ -198,16 +203,6 @@ static inline exec_bind_slots exec_bind_slots_none(void)
     return (exec_bind_slots){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 }
 
-/* What a workspace-category plan buffer (PLAN_MEM_WORK) of the device's list is: the workspace
- * of the one region whose computes touch it, or a tensor one region hands another (a boundary;
- * the route when it joins an MoE gate and its combine). Anything else touching it (a
- * communication) makes it a boundary too, so that the backends' checks name it. */
-typedef enum { EXEC_WORK_NONE, EXEC_WORK_SPACE, EXEC_WORK_BOUNDARY, EXEC_WORK_ROUTE } exec_work_kind;
-
-/* out[L->nbufs]: exec_work_kind of every buffer (NONE for the other categories); kinds[nreg]:
- * every region's kind. */
-void exec_work_kinds(const plan_list *L, const exec_region_kind *kinds, int nreg, uint8_t *out);
-
 /* The field of s a boundary buffer goes to: read (side 0) or written (side 1) by a forward or
  * recompute (fwd) or a backward, the route's fields when `route`. */
 int *exec_bind_boundary(exec_bind_slots *s, bool fwd, int side, bool route);
@@ -221,8 +216,9 @@ int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, i
                          plan_pass pass, const char *name, exec_bind_slots *s, base_error *e);
 
 /* The sizes of comm buffers that only collectives touch, from the other side of each activation
- * collective (an all-gather multiplies by the group size, a reduce-scatter divides), repeated
- * until nothing changes; a buffer sized here becomes a comm buffer of its partner's region.
+ * collective of comm buffers (an all-gather multiplies by the group size, a reduce-scatter
+ * divides), repeated until nothing changes; a buffer sized here becomes a comm buffer of its
+ * owner region (plan_buffer.region).
  * buf[]: the device's plan buffers (0 bytes: not known yet). */
 void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf);
 

@@ -7,28 +7,27 @@
  * How the plan is read (by exec/bind.c, for every backend; exec/README.md has the whole story):
  * - Regions are the plan's region names ("embed", "L3.attn", "L1.moe_gate", "head"), in model
  *   order; a compute's kernel identity must be of its region's kind.
- * - Buffers get their role from the instructions that use them: a compute's params/grads/
+ * - Buffers have the role and owner the plan states, checked against the instructions that use
+ *   them (a plan that disagrees, or states none, is refused): a compute's params/grads/
  *   optimizer buffers are its region's; the activation buffer a forward writes is the region's
  *   `act` for that micro-batch; a comm buffer a forward writes is its output, one it reads its
  *   input (likewise dx/dy for a backward); a collective's output takes its size from its input.
  *   Sizes are the kernels' (exec_region_sizes_get), not the plan's.
- * - Tensors that cross between regions on one device are the plan's workspace-category buffers
- *   that two regions' computes touch; one that a single region's computes touch is the pass's
- *   work buffer (exec_work_kinds). Plans without them (hand-written, older compilers) get slots
- *   keyed by (region, micro-batch), freed after their last reader, and per-pass work buffers of
- *   the executor's own.
+ * - Tensors that cross between regions on one device are the plan's buffers of role boundary
+ *   (route: between an MoE gate and its combine); one of role workspace is the pass's work
+ *   buffer. Plans without them (hand-written) get slots keyed by (region, micro-batch), freed
+ *   after their last reader, and per-pass work buffers of the executor's own.
  * - Parameters, gradients and optimizer state keep their storage across steps; parameters are
  *   initialised once, gradients zeroed when the plan allocates them.
- * - A collective that reads gradient (parameter) buffers works on regions: over the region's TP
- *   group it sums the tensors every TP rank holds whole (exec_param.replicated); over a group
- *   some member of which does not run the region (the tied-embedding pair) the token table; else
- *   the whole block. A reduce-scatter of gradient buffers is a ZeRO shard: each region's block
- *   is cut in group-size pieces of ceil(n / size), the device's piece being what its optimizer
- *   step updates and its parameter all-gather sends.
+ * - A collective that reads gradient (parameter) buffers works on regions, by its purpose: a
+ *   tp_grad_sync sums the tensors every TP rank holds whole (exec_param.replicated); a tied_sum
+ *   the token table; a dp_grad_sum or pair_sum the whole block. A zero_scatter is a ZeRO
+ *   shard: each region's block is cut in group-size pieces of ceil(n / size), the device's piece
+ *   being what its optimizer step updates and its parameter all-gather sends.
  * - The data-parallel rank (which global samples a device's micro-batches hold) is the device's
- *   position in the group of a gradient reduction of its first region, over a group whose every
- *   member runs that region and that is neither its TP nor its EP group; the data-parallel size
- *   is global_batch / (micro_batch x num_microbatches). */
+ *   position in the group of a dp_grad_sum or zero_scatter of its first region, over a group
+ *   whose every member runs that region and that is neither its TP nor its EP group; the
+ *   data-parallel size is global_batch / (micro_batch x num_microbatches). */
 #ifndef PIPER_EXEC_CPU_EXEC_H
 #define PIPER_EXEC_CPU_EXEC_H
 
