@@ -58,7 +58,7 @@ sg_mailbox_t sim_coll_mailbox(int g, int skey, int ph, int rank)
  * ask from an actor), cached per (device, group slot, phase). */
 double sim_hop_alpha(int d, int slot, int phase, int to)
 {
-    double *c = &S->dv[d].slot_alpha[4 * slot + phase];
+    double *c = &sim_replay_state->dv[d].slot_alpha[4 * slot + phase];
     if (*c >= 0) return *c;
     char name[32];
     snprintf(name, sizeof name, "gpu%d", to);
@@ -86,19 +86,19 @@ static void group_notify(group_rt *g)
 
 void sim_do_coll(stream_ctx *sc, int i)
 {
-    const plan_set *p = S->p;
+    const plan_set *p = sim_replay_state->p;
     int d = sc->dev;
-    dev_rt *dv = &S->dv[d];
+    dev_rt *dv = &sim_replay_state->dv[d];
     const plan_list *L = plan_dev_list(p, d);
-    const list_rt *li = &S->li[p->devices[d].list];
+    const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     const plan_instr *in = &L->ins[i];
     int g = plan_dev_group(p, d, in);
     const plan_group *grp = &p->groups[g];
     int n = grp->n;
     if (n <= 1) return;
     int seq = dv->coll_seq ? dv->coll_seq[i] : li->coll_seq[i];
-    coll_inst *ci = &S->inst[S->goff[g] + seq];
-    group_rt *gr = &S->gr[g];
+    coll_inst *ci = &sim_replay_state->inst[sim_replay_state->goff[g] + seq];
+    group_rt *gr = &sim_replay_state->gr[g];
     int rank = dv->slot_rank[in->group];
     int skey = li->skey[in->stream];
 
@@ -106,15 +106,15 @@ void sim_do_coll(stream_ctx *sc, int i)
      * simulated members; the others arrive with them, by symmetry) */
     if (++ci->arrived == gr->nsim) {
         for (int m = 0; m < n; m++)
-            if (S->fold.index[grp->devices[m]] == 0) sim_acct(&S->dv[grp->devices[m]], 0, 1);
+            if (sim_replay_state->fold.index[grp->devices[m]] == 0) sim_acct(&sim_replay_state->dv[grp->devices[m]], 0, 1);
         group_notify(gr);
     } else {
         group_wait(gr, &ci->arrived, gr->nsim);
     }
 
-    if (!S->o->costs.nocomm) {
+    if (!sim_replay_state->o->costs.nocomm) {
         sim_coll_call call = {sc, g, skey, in->group, rank, in->coll, (double)in->bytes};
-        sim_coll_algos[S->o->coll].run(&call);
+        sim_coll_algos[sim_replay_state->o->coll].run(&call);
         /* members finish together, when the last one's flows are done */
         if (++ci->finished == gr->nsim) group_notify(gr);
         else group_wait(gr, &ci->finished, gr->nsim);

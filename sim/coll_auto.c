@@ -53,8 +53,8 @@ void sim_group_grid_free(sim_group_grid *gg)
 
 void sim_coll_auto_run(const sim_coll_call *c)
 {
-    group_rt *gr = &S->gr[c->g];
-    int n = S->p->groups[c->g].n, kind = c->kind, rank = c->rank;
+    group_rt *gr = &sim_replay_state->gr[c->g];
+    int n = sim_replay_state->p->groups[c->g].n, kind = c->kind, rank = c->rank;
     double bytes = c->bytes;
     int hier = gr->gg.hier && (kind == PLAN_ALL_REDUCE || kind == PLAN_REDUCE_SCATTER || kind == PLAN_ALL_GATHER);
     if (!hier) {

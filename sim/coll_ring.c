@@ -27,8 +27,8 @@ void sim_ring_phase(const sim_coll_call *call, int ph, const coll_phase *c)
     stream_ctx *sc = call->sc;
     int g = call->g, skey = call->skey, slot = call->slot;
     int d = sc->dev;
-    dev_rt *dv = &S->dv[d];
-    const plan_group *grp = &S->p->groups[g];
+    dev_rt *dv = &sim_replay_state->dv[d];
+    const plan_group *grp = &sim_replay_state->p->groups[g];
     int n = c->n;
     if (n <= 1) return;
     int all = c->kind == PLAN_ALL_TO_ALL;
@@ -39,16 +39,16 @@ void sim_ring_phase(const sim_coll_call *call, int ph, const coll_phase *c)
     int sends = !(chain && c->pos == n - 1), recvs = !(chain && c->pos == 0);
     int me = c->sub[c->pos * c->stride];
     int next = c->sub[((c->pos + 1) % n) * c->stride];
-    if (S->gr[g].spanning) {
+    if (sim_replay_state->gr[g].spanning) {
         /* folded (fold.c): the member's flow goes out over its own links toward its successor
          * and comes back in over its own links, standing for its outgoing flow and, by symmetry,
          * its predecessor's incoming one; only rings of all-reduce, reduce-scatter, all-gather */
         int succ = grp->devices[next];
-        sg_host_t lh = dv->loop[S->p->devices[succ].node == S->p->devices[d].node ? 0 : 1];
+        sg_host_t lh = dv->loop[sim_replay_state->p->devices[succ].node == sim_replay_state->p->devices[d].node ? 0 : 1];
         double vol = factor * c->bytes;
         sg_host_sendto(sg_host_self(), lh, (double)sim_wire_bytes(vol));
         dv->bytes_sent += vol;
-        S->activities++;
+        sim_replay_state->activities++;
         if (steps > 1) sg_actor_sleep_for((steps - 1) * sim_hop_alpha(d, slot, ph, succ));
         return;
     }
@@ -65,17 +65,17 @@ void sim_ring_phase(const sim_coll_call *call, int ph, const coll_phase *c)
                 nc = 0;
             }
             int to = c->sub[((c->pos + j) % n) * c->stride];
-            comms[nc++] = sg_mailbox_put_async(sim_coll_mailbox(g, skey, ph, to), &S->dummy, sim_wire_bytes(chunk));
+            comms[nc++] = sg_mailbox_put_async(sim_coll_mailbox(g, skey, ph, to), &sim_replay_state->dummy, sim_wire_bytes(chunk));
             comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
             dv->bytes_sent += chunk;
-            S->activities++;
+            sim_replay_state->activities++;
         }
     } else {
         double vol = factor * c->bytes;
         if (sends) {
-            comms[nc++] = sg_mailbox_put_async(out_mb, &S->dummy, sim_wire_bytes(vol));
+            comms[nc++] = sg_mailbox_put_async(out_mb, &sim_replay_state->dummy, sim_wire_bytes(vol));
             dv->bytes_sent += vol;
-            S->activities++;
+            sim_replay_state->activities++;
         }
         if (recvs) comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
     }
@@ -89,8 +89,8 @@ void sim_ring_phase(const sim_coll_call *call, int ph, const coll_phase *c)
 /* The whole group as one ring in rank order. */
 void sim_coll_ring_run(const sim_coll_call *c)
 {
-    group_rt *gr = &S->gr[c->g];
-    coll_phase ring = {c->kind, c->bytes, gr->ring, S->p->groups[c->g].n, c->rank, 1};
+    group_rt *gr = &sim_replay_state->gr[c->g];
+    coll_phase ring = {c->kind, c->bytes, gr->ring, sim_replay_state->p->groups[c->g].n, c->rank, 1};
     sim_ring_phase(c, FLAT_PHASE, &ring);
 }
 

@@ -58,9 +58,9 @@ static void prepare_tree(group_rt *gr, int n)
 static void run_tree(stream_ctx *sc, int g, int skey, int slot, int rank, double bytes)
 {
     int d = sc->dev;
-    dev_rt *dv = &S->dv[d];
-    group_rt *gr = &S->gr[g];
-    const plan_group *grp = &S->p->groups[g];
+    dev_rt *dv = &sim_replay_state->dv[d];
+    group_rt *gr = &sim_replay_state->gr[g];
+    const plan_group *grp = &sim_replay_state->p->groups[g];
     int n = grp->n;
     if (!gr->tree) prepare_tree(gr, n);
     double half = bytes / 2;
@@ -72,10 +72,10 @@ static void run_tree(stream_ctx *sc, int g, int skey, int slot, int rank, double
             int peer = gr->tree[6 * rank + 3 * t + k];
             if (peer < 0) continue;
             if (first < 0) first = peer;
-            comms[nc++] = sg_mailbox_put_async(sim_coll_mailbox(g, skey, FLAT_PHASE, peer), &S->dummy, sim_wire_bytes(half));
+            comms[nc++] = sg_mailbox_put_async(sim_coll_mailbox(g, skey, FLAT_PHASE, peer), &sim_replay_state->dummy, sim_wire_bytes(half));
             comms[nc++] = sg_mailbox_get_async(in_mb, &sc->slot[0]);
             dv->bytes_sent += half;
-            S->activities++;
+            sim_replay_state->activities++;
         }
     sg_comm_wait_all(comms, (size_t)nc);
     if (first >= 0 && gr->tree_depth > 0) sg_actor_sleep_for((2 * gr->tree_depth - 1) * sim_hop_alpha(d, slot, 0, grp->devices[first]));

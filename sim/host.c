@@ -20,7 +20,7 @@
  * lists). Not with unit costs or free communication, whose closed forms know no launches. */
 void sim_host_comm_launch(void)
 {
-    const sim_costs *c = &S->o->costs;
+    const sim_costs *c = &sim_replay_state->o->costs;
     if (c->unit || c->nocomm || c->launch_overhead <= 0 || c->launch_model != SIM_LAUNCH_LIST) return;
     double t = c->launch_overhead * (1 - (c->launch_overlap > 0 ? c->launch_overlap : 0));
     if (t > 0) sg_actor_sleep_for(t);

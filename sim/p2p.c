@@ -23,19 +23,19 @@ static uint64_t xhash(int32_t a, int32_t b, int32_t c)
 /* Rehashes without the tombstones, doubling only when live entries fill a quarter or more. */
 static void xf_grow(void)
 {
-    size_t ocap = S->xcap, live = 0;
-    xfer_slot *old = S->xf;
+    size_t ocap = sim_replay_state->xcap, live = 0;
+    xfer_slot *old = sim_replay_state->xf;
     for (size_t i = 0; i < ocap; i++) live += old[i].used && (old[i].nsend || old[i].nrecv);
-    S->xcap = !ocap ? 1024 : 4 * (live + 1) > ocap ? 2 * ocap : ocap;
-    S->xf = base_xcalloc(S->xcap, sizeof *S->xf);
-    S->xused = 0;
+    sim_replay_state->xcap = !ocap ? 1024 : 4 * (live + 1) > ocap ? 2 * ocap : ocap;
+    sim_replay_state->xf = base_xcalloc(sim_replay_state->xcap, sizeof *sim_replay_state->xf);
+    sim_replay_state->xused = 0;
     for (size_t i = 0; i < ocap; i++) {
         const xfer_slot *o = &old[i];
         if (!o->used || (o->nsend == 0 && o->nrecv == 0)) continue;
-        size_t j = xhash(o->src, o->dst, o->tag) & (S->xcap - 1);
-        while (S->xf[j].used) j = (j + 1) & (S->xcap - 1);
-        S->xf[j] = *o;
-        S->xused++;
+        size_t j = xhash(o->src, o->dst, o->tag) & (sim_replay_state->xcap - 1);
+        while (sim_replay_state->xf[j].used) j = (j + 1) & (sim_replay_state->xcap - 1);
+        sim_replay_state->xf[j] = *o;
+        sim_replay_state->xused++;
     }
     free(old);
 }
@@ -43,11 +43,11 @@ static void xf_grow(void)
 /* Records a post; returns 1 when it matches the other side's (the transfer starts now). */
 static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
 {
-    if (2 * (S->xused + 1) > S->xcap) xf_grow();
-    size_t mask = S->xcap - 1, j = xhash(src, dst, tag) & mask;
+    if (2 * (sim_replay_state->xused + 1) > sim_replay_state->xcap) xf_grow();
+    size_t mask = sim_replay_state->xcap - 1, j = xhash(src, dst, tag) & mask;
     xfer_slot *free_slot = NULL;
-    for (; S->xf[j].used; j = (j + 1) & mask) {
-        xfer_slot *x = &S->xf[j];
+    for (; sim_replay_state->xf[j].used; j = (j + 1) & mask) {
+        xfer_slot *x = &sim_replay_state->xf[j];
         if (x->src == src && x->dst == dst && x->tag == tag) {
             int32_t *other = send ? &x->nrecv : &x->nsend;
             if (*other > 0) {
@@ -61,8 +61,8 @@ static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
         /* a tombstone (both counts 0): another key may take it once the probe shows that key absent */
         if (!free_slot && x->nsend == 0 && x->nrecv == 0) free_slot = x;
     }
-    xfer_slot *x = free_slot ? free_slot : &S->xf[j];
-    if (!free_slot) S->xused++;
+    xfer_slot *x = free_slot ? free_slot : &sim_replay_state->xf[j];
+    if (!free_slot) sim_replay_state->xused++;
     *x = (xfer_slot){src, dst, tag, send ? 1 : 0, send ? 0 : 1, 1};
     return 0;
 }
@@ -96,9 +96,9 @@ static void wait_all_counted(dev_rt *dv, sg_comm_t *comms, int n, const int *cou
 /* A run of `n` p2p instructions starting at stream position `pos`, posted together. */
 void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
 {
-    const plan_set *p = S->p;
+    const plan_set *p = sim_replay_state->p;
     int d = sc->dev;
-    dev_rt *dv = &S->dv[d];
+    dev_rt *dv = &sim_replay_state->dv[d];
     const plan_list *L = plan_dev_list(p, d);
     for (int base = 0; base < n; base += MAX_BATCH) {
         int m = n - base < MAX_BATCH ? n - base : MAX_BATCH;
@@ -109,18 +109,18 @@ void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
             int peer = plan_dev_peer(p, d, in), send = in->op == PLAN_SEND;
             int src = send ? d : peer, dst = send ? peer : d;
             sg_mailbox_t mb = p2p_mailbox(src, dst, in->tag);
-            long size = S->o->costs.nocomm ? 0 : sim_wire_bytes((double)in->bytes);
+            long size = sim_replay_state->o->costs.nocomm ? 0 : sim_wire_bytes((double)in->bytes);
             if (send) {
-                comms[k] = sg_mailbox_put_async(mb, &S->dummy, size);
+                comms[k] = sg_mailbox_put_async(mb, &sim_replay_state->dummy, size);
                 dv->bytes_sent += (double)in->bytes;
-                S->activities++;
+                sim_replay_state->activities++;
             } else {
                 comms[k] = sg_mailbox_get_async(mb, &sc->slot[k]);
             }
             counted[k] = 1;
             if (xf_post(src, dst, in->tag, send)) {
-                sim_acct(&S->dv[src], 0, 1);
-                sim_acct(&S->dv[dst], 0, 1);
+                sim_acct(&sim_replay_state->dv[src], 0, 1);
+                sim_acct(&sim_replay_state->dv[dst], 0, 1);
             }
         }
         wait_all_counted(dv, comms, m, counted);

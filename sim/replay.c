@@ -66,12 +66,12 @@ static double wall_now(void)
 
 static void progress_tick(void)
 {
-    if (!S->o->progress || (++S->ticks & 0xffff)) return;
+    if (!sim_replay_state->o->progress || (++sim_replay_state->ticks & 0xffff)) return;
     double w = wall_now();
-    if (w - S->wall_last < 1.0) return;
-    S->wall_last = w;
+    if (w - sim_replay_state->wall_last < 1.0) return;
+    sim_replay_state->wall_last = w;
     fprintf(stderr, "\rpiper-sim: simulated %.6g s of the step, %lld activities, %.0f s wall", simgrid_get_clock(),
-            (long long)S->activities, w - S->wall0);
+            (long long)sim_replay_state->activities, w - sim_replay_state->wall0);
     fflush(stderr);
 }
 
@@ -92,7 +92,7 @@ void sim_acct(dev_rt *dv, int dcompute, int dcomm)
     dv->ncomm += dcomm;
     /* compute slowdown while communication kernels run: a background load on the device's host,
      * capped at comm_slowdown x its speed, takes that share of it from compute (max-min) */
-    double slow = S->o->costs.comm_slowdown;
+    double slow = sim_replay_state->o->costs.comm_slowdown;
     if (slow > 0 && dv->host) {
         if (was == 0 && dv->ncomm > 0 && !dv->interference) {
             dv->interference = sg_actor_exec_init(1e30);
@@ -125,7 +125,7 @@ static void mem_change(dev_rt *dv, const plan_buffer *b, int sign)
  * (NCCL's bus bandwidth falls short of the line rate), so they carry bytes / net_eff. */
 long sim_wire_bytes(double bytes)
 {
-    double eff = S->o->costs.net_eff > 0 ? S->o->costs.net_eff : 1;
+    double eff = sim_replay_state->o->costs.net_eff > 0 ? sim_replay_state->o->costs.net_eff : 1;
     return (long)(bytes / eff);
 }
 
@@ -133,11 +133,11 @@ long sim_wire_bytes(double bytes)
 
 static void do_wait(stream_ctx *sc, int i)
 {
-    const plan_set *p = S->p;
+    const plan_set *p = sim_replay_state->p;
     int d = sc->dev;
-    dev_rt *dv = &S->dv[d];
+    dev_rt *dv = &sim_replay_state->dv[d];
     const plan_list *L = plan_dev_list(p, d);
-    const list_rt *li = &S->li[p->devices[d].list];
+    const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     int r = li->wait[i];
     int rs = L->ins[r].stream;
     if (dv->done[rs] > li->spos[r]) return;
@@ -162,11 +162,11 @@ static void stream_main(int argc, char **argv)
 {
     (void)argc, (void)argv;
     stream_ctx *sc = sg_actor_self_get_data();
-    const plan_set *p = S->p;
+    const plan_set *p = sim_replay_state->p;
     int d = sc->dev, s = sc->s;
-    dev_rt *dv = &S->dv[d];
+    dev_rt *dv = &sim_replay_state->dv[d];
     const plan_list *L = plan_dev_list(p, d);
-    const list_rt *li = &S->li[p->devices[d].list];
+    const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     const int32_t *order = li->sidx + li->soff[s];
     int len = li->soff[s + 1] - li->soff[s];
     for (int pos = 0; pos < len;) {
@@ -184,7 +184,7 @@ static void stream_main(int argc, char **argv)
                  * platform with other speeds still runs the cost model's durations */
                 sg_actor_execute(t * sg_host_get_speed(sg_host_self()));
                 sim_acct(dv, -1, 0);
-                S->activities++;
+                sim_replay_state->activities++;
             }
             break;
         }
@@ -203,7 +203,7 @@ static void stream_main(int argc, char **argv)
         case PLAN_FREE: mem_change(dv, &L->bufs[in->buf], -1); break;
         default: break;
         }
-        if (S->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
+        if (sim_replay_state->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
             sim_trace_event(d, s, L, order + pos, adv, t0);
         pos += adv;
         dv->done[s] = pos;
@@ -484,9 +484,9 @@ static int write_platform(const plan_set *p, const sim_options *o, char *path, s
     }
     base_buf xml = {0};
     uint8_t *loop = NULL;
-    if (S->fold.replicas > 1) {
+    if (sim_replay_state->fold.replicas > 1) {
         loop = base_xcalloc((size_t)p->ndevices + 1, 1);
-        for (int d = 0; d < p->ndevices; d++) loop[d] = S->fold.index[d] == 0;
+        for (int d = 0; d < p->ndevices; d++) loop[d] = sim_replay_state->fold.index[d] == 0;
     }
     int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, &xml, e);
     free(loop);
@@ -523,7 +523,7 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
     memset(r, 0, sizeof *r);
     sim_state st = {.p = p, .o = o};
     st.wall0 = st.wall_last = wall_now();
-    S = &st;
+    sim_replay_state = &st;
     char path[4096];
     viz_trace trace;
     int rc = prepare(&st, e);
@@ -534,7 +534,7 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
     }
     if (rc) {
         state_free(&st);
-        S = NULL;
+        sim_replay_state = NULL;
         return rc;
     }
     if (o->trace_path) {
@@ -634,6 +634,6 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
     }
     free(ctx);
     state_free(&st);
-    S = NULL;
+    sim_replay_state = NULL;
     return rc;
 }

@@ -19,7 +19,7 @@ static int64_t to_ns(double seconds) { return seconds > 0 ? llround(seconds * NS
  * finished: a stream runs one at a time, so a thread's events never overlap. */
 void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0)
 {
-    const plan_set *p = S->p;
+    const plan_set *p = sim_replay_state->p;
     const plan_instr *in = &L->ins[at[0]];
     char name[512];
     int len = viz_trace_instr_name(p, d, in, name, sizeof name);
@@ -50,10 +50,10 @@ void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n,
         if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, plan_dev_peer(p, d, in)};
     }
     int64_t a = to_ns(t0), b = to_ns(simgrid_get_clock());
-    viz_trace_complete(S->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+    viz_trace_complete(sim_replay_state->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
     /* folded replicas did the same at the same time, with their own peers and groups */
-    for (int k = 1; k < S->fold.replicas; k++) {
-        int dk = d + k * S->fold.shift;
+    for (int k = 1; k < sim_replay_state->fold.replicas; k++) {
+        int dk = d + k * sim_replay_state->fold.shift;
         len = viz_trace_instr_name(p, dk, in, name, sizeof name);
         for (int j = 1; j < n && len >= 0 && (size_t)len < sizeof name - 4; j++) {
             int more = viz_trace_instr_name(p, dk, &L->ins[at[j]], name + len + 3, sizeof name - (size_t)len - 3);
@@ -64,7 +64,7 @@ void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n,
             if (!strcmp(args[q].key, "peer")) args[q].num = plan_dev_peer(p, dk, in);
             if (!strcmp(args[q].key, "group")) args[q].num = plan_dev_group(p, dk, in);
         }
-        viz_trace_complete(S->trace, dk, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
+        viz_trace_complete(sim_replay_state->trace, dk, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
     }
 }
 
@@ -73,8 +73,8 @@ void sim_trace_names(const plan_set *p)
     char name[32];
     for (int d = 0; d < p->ndevices; d++) {
         snprintf(name, sizeof name, "GPU %d", d);
-        viz_trace_process(S->trace, d, name);
+        viz_trace_process(sim_replay_state->trace, d, name);
         const plan_list *L = plan_dev_list(p, d);
-        for (int s = 0; s < L->nstreams; s++) viz_trace_thread(S->trace, d, s, L->streams[s] ? L->streams[s] : "?");
+        for (int s = 0; s < L->nstreams; s++) viz_trace_thread(sim_replay_state->trace, d, s, L->streams[s] ? L->streams[s] : "?");
     }
 }

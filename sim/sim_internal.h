@@ -168,10 +168,8 @@ typedef struct sim_state {
     char dummy;
 } sim_state;
 
-/* The replay in progress (replay.c): one per process, since SimGrid's engine is a singleton. The
- * replay's files call it S. */
+/* The replay in progress (replay.c): one per process, since SimGrid's engine is a singleton. */
 extern sim_state *sim_replay_state;
-#define S sim_replay_state
 
 /* Integrates device dv's time up to now, then changes its counts of running computes and
  * in-flight transfers (replay.c). */
