@@ -105,9 +105,13 @@ int search_space_check(const search_space *s, const search_problem *pb, base_err
     }
     sv = &s->key[SEARCH_KEY_PP];
     for (int i = 0; i < sv->n; i++)
-        if (!pp_ok(pb, sv->v[i]))
-            return bad(sv, model_key(pb, "layers"), e, "%s %d must divide the GPUs and not exceed the layers",
-                       "pp", sv->v[i], list_ok(pb, (int)(pb->gpus < m->layers ? pb->gpus : m->layers), pp_ok, use, sizeof use));
+        if (!pp_ok(pb, sv->v[i])) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%%s %%d must divide the %lld GPUs and not exceed the %lld layers",
+                     (long long)pb->gpus, (long long)m->layers);
+            return bad(sv, model_key(pb, "layers"), e, msg, "pp", sv->v[i],
+                       list_ok(pb, (int)(pb->gpus < m->layers ? pb->gpus : m->layers), pp_ok, use, sizeof use));
+        }
     sv = &s->key[SEARCH_KEY_EP];
     for (int i = 0; i < sv->n; i++)
         if (!ep_ok(pb, sv->v[i])) {

@@ -16,9 +16,12 @@ const char *search_candidate_str(const search_candidate *c, char *buf, size_t n)
     if (c->ep > 1) snprintf(ep, sizeof ep, " EP%d", c->ep);
     if (c->schedule >= 0 && sched_schedule_chunks(c->schedule) == 0) snprintf(v, sizeof v, " v%d", c->v);
     if (c->zero > 0) snprintf(z, sizeof z, " ZeRO-%d", c->zero);
-    snprintf(buf, n, "TP%d%s PP%d%s DP%d%s%s%s mb=%d m=%lld%s%s", c->tp, c->sp ? " SP" : "", c->pp, v, c->dp, ep, z,
-             c->recompute >= 0 && c->recompute < 3 ? rec[c->recompute] : "", c->mbs, (long long)c->m,
-             c->schedule >= 0 ? " " : "", c->schedule >= 0 ? sched_schedule_name(c->schedule) : "");
+    char mb[48] = ""; /* a combination rejected before its micro-batch size was chosen has none */
+    if (c->mbs > 0 && c->m > 0) snprintf(mb, sizeof mb, " mb=%d m=%lld", c->mbs, (long long)c->m);
+    else if (c->mbs > 0) snprintf(mb, sizeof mb, " mb=%d", c->mbs);
+    snprintf(buf, n, "TP%d%s PP%d%s DP%d%s%s%s%s%s%s", c->tp, c->sp ? " SP" : "", c->pp, v, c->dp, ep, z,
+             c->recompute >= 0 && c->recompute < 3 ? rec[c->recompute] : "", mb, c->schedule >= 0 ? " " : "",
+             c->schedule >= 0 ? sched_schedule_name(c->schedule) : "");
     return buf;
 }
 
