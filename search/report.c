@@ -113,13 +113,15 @@ void search_report_write(const search_result *r, int top, FILE *f)
         fprintf(f, "  nearest miss: %s needs %s, %s over\n", search_candidate_str(&en->c[r->nearest_oom], cs, sizeof cs),
                 base_fmt_bytes(ev->peak_bytes, a, sizeof a), base_fmt_bytes(ev->peak_bytes - usable, b, sizeof b));
     }
-    for (int i = 0; i < en->n; i++) /* the first of each compiler verdict, so that it can be acted on */
-        if (r->eval[i].reason == SEARCH_COMPILE || r->eval[i].reason == SEARCH_DEADLOCK ||
-            r->eval[i].reason == SEARCH_SIM) {
-            fprintf(f, "  first %s: %s: %s\n", reasons[r->eval[i].reason].name,
-                    search_candidate_str(&en->c[i], cs, sizeof cs), r->eval[i].msg);
-            break;
-        }
+    /* the first of each verdict of the compiler and the simulator, so that it can be acted on */
+    static const search_reason verdicts[] = {SEARCH_COMPILE, SEARCH_DEADLOCK, SEARCH_SIM};
+    for (size_t v = 0; v < sizeof verdicts / sizeof *verdicts; v++)
+        for (int i = 0; i < en->n; i++)
+            if (r->eval[i].reason == verdicts[v]) {
+                fprintf(f, "  first %s: %s: %s\n", reasons[verdicts[v]].name,
+                        search_candidate_str(&en->c[i], cs, sizeof cs), r->eval[i].msg);
+                break;
+            }
 }
 
 /* A JSON string (the messages may hold quotes and backslashes). */
