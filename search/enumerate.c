@@ -77,6 +77,7 @@ static void inner(const search_space *s, const search_problem *pb, search_candid
             if (c.bound_bytes > usable) {
                 char a[32], b[32];
                 double excess = c.bound_bytes - usable;
+                if (excess > en->farthest_bound_excess) en->farthest_bound_excess = excess;
                 if (en->nearest_bound_excess < 0 || excess < en->nearest_bound_excess) {
                     en->nearest_bound_excess = excess;
                     en->nearest_bound = c;

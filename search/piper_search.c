@@ -211,7 +211,7 @@ int main(int argc, char **argv)
     rc = search_parallel(en.n, (int)jobs, job_compile, &x, r.eval, &e);
     double t2 = cpu_seconds();
     r.rank = base_xcalloc((size_t)(en.n ? en.n : 1), sizeof *r.rank);
-    r.nearest_oom = -1;
+    r.nearest_oom = r.farthest_oom = -1;
     for (int i = 0; i < en.n; i++) {
         search_eval *ev = &r.eval[i];
         if (ev->reason == SEARCH_OK) r.rank[r.nrank++] = i;
@@ -220,6 +220,8 @@ int main(int argc, char **argv)
         if (ev->reason == SEARCH_OOM &&
             (r.nearest_oom < 0 || ev->peak_bytes < r.eval[r.nearest_oom].peak_bytes))
             r.nearest_oom = i;
+        if (ev->reason == SEARCH_OOM && (r.farthest_oom < 0 || ev->peak_bytes > r.eval[r.farthest_oom].peak_bytes))
+            r.farthest_oom = i;
     }
     sort_eval = r.eval;
     qsort(r.rank, (size_t)r.nrank, sizeof *r.rank, by_time);

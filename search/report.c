@@ -105,7 +105,15 @@ void search_report_write(const search_result *r, int top, FILE *f)
     for (int k = SEARCH_OK + 1; k < SEARCH_NREASONS; k++) {
         int64_t n = k == SEARCH_INDIVISIBLE || k == SEARCH_PRECONDITION || k == SEARCH_BOUND ? en->count[k] : r->count[k];
         if (!n) continue;
-        fprintf(f, "  %-13s %8lld  %s\n", reasons[k].name, (long long)n, reasons[k].doc);
+        fprintf(f, "  %-13s %8lld  %s", reasons[k].name, (long long)n, reasons[k].doc);
+        /* does not fit: by how much, from the nearest miss to the farthest */
+        if (k == SEARCH_BOUND && en->nearest_bound_excess >= 0)
+            fprintf(f, ", by %s to %s", base_fmt_bytes(en->nearest_bound_excess, a, sizeof a),
+                    base_fmt_bytes(en->farthest_bound_excess, b, sizeof b));
+        if (k == SEARCH_OOM && r->nearest_oom >= 0)
+            fprintf(f, ", by %s to %s", base_fmt_bytes(r->eval[r->nearest_oom].peak_bytes - usable, a, sizeof a),
+                    base_fmt_bytes(r->eval[r->farthest_oom].peak_bytes - usable, b, sizeof b));
+        fputc('\n', f);
         if (k < SEARCH_COMPILE && en->example[k][0]) fprintf(f, "  %13s           e.g. %s\n", "", en->example[k]);
     }
     if (r->nrank > 0 && r->nearest_oom >= 0) {

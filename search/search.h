@@ -131,6 +131,7 @@ typedef struct search_enum {
     int64_t count[SEARCH_NREASONS];
     search_candidate nearest_bound;   /* BOUND: the smallest excess over usable memory */
     double nearest_bound_excess;      /* < 0 when none */
+    double farthest_bound_excess;     /* the largest excess: how far the space reaches beyond memory */
     char example[SEARCH_NREASONS][256];
 } search_enum;
 
@@ -187,6 +188,7 @@ typedef struct search_result {
     int nsimulated;
     int64_t count[SEARCH_NREASONS]; /* tier (a)'s counts plus tiers (b) and (c) */
     int nearest_oom;             /* tier (b): the candidate that misses memory by least, -1 */
+    int farthest_oom;            /* and by most */
     double seconds[3];           /* CPU seconds per tier (not part of deterministic output) */
 } search_result;
 
