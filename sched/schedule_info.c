@@ -35,3 +35,32 @@ int sched_schedule_check(int i, int p, int m, int v, char *why, size_t n)
     sched_table_free(&t);
     return rc;
 }
+
+int sched_schedule_live_peak(int i, int p, int m, int v, const double *stage_bytes, double *rank_peak, char *why,
+                             size_t n)
+{
+    sched_params sp = {.p = p, .m = m, .v = v, .group_size = 0};
+    sched_table t = {0};
+    if (sched_build((sched_kind)i, &sp, &t, why, n)) {
+        sched_table_free(&t);
+        return -1;
+    }
+    bool mirror = sched_kind_layout((sched_kind)i) == SCHED_LAYOUT_MIRROR;
+    int stages = mirror ? p : sched_schedule_chunks(i) ? sched_schedule_chunks(i) * p : v * p;
+    for (int r = 0; r < t.nranks && r < p; r++) {
+        double live = 0, peak = 0;
+        const sched_row *row = &t.rows[r];
+        for (int c = 0; c < row->n; c++)
+            for (int k = 0; k < row->cells[c].n; k++) { /* an overlapped pair: in the order named */
+                const sched_action *a = &row->cells[c].a[k];
+                int s = mirror && a->stage >= p ? a->stage - p : a->stage;
+                if (s < 0 || s >= stages) continue;
+                if (a->pass == PLAN_PASS_F) live += stage_bytes[s];
+                else if (a->pass == PLAN_PASS_B || a->pass == PLAN_PASS_BW) live -= stage_bytes[s];
+                if (live > peak) peak = live;
+            }
+        rank_peak[r] = peak;
+    }
+    sched_table_free(&t);
+    return 0;
+}

@@ -8,9 +8,10 @@
  *   then the larger of
  *   gradients   2 bytes each, / D under ZeRO >= 2 (held from a region's first backward to the
  *               optimizer step, when no activation need be live)
- *   activations one micro-batch of every region on the rank (all are live when the rank's first
- *               backward starts: every schedule runs a micro-batch's forwards on the rank's
- *               stages before its first backward there)
+ *   activations the most the schedule's order keeps live on the rank: walking the builder's
+ *               order for the rank, each forward of a stage adds one micro-batch of the stage's
+ *               activations and its B or BW removes them (sched_schedule_live_peak); without a
+ *               pipeline, one micro-batch of every region
  * Every share divides by D exactly, where the plan rounds pieces up; workspaces, communication
  * buffers, gathered ZeRO-3 parameters and a tied head's copy are left out. tests/search checks on
  * a sweep that the bound never exceeds the compiled static peak. */
@@ -43,6 +44,7 @@ double search_memory_bound(const search_problem *pb, const search_candidate *c)
 
     double *params = base_arena_calloc(&a, (size_t)c->pp, sizeof *params);
     double *act = base_arena_calloc(&a, (size_t)c->pp, sizeof *act);
+    double *stage_act = base_arena_calloc(&a, (size_t)c->stages, sizeof *stage_act);
     ir_shape s = ir_shape_default();
     s.micro_batch = c->mbs;
     s.tp = c->tp;
@@ -61,8 +63,15 @@ double search_memory_bound(const search_problem *pb, const search_candidate *c)
             rs.recompute = IR_RECOMPUTE_SELECTIVE;
         }
         params[rank] += (double)ir_region_params_per_device(m, &regs[i], &rs);
-        act[rank] += ir_region_activation_bytes(m, &regs[i], &rs);
+        double bytes = ir_region_activation_bytes(m, &regs[i], &rs);
+        act[rank] += bytes;
+        if (stage[i] >= 0 && stage[i] < c->stages) stage_act[stage[i]] += bytes;
     }
+    /* with a pipeline, the order's live peak replaces one micro-batch per rank (a builder that
+     * refuses, which tier (a) has ruled out before, leaves act as it is) */
+    char why[256];
+    if (c->schedule >= 0 && c->m <= 1 << 20)
+        (void)sched_schedule_live_peak(c->schedule, c->pp, (int)c->m, c->v, stage_act, act, why, sizeof why);
     double d = c->dp > 0 ? c->dp : 1, worst = 0;
     for (int r = 0; r < c->pp; r++) {
         double p = params[r];

@@ -37,6 +37,8 @@ static void usage(FILE *f)
             "                      (comma-separated lists; they replace the space file's values)\n"
             "  --fix KEY=VALUE     one value for one key, e.g. --fix pp=8\n"
             "  --top K             simulate the best K by the estimate (default 16)\n"
+            "  --dry-run           tier (a) only: count the candidates and those within the memory\n"
+            "                      bound, compile nothing (to size a space first)\n"
             "  -j N                worker processes (default 1); the output does not depend on N\n"
             "  --json FILE         also write the results as JSON (docs/search.md); - for stdout\n"
             "  -o FILE             write the winner as a program (piper-compile and piper-sim take it)\n"
@@ -127,7 +129,7 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *cluster = NULL, *space_file = NULL, *json = NULL, *outp = NULL;
     int64_t gpus = 0, batch = 0, top = 16, jobs = 1;
-    int quiet = 0;
+    int quiet = 0, dry_run = 0;
     const char *flags[SEARCH_NKEYS] = {0}, *fixes[16];
     int nfix = 0;
     for (int i = 1; i < argc; i++) {
@@ -138,6 +140,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
             continue;
         }
         if (a[0] != '-') {
@@ -202,6 +208,17 @@ int main(int argc, char **argv)
     double t0 = cpu_seconds();
     search_enumerate(&space, &pb, &en);
     double t1 = cpu_seconds();
+    if (dry_run) {
+        printf("candidates: %lld combinations looked at, %lld valid (divisible, preconditions hold), %lld within "
+               "the memory bound (tier a; nothing compiled)\n",
+               (long long)en.considered, (long long)(en.count[SEARCH_OK] + en.count[SEARCH_BOUND]),
+               (long long)en.count[SEARCH_OK]);
+        fprintf(stderr, "piper-search: CPU seconds: tier (a) %.3f for %lld combinations\n", t1 - t0,
+                (long long)en.considered);
+        search_enum_free(&en);
+        base_arena_free(&arena);
+        return 0;
+    }
     r.pb = &pb;
     r.en = &en;
     memcpy(r.count, en.count, sizeof r.count);

@@ -16,6 +16,12 @@ cmp "$tmp/j1.json" "$tmp/j2.json" || fail "-j 1 and -j 2 wrote different JSON"
 cmp "$tmp/j1.txt" "$tmp/j2.txt" || fail "-j 1 and -j 2 printed different reports"
 grep -q '"rank": 4,' "$tmp/j1.json" || fail "the JSON does not rank 4 candidates"
 
+# a dry run counts what the full run compiles: tier (a)'s survivors
+"$search" "${args[@]}" --dry-run 2>/dev/null > "$tmp/dry.txt"
+valid=$(sed -n 's/.*"valid": \([0-9]*\), "a_kept": \([0-9]*\).*/\1 \2/p' "$tmp/j1.json")
+grep -q "looked at, ${valid% *} valid .*, ${valid#* } within the memory bound" "$tmp/dry.txt" ||
+  fail "the dry run says '$(cat "$tmp/dry.txt")', the search's JSON '$valid'"
+
 # the winner is a program that piper-compile and piper-sim take unchanged
 "$compile" "$tmp/best.yaml" -o "$tmp/best.plan" > /dev/null || fail "piper-compile refused the winner"
 "$sim" "$tmp/best.yaml" --json "$tmp/sim.json" -q 2>/dev/null || fail "piper-sim refused the winner"
