@@ -34,51 +34,66 @@ int search_key_of(const char *name)
     return -1;
 }
 
-/* One value of key k from its text into *out; otherwise what to write instead, in why[n]. */
+/* One value of key k from its text into *out; otherwise what to write instead, in why[n]: one
+ * reader per kind of value. */
+static int parse_int(search_key k, const char *text, int *out, char *why, size_t n)
+{
+    char *end;
+    bool zero = k == SEARCH_KEY_ZERO;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || v < (zero ? 0 : 1) || v > (zero ? 3 : 1 << 20)) {
+        snprintf(why, n, "%s takes %s, not '%s'", keys[k].name, zero ? "ZeRO stages 0, 1, 2 or 3" : "positive integers",
+                 text);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_bool(search_key k, const char *text, int *out, char *why, size_t n)
+{
+    static const char *const yes[] = {"true", "on", "1"}, *const no[] = {"false", "off", "0"};
+    for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(text, yes[i])) return *out = 1, 0;
+        if (!strcasecmp(text, no[i])) return *out = 0, 0;
+    }
+    snprintf(why, n, "%s takes true or false, not '%s'", keys[k].name, text);
+    return -1;
+}
+
+static int parse_recompute(search_key k, const char *text, int *out, char *why, size_t n)
+{
+    for (int r = 0; recompute_names[r]; r++)
+        if (!strcasecmp(text, recompute_names[r])) return *out = r, 0;
+    snprintf(why, n, "unknown recompute mode '%s'; use none, selective or full", text);
+    return -1;
+}
+
+/* A builder's name, as sched/sched.h lists them; "did you mean" from the same list. */
+static int parse_schedule(search_key k, const char *text, int *out, char *why, size_t n)
+{
+    const char *names[32];
+    int ns = sched_schedule_count() < 31 ? sched_schedule_count() : 31;
+    for (int i = 0; i < ns; i++) {
+        names[i] = sched_schedule_name(i);
+        if (!strcasecmp(text, names[i])) return *out = i, 0;
+    }
+    names[ns] = NULL;
+    char list[512];
+    const char *close = ir_suggest(text, names);
+    int at = snprintf(why, n, "unknown schedule '%s'", text);
+    if (close && at > 0 && (size_t)at < n) at += snprintf(why + at, n - (size_t)at, "; did you mean '%s'?", close);
+    if (at > 0 && (size_t)at < n) snprintf(why + at, n - (size_t)at, " (known: %s)", ir_join_names(list, sizeof list, names));
+    return -1;
+}
+
+static int (*const parsers[])(search_key, const char *, int *, char *, size_t) = {
+    [KIND_INT] = parse_int, [KIND_BOOL] = parse_bool, [KIND_RECOMPUTE] = parse_recompute,
+    [KIND_SCHEDULE] = parse_schedule};
+
 static int parse_value(search_key k, const char *text, int *out, char *why, size_t n)
 {
-    switch (keys[k].kind) { /* one reader per kind of value */
-    case KIND_INT: {
-        char *end;
-        long v = strtol(text, &end, 10);
-        if (end == text || *end || v < (k == SEARCH_KEY_ZERO ? 0 : 1) || v > (k == SEARCH_KEY_ZERO ? 3 : 1 << 20)) {
-            snprintf(why, n, "%s takes %s, not '%s'", keys[k].name,
-                     k == SEARCH_KEY_ZERO ? "ZeRO stages 0, 1, 2 or 3" : "positive integers", text);
-            return -1;
-        }
-        *out = (int)v;
-        return 0;
-    }
-    case KIND_BOOL:
-        if (!strcasecmp(text, "true") || !strcasecmp(text, "on") || !strcmp(text, "1")) *out = 1;
-        else if (!strcasecmp(text, "false") || !strcasecmp(text, "off") || !strcmp(text, "0")) *out = 0;
-        else {
-            snprintf(why, n, "%s takes true or false, not '%s'", keys[k].name, text);
-            return -1;
-        }
-        return 0;
-    case KIND_RECOMPUTE:
-        for (int r = 0; recompute_names[r]; r++)
-            if (!strcasecmp(text, recompute_names[r])) return *out = r, 0;
-        snprintf(why, n, "unknown recompute mode '%s'; use none, selective or full", text);
-        return -1;
-    case KIND_SCHEDULE: {
-        const char *names[32];
-        int ns = sched_schedule_count();
-        for (int i = 0; i < ns && i < 31; i++) {
-            names[i] = sched_schedule_name(i);
-            if (!strcasecmp(text, names[i])) return *out = i, 0;
-        }
-        names[ns < 31 ? ns : 31] = NULL;
-        char list[512];
-        const char *close = ir_suggest(text, names);
-        int at = snprintf(why, n, "unknown schedule '%s'", text);
-        if (close && at > 0 && (size_t)at < n) at += snprintf(why + at, n - (size_t)at, "; did you mean '%s'?", close);
-        if (at > 0 && (size_t)at < n) snprintf(why + at, n - (size_t)at, " (known: %s)", ir_join_names(list, sizeof list, names));
-        return -1;
-    }
-    }
-    return -1;
+    return parsers[keys[k].kind](k, text, out, why, n);
 }
 
 static int add_value(search_values *sv, search_key k, int v, char *why, size_t n)
