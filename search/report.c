@@ -83,8 +83,12 @@ void search_report_write(const search_result *r, int top, FILE *f)
                     base_fmt_bytes(en->nearest_bound.bound_bytes, a, sizeof a),
                     base_fmt_bytes(en->nearest_bound_excess, b, sizeof b));
             advice(&en->nearest_bound, f);
-        } else {
-            fprintf(f, "  nothing in the space is valid; widen it (see the reasons below)\n");
+        } else { /* the commonest reason, with its example, says what to change */
+            search_reason why = en->count[SEARCH_PRECONDITION] > en->count[SEARCH_INDIVISIBLE] ? SEARCH_PRECONDITION
+                                                                                              : SEARCH_INDIVISIBLE;
+            fprintf(f, "  nothing in the space is valid, e.g. %s; change the global batch or the GPUs, or widen the "
+                       "space\n",
+                    en->example[why][0] ? en->example[why] : "(nothing was enumerated)");
         }
     } else {
         fprintf(f, "\n%4s  %12s  %12s  %6s  %11s  %s\n", "rank", "step time", "tokens/s", "MFU", "peak memory",

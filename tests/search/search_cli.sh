@@ -43,6 +43,16 @@ grep -q "no candidate fits" <<< "$out" || fail "no 'no candidate fits' in: $out"
 grep -q "nearest miss: .* more than usable" <<< "$out" || fail "no nearest miss in: $out"
 grep -q "to make it fit: ZeRO-1, full recompute" <<< "$out" || fail "no advice in: $out"
 
+# a global batch that no data-parallel degree of the space divides: nothing is valid, and the
+# report says which product fails
+set +e
+out=$("$search" "${args[@]}" --global-batch 3 --tp 1 --pp 1 2>&1)
+rc=$?
+set -e
+[ $rc -eq 1 ] || fail "nothing is valid, but piper-search exited $rc"
+grep -q "nothing in the space is valid, e.g. TP1 PP1 DP4 mb=1: mbs 1 x dp 4 does not divide the global batch 3" \
+  <<< "$out" || fail "no reason for an empty space in: $out"
+
 # errors: each with its exit status and a message that says what to do
 expect() { # expect STATUS PATTERN ARGS...
   local want_rc=$1 pat=$2
