@@ -152,6 +152,12 @@ static void schedule_level(const search_space *s, const search_problem *pb, sear
             for (int v = 2; (int64_t)v * c.pp <= layers && nv < SEARCH_MAX_VALUES; v++)
                 if (layers % ((int64_t)v * c.pp) == 0) vd[nv++] = v;
             nv = values_of(s, SEARCH_KEY_V, vd, nv, vs);
+            if (nv == 0) { /* counted, so that the schedule does not vanish from the counts unexplained */
+                c.v = 0;
+                reject(en, SEARCH_INDIVISIBLE, &c, "no v >= 2 makes v x %d stages that divide %lld layers", c.pp,
+                       (long long)layers);
+                continue;
+            }
         } else {
             vs[0] = chunks;
             nv = 1;
