@@ -19,7 +19,9 @@ const char *search_candidate_str(const search_candidate *c, char *buf, size_t n)
     char mb[48] = ""; /* a combination rejected before its micro-batch size was chosen has none */
     if (c->mbs > 0 && c->m > 0) snprintf(mb, sizeof mb, " mb=%d m=%lld", c->mbs, (long long)c->m);
     else if (c->mbs > 0) snprintf(mb, sizeof mb, " mb=%d", c->mbs);
-    snprintf(buf, n, "TP%d%s PP%d%s DP%d%s%s%s%s%s%s", c->tp, c->sp ? " SP" : "", c->pp, v, c->dp, ep, z,
+    char dp[24] = ""; /* none when TP x PP does not divide the GPUs */
+    if (c->dp > 0) snprintf(dp, sizeof dp, " DP%d", c->dp);
+    snprintf(buf, n, "TP%d%s PP%d%s%s%s%s%s%s%s%s", c->tp, c->sp ? " SP" : "", c->pp, v, dp, ep, z,
              c->recompute >= 0 && c->recompute < 3 ? rec[c->recompute] : "", mb, c->schedule >= 0 ? " " : "",
              c->schedule >= 0 ? sched_schedule_name(c->schedule) : "");
     return buf;
