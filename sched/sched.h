@@ -80,6 +80,26 @@ int sched_write_directives_json(const sched_compilation *c, FILE *f, base_error 
  * row per pipeline rank (after sched_lower). Fails for programs without PP. */
 int sched_write_order_csv(const sched_compilation *c, FILE *f, base_error *e);
 
+/* The pipeline schedule builders (schedule.h's SCHED_BUILDER_TABLE), for tools that write
+ * programs (piper-search): index 0 .. sched_schedule_count()-1 in table order; the name a
+ * `schedule` directive takes; the program's stages per pipeline rank (1; 2 for the V shapes; 0
+ * for any v >= 2, interleaved-1f1b's `chunks`); the rank stage s of such a program is placed on
+ * with p ranks. DualPipe's program has one stage per rank: the schedule adds its mirror. */
+int sched_schedule_count(void);
+const char *sched_schedule_name(int i);
+int sched_schedule_chunks(int i);
+int sched_schedule_rank(int i, int p, int s);
+/* Whether the builder can order p ranks, m micro-batches and v stages per rank: runs it (its
+ * preconditions are its own), 0 or -1 with why it cannot in why[n]. */
+int sched_schedule_check(int i, int p, int m, int v, char *why, size_t n);
+/* The activations the builder's order keeps live on each rank at its fullest: walking rank r's
+ * order, a forward of stage s adds stage_bytes[s] (one micro-batch of the program's stage s) and
+ * its B or BW removes them; rank_peak[r] is the largest sum on the way (p entries). DualPipe's
+ * mirrored stage p+i counts as stage i. The plan allocates an activation when its F starts and
+ * frees it when its B or BW ends, so this never exceeds what a compiled rank holds. */
+int sched_schedule_live_peak(int i, int p, int m, int v, const double *stage_bytes, double *rank_peak, char *why,
+                             size_t n);
+
 /* The summary piper-compile prints: devices, instructions per kind, static peak memory. */
 void sched_print_summary(const sched_compilation *c, FILE *f);
 

@@ -10,6 +10,8 @@
 #   sim/   the plan's consumers: plan/plan.h, base/base.h, viz/trace.h (the Chrome-trace writer)
 #   exec/  and their own headers; their libraries link the plan library and the trace writer,
 #          never the compiler
+#   search/ piper-search, above everything it drives: the compiler's and the simulator's
+#          contracts (sched/sched.h, sim/sim.h), the IR's, the plan's and base/base.h
 # A module's main programs (MAIN_SOURCES: the files of its executables, not of its libraries) may
 # also include the contracts in MAIN_RULES, and its executables (MAIN_TARGETS) link their
 # libraries (MAIN_LINKS): piper-sim compiles programs in-process with the compiler (sched/sched.h,
@@ -25,6 +27,7 @@ declare -A RULES=(
   [ir]="base/base.h plan/plan.h"
   [sim]="base/base.h plan/plan.h viz/trace.h"
   [exec]="base/base.h plan/plan.h viz/trace.h"
+  [search]="base/base.h plan/plan.h ir/ir.h sched/sched.h sim/sim.h"
 )
 # modules whose CMakeLists.txt may not link a compiler library
 CONSUMERS=" sim exec "
@@ -51,7 +54,7 @@ declare -A MAIN_LINKS=(
 )
 
 modules=("$@")
-[ ${#modules[@]} -gt 0 ] || modules=(plan ir sim exec)
+[ ${#modules[@]} -gt 0 ] || modules=(plan ir sim exec search)
 
 re_inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*([<"])([^">]+)[">]'
 bad=0

@@ -1,0 +1,85 @@
+/* bound.c — tier (a)'s memory lower bound: what the fullest pipeline rank must hold at least,
+ * from the cost model's closed forms (ir/model.h), so that a candidate it discards cannot fit.
+ *
+ * Per rank, over the regions of its own stages (DualPipe's mirrored copies are left out: a lower
+ * bound may ignore memory), with D the data-parallel degree:
+ *   parameters  2 bytes each (bf16), / D under ZeRO-3
+ *   optimizer   12 bytes each (fp32 master weight and two moments), / D under ZeRO >= 1
+ *   then the larger of
+ *   gradients   2 bytes each, / D under ZeRO >= 2 (held from a region's first backward to the
+ *               optimizer step, when no activation need be live)
+ *   activations the most the schedule's order keeps live on the rank: walking the builder's
+ *               order for the rank, each forward of a stage adds one micro-batch of the stage's
+ *               activations and its B or BW removes them (sched_schedule_live_peak); without a
+ *               pipeline, one micro-batch of every region
+ * Every share divides by D exactly, where the plan rounds pieces up; workspaces, communication
+ * buffers, gathered ZeRO-3 parameters and a tied head's copy are left out. tests/search checks on
+ * a sweep that the bound never exceeds the compiled static peak. */
+#include "search.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sched/sched.h"
+
+double search_usable_bytes(const search_problem *pb)
+{
+    return pb->cluster.gpu.mem_bytes - pb->cluster.gpu.reserve_bytes;
+}
+
+double search_memory_bound(const search_problem *pb, const search_candidate *c)
+{
+    const ir_model *m = &pb->model;
+    base_arena a;
+    base_arena_init(&a);
+    ir_program prog;
+    memset(&prog, 0, sizeof prog);
+    prog.model = *m;
+    prog.ann.pp_stages = c->stages > 1 ? c->stages : 0;
+    int n = ir_model_nregions(m);
+    int32_t *stage = base_arena_calloc(&a, (size_t)n, sizeof *stage);
+    ir_region *regs = base_arena_calloc(&a, (size_t)n, sizeof *regs);
+    ir_program_stage_of_region(&prog, &a, stage);
+    ir_model_regions(m, &a, regs);
+
+    double *params = base_arena_calloc(&a, (size_t)c->pp, sizeof *params);
+    double *act = base_arena_calloc(&a, (size_t)c->pp, sizeof *act);
+    double *stage_act = base_arena_calloc(&a, (size_t)c->stages, sizeof *stage_act);
+    ir_shape s = ir_shape_default();
+    s.micro_batch = c->mbs;
+    s.tp = c->tp;
+    s.sequence_parallel = c->sp;
+    s.ep = c->ep;
+    for (int i = 0; i < n; i++) {
+        int rank = c->schedule >= 0 ? sched_schedule_rank(c->schedule, c->pp, stage[i]) : 0;
+        if (rank < 0 || rank >= c->pp) rank = 0;
+        ir_shape rs = s;
+        bool layer = regs[i].layer >= 0;
+        /* what the program's recompute directive (search_program_text) asks of this region */
+        if (c->recompute == IR_RECOMPUTE_FULL && layer) {
+            rs.recompute = IR_RECOMPUTE_FULL;
+            rs.recompute_from_prev = i > 0 && regs[i - 1].layer == regs[i].layer;
+        } else if (c->recompute == IR_RECOMPUTE_SELECTIVE && regs[i].kind == IR_REGION_ATTN) {
+            rs.recompute = IR_RECOMPUTE_SELECTIVE;
+        }
+        params[rank] += (double)ir_region_params_per_device(m, &regs[i], &rs);
+        double bytes = ir_region_activation_bytes(m, &regs[i], &rs);
+        act[rank] += bytes;
+        if (stage[i] >= 0 && stage[i] < c->stages) stage_act[stage[i]] += bytes;
+    }
+    /* with a pipeline, the order's live peak replaces one micro-batch per rank (a builder that
+     * refuses, which tier (a) has ruled out before, leaves act as it is) */
+    char why[256];
+    if (c->schedule >= 0 && c->m <= 1 << 20)
+        (void)sched_schedule_live_peak(c->schedule, c->pp, (int)c->m, c->v, stage_act, act, why, sizeof why);
+    double d = c->dp > 0 ? c->dp : 1, worst = 0;
+    for (int r = 0; r < c->pp; r++) {
+        double p = params[r];
+        double keep = p * 2 / (c->zero >= 3 ? d : 1) + p * 12 / (c->zero >= 1 ? d : 1);
+        double grads = p * 2 / (c->zero >= 2 ? d : 1);
+        double need = keep + (grads > act[r] ? grads : act[r]);
+        if (need > worst) worst = need;
+    }
+    base_arena_free(&a);
+    return worst;
+}

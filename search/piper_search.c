@@ -1,0 +1,301 @@
+/* piper_search.c — `piper-search`: the best strategy for a model on a cluster. Enumerates the
+ * space's candidates, filters them analytically (tier a), compiles and checks the survivors
+ * (tier b), simulates the best K (tier c) and prints them ranked; the winner can be written as a
+ * program (-o). The report and --json are deterministic (the same for any -j); CPU seconds per
+ * tier go to stderr. */
+#define _DEFAULT_SOURCE /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "search/search.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: piper-search --model MODEL.yaml --cluster CLUSTER.yaml --global-batch N [options]\n"
+            "\n"
+            "Finds the fastest strategy for the model on the cluster: enumerates candidate programs\n"
+            "(TP, SP, PP with every schedule, DP, EP, ZeRO, recompute, micro-batch size), drops those\n"
+            "that cannot fit by a memory lower bound (tier a), compiles and checks the rest (tier b:\n"
+            "exact peak memory, deadlock proof, a quick step-time estimate), simulates the best K\n"
+            "(tier c) and prints them ranked (docs/search.md).\n"
+            "\n"
+            "options:\n"
+            "  --model FILE        the model (configs/models/)\n"
+            "  --cluster FILE      the cluster (configs/clusters/)\n"
+            "  --gpus N            use the cluster's first N GPUs (default: all)\n"
+            "  --global-batch N    sequences per optimizer step\n"
+            "  --space FILE        a search space (YAML; configs/search/default.yaml); each key it\n"
+            "                      omits means everything piper supports\n");
+    for (int k = 0; k < SEARCH_NKEYS; k++)
+        fprintf(f, "  --%-17s %s\n", search_key_name((search_key)k), search_key_doc((search_key)k));
+    fprintf(f,
+            "                      (comma-separated lists; they replace the space file's values)\n"
+            "  --fix KEY=VALUE     one value for one key, e.g. --fix pp=8\n"
+            "  --top K             simulate the best K by the estimate (default 16)\n"
+            "  --dry-run           tier (a) only: count the candidates and those within the memory\n"
+            "                      bound, compile nothing (to size a space first)\n"
+            "  -j N                worker processes (default 1); the output does not depend on N\n"
+            "  --json FILE         also write the results as JSON (docs/search.md); - for stdout\n"
+            "  -o FILE             write the winner as a program (piper-compile and piper-sim take it)\n"
+            "  -q, --quiet         no report\n"
+            "  -h, --help          this help\n"
+            "\n"
+            "exit status: 0 when a strategy fits, 1 when none does or the input is invalid, 2 on usage\n"
+            "errors.\n");
+}
+
+typedef struct ctx {
+    const search_problem *pb;
+    const search_enum *en;
+    const int *which; /* tier (c): candidate index of each job */
+} ctx;
+
+static void job_compile(void *p, int i, search_eval *out)
+{
+    const ctx *x = p;
+    search_compile_eval(x->pb, &x->en->c[i], out);
+}
+
+static void job_simulate(void *p, int i, search_eval *out)
+{
+    const ctx *x = p;
+    search_simulate_eval(x->pb, &x->en->c[x->which[i]], out);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage self, kids;
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &kids);
+    return (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec + kids.ru_stime.tv_sec) +
+           1e-6 * (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec + kids.ru_stime.tv_usec);
+}
+
+/* Ranking order: simulated before not, then by step time (simulated) or estimate, then index. */
+static const search_eval *sort_eval;
+static int by_time(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    const search_eval *x = &sort_eval[i], *y = &sort_eval[j];
+    if (x->simulated != y->simulated) return x->simulated ? -1 : 1;
+    double tx = x->simulated ? x->step_seconds : x->estimate_seconds;
+    double ty = y->simulated ? y->step_seconds : y->estimate_seconds;
+    if (tx != ty) return tx < ty ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+/* The path of `target` relative to the folder of `from` (both made absolute), for -o's model and
+ * cluster references. */
+static void relative_to(const char *from, const char *target, char *out, size_t n)
+{
+    char a[PATH_MAX], b[PATH_MAX], dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", from);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (!realpath(dir, a) || !realpath(target, b)) {
+        snprintf(out, n, "%s", target);
+        return;
+    }
+    size_t common = 0, i = 0;
+    for (; a[i] && a[i] == b[i]; i++)
+        if (a[i] == '/') common = i;
+    if (!a[i] && b[i] == '/') common = i;
+    int at = 0;
+    for (const char *p = a + common; *p; p++)
+        if (*p == '/') at += snprintf(out + at, n - (size_t)at, "../");
+    snprintf(out + at, n - (size_t)at, "%s", b + common + 1);
+}
+
+static int parse_count(const char *flag, const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < 1) {
+        fprintf(stderr, "piper-search: %s %s: give a positive integer; see piper-search --help\n", flag, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *cluster = NULL, *space_file = NULL, *json = NULL, *outp = NULL;
+    int64_t gpus = 0, batch = 0, top = 16, jobs = 1;
+    int quiet = 0, dry_run = 0;
+    const char *flags[SEARCH_NKEYS] = {0}, *fixes[16];
+    int nfix = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
+            continue;
+        }
+        if (a[0] != '-') {
+            fprintf(stderr, "piper-search: unexpected argument '%s'; see piper-search --help\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "piper-search: %s needs a value; see piper-search --help\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int key = !strncmp(a, "--", 2) ? search_key_of(a + 2) : -1;
+        if (key >= 0) flags[key] = v;
+        else if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--cluster")) cluster = v;
+        else if (!strcmp(a, "--space")) space_file = v;
+        else if (!strcmp(a, "--json")) json = v;
+        else if (!strcmp(a, "-o")) outp = v;
+        else if (!strcmp(a, "--fix") && nfix < 16) fixes[nfix++] = v;
+        else if (!strcmp(a, "--gpus")) {
+            if (parse_count(a, v, &gpus)) return 2;
+        } else if (!strcmp(a, "--global-batch")) {
+            if (parse_count(a, v, &batch)) return 2;
+        } else if (!strcmp(a, "--top")) {
+            if (parse_count(a, v, &top)) return 2;
+        } else if (!strcmp(a, "-j")) {
+            if (parse_count(a, v, &jobs)) return 2;
+        } else {
+            fprintf(stderr, "piper-search: unknown option '%s'; see piper-search --help\n", a);
+            return 2;
+        }
+    }
+    if (!model || !cluster || !batch) {
+        fprintf(stderr, "piper-search: give --model, --cluster and --global-batch; see piper-search --help\n");
+        return 2;
+    }
+    base_arena arena;
+    base_arena_init(&arena);
+    base_error e;
+    base_error_clear(&e);
+    search_space space;
+    memset(&space, 0, sizeof space);
+    search_problem pb;
+    int rc = search_problem_load(&pb, model, cluster, gpus, batch, &arena, &e);
+    if (!rc && space_file) rc = search_space_load(&space, space_file, &arena, &e);
+    for (int k = 0; !rc && k < SEARCH_NKEYS; k++) {
+        char flag[32];
+        snprintf(flag, sizeof flag, "--%s", search_key_name((search_key)k));
+        if (flags[k]) rc = search_space_set(&space, (search_key)k, flags[k], base_arena_strdup(&arena, flag), &e);
+    }
+    for (int k = 0; !rc && k < nfix; k++) rc = search_space_fix(&space, fixes[k], &e);
+    if (!rc) rc = search_space_check(&space, &pb, &e);
+    if (rc) {
+        base_error_print(&e, stderr);
+        base_arena_free(&arena);
+        return 1;
+    }
+
+    search_result r;
+    memset(&r, 0, sizeof r);
+    search_enum en;
+    double t0 = cpu_seconds();
+    search_enumerate(&space, &pb, &en);
+    double t1 = cpu_seconds();
+    if (dry_run) {
+        printf("candidates: %lld combinations looked at, %lld valid (divisible, preconditions hold), %lld within "
+               "the memory bound (tier a; nothing compiled)\n",
+               (long long)en.considered, (long long)(en.count[SEARCH_OK] + en.count[SEARCH_BOUND]),
+               (long long)en.count[SEARCH_OK]);
+        fprintf(stderr, "piper-search: CPU seconds: tier (a) %.3f for %lld combinations\n", t1 - t0,
+                (long long)en.considered);
+        search_enum_free(&en);
+        base_arena_free(&arena);
+        return 0;
+    }
+    r.pb = &pb;
+    r.en = &en;
+    memcpy(r.count, en.count, sizeof r.count);
+    r.count[SEARCH_OK] = 0;
+    r.eval = base_xcalloc((size_t)(en.n ? en.n : 1), sizeof *r.eval);
+    ctx x = {&pb, &en, NULL};
+    rc = search_parallel(en.n, (int)jobs, job_compile, &x, r.eval, &e);
+    double t2 = cpu_seconds();
+    r.rank = base_xcalloc((size_t)(en.n ? en.n : 1), sizeof *r.rank);
+    r.nearest_oom = r.farthest_oom = -1;
+    for (int i = 0; i < en.n; i++) {
+        search_eval *ev = &r.eval[i];
+        if (ev->reason == SEARCH_OK) r.rank[r.nrank++] = i;
+        else r.count[ev->reason]++;
+        if (ev->reason == SEARCH_OK) continue;
+        if (ev->reason == SEARCH_OOM &&
+            (r.nearest_oom < 0 || ev->peak_bytes < r.eval[r.nearest_oom].peak_bytes))
+            r.nearest_oom = i;
+        if (ev->reason == SEARCH_OOM && (r.farthest_oom < 0 || ev->peak_bytes > r.eval[r.farthest_oom].peak_bytes))
+            r.farthest_oom = i;
+    }
+    sort_eval = r.eval;
+    qsort(r.rank, (size_t)r.nrank, sizeof *r.rank, by_time);
+    /* tier (c): the best K by the estimate */
+    int nsim = r.nrank < top ? r.nrank : (int)top;
+    search_eval *sim = base_xcalloc((size_t)(nsim ? nsim : 1), sizeof *sim);
+    for (int k = 0; k < nsim; k++) sim[k] = r.eval[r.rank[k]];
+    x.which = r.rank;
+    if (!rc) rc = search_parallel(nsim, (int)jobs, job_simulate, &x, sim, &e);
+    for (int k = 0; k < nsim; k++) {
+        r.eval[r.rank[k]] = sim[k];
+        if (sim[k].simulated) r.nsimulated++;
+        else r.count[SEARCH_SIM]++;
+    }
+    free(sim);
+    /* a failed simulation leaves the ranking */
+    int kept = 0;
+    for (int k = 0; k < r.nrank; k++)
+        if (r.eval[r.rank[k]].reason == SEARCH_OK) r.rank[kept++] = r.rank[k];
+    r.nrank = kept;
+    qsort(r.rank, (size_t)r.nrank, sizeof *r.rank, by_time);
+    double t3 = cpu_seconds();
+    r.count[SEARCH_OK] = r.nrank;
+
+    if (rc) base_error_print(&e, stderr);
+    if (!rc && !quiet && !(json && !strcmp(json, "-"))) search_report_write(&r, (int)top, stdout);
+    if (!rc && json) {
+        FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
+        if (!f) {
+            fprintf(stderr, "error: cannot write %s: %s; check the path\n", json, strerror(errno));
+            rc = 1;
+        } else {
+            search_json_write(&r, (int)top, f);
+            if (f != stdout && fclose(f)) rc = 1;
+        }
+    }
+    if (!rc && outp && r.nrank > 0) {
+        char mref[PATH_MAX], cref[PATH_MAX];
+        relative_to(outp, model, mref, sizeof mref);
+        relative_to(outp, cluster, cref, sizeof cref);
+        base_buf text = {0};
+        search_program_text(&pb, &en.c[r.rank[0]], mref, cref, &text);
+        FILE *f = fopen(outp, "w");
+        if (!f || fwrite(text.s, 1, text.n, f) != text.n || fclose(f)) {
+            fprintf(stderr, "error: cannot write %s: %s; check the path\n", outp, strerror(errno));
+            rc = 1;
+        }
+        base_buf_free(&text);
+    }
+    fprintf(stderr,
+            "piper-search: CPU seconds: tier (a) %.3f for %lld combinations, tier (b) %.3f for %d compilations, "
+            "tier (c) %.3f for %d simulations (-j %lld)\n",
+            t1 - t0, (long long)en.considered, t2 - t1, en.n, t3 - t2, nsim, (long long)jobs);
+    if (!rc && r.nrank == 0) rc = 1; /* nothing fits: the report says why */
+    free(r.eval);
+    free(r.rank);
+    search_enum_free(&en);
+    base_arena_free(&arena);
+    return rc;
+}

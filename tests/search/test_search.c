@@ -1,0 +1,208 @@
+/* test_search.c — search/: the enumeration's counts against a count made by hand, the memory
+ * bound against the compiled peak on a sweep (it never exceeds it, so tier (a) never discards a
+ * candidate that fits), the program text compiling, and the space's errors. */
+#include <string.h>
+
+#include "search/search.h"
+#include "tests/testutil.h"
+
+static search_problem pb;
+static base_arena arena;
+
+static int load(const char *model, const char *cluster, int64_t batch)
+{
+    base_arena_free(&arena);
+    base_arena_init(&arena);
+    base_error e;
+    base_error_clear(&e);
+    char m[4096];
+    snprintf(m, sizeof m, "%s", test_src_path(model));
+    int rc = search_problem_load(&pb, base_arena_strdup(&arena, m), base_arena_strdup(&arena, test_src_path(cluster)),
+                                 0, batch, &arena, &e);
+    if (rc) fprintf(stderr, "\n  %s\n", e.msg);
+    return rc;
+}
+
+static void set(search_space *s, search_key k, const char *list)
+{
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(search_space_set(s, k, list, "--test", &e), 0);
+}
+
+/* gpt_tiny (2 layers, 4 heads) on 4 GPUs, global batch 8, space tp 1,2 x pp 1,2 x 1f1b,zbv x
+ * zero 0,1 x recompute none,full x mbs 1,2, no SP. By hand:
+ *   tp1 pp1: dp 4; mbs 1 -> m 2, mbs 2 -> m 1; x 2 zero x 2 recompute           = 8
+ *   tp1 pp2: dp 2; 1f1b: mbs 1 -> m 4, mbs 2 -> m 2, x 2 x 2                    = 8
+ *            zbv: 4 stages for 2 layers                                  1 indivisible
+ *   tp2 pp1: dp 2; mbs 1 -> m 4, mbs 2 -> m 2, x 2 x 2                          = 8
+ *   tp2 pp2: dp 1 (ZeRO 0 only); 1f1b: mbs 1 -> m 8, mbs 2 -> m 4, x 1 x 2      = 4
+ *            zbv: indivisible                                            1 indivisible
+ * 28 valid, 2 indivisible, 30 looked at; everything fits an A100. */
+static void test_count_by_hand(void)
+{
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "configs/clusters/a100_4.yaml", 8), 0);
+    search_space s;
+    memset(&s, 0, sizeof s);
+    set(&s, SEARCH_KEY_TP, "1,2");
+    set(&s, SEARCH_KEY_PP, "1,2");
+    set(&s, SEARCH_KEY_SCHEDULES, "1f1b,zbv");
+    set(&s, SEARCH_KEY_ZERO, "0,1");
+    set(&s, SEARCH_KEY_RECOMPUTE, "none,full");
+    set(&s, SEARCH_KEY_MBS, "1,2");
+    set(&s, SEARCH_KEY_SP, "false");
+    search_enum en;
+    search_enumerate(&s, &pb, &en);
+    CU_ASSERT_EQUAL(en.n, 28);
+    CU_ASSERT_EQUAL(en.count[SEARCH_OK], 28);
+    CU_ASSERT_EQUAL(en.count[SEARCH_INDIVISIBLE], 2);
+    CU_ASSERT_EQUAL(en.count[SEARCH_PRECONDITION], 0);
+    CU_ASSERT_EQUAL(en.considered, 30);
+    int dp1 = 0;
+    for (int i = 0; i < en.n; i++) {
+        CU_ASSERT_EQUAL(en.c[i].mbs * en.c[i].m * en.c[i].dp, 8);
+        if (en.c[i].dp == 1) {
+            dp1++;
+            CU_ASSERT_EQUAL(en.c[i].zero, 0);
+        }
+    }
+    CU_ASSERT_EQUAL(dp1, 4);
+    search_enum_free(&en);
+}
+
+/* DualPipe needs m >= 2p and m even: TP 2 x PP 2 on 4 GPUs leaves dp 1, so with global batch
+ * 8 mbs 1 gives m = 8 and mbs 2 gives m = 4 = 2p, which pass, and mbs 4 gives m = 2 < 2p, which
+ * fails the builder's precondition (x 1 zero x 1 recompute each). */
+static void test_preconditions(void)
+{
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "configs/clusters/a100_4.yaml", 8), 0);
+    search_space s;
+    memset(&s, 0, sizeof s);
+    set(&s, SEARCH_KEY_TP, "2");
+    set(&s, SEARCH_KEY_SP, "true");
+    set(&s, SEARCH_KEY_PP, "2");
+    set(&s, SEARCH_KEY_SCHEDULES, "dualpipe");
+    set(&s, SEARCH_KEY_ZERO, "0");
+    set(&s, SEARCH_KEY_RECOMPUTE, "none");
+    set(&s, SEARCH_KEY_MBS, "1,2,4");
+    search_enum en;
+    search_enumerate(&s, &pb, &en);
+    CU_ASSERT_EQUAL(en.n, 2);
+    CU_ASSERT_EQUAL(en.count[SEARCH_PRECONDITION], 1);
+    TEST_ASSERT_CONTAINS(en.example[SEARCH_PRECONDITION], "m >= 2p");
+    search_enum_free(&en);
+}
+
+/* The bound is a lower bound of the compiled static peak for every candidate of a sweep over
+ * TP, SP, PP, schedules, ZeRO, recompute and micro-batch sizes; and on GPUs of 2 MiB, every
+ * candidate tier (a) discards is over memory once compiled. */
+static void test_bound_below_peak(void)
+{
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "tests/fixtures/search/tiny4.yaml", 8), 0);
+    double usable = search_usable_bytes(&pb);
+    CU_ASSERT_EQUAL(usable, 2.0 * 1024 * 1024);
+    search_space s;
+    memset(&s, 0, sizeof s);
+    set(&s, SEARCH_KEY_MBS, "1,2,4,8");
+    /* every candidate: enumerate as if memory were plenty */
+    double mem = pb.cluster.gpu.mem_bytes;
+    pb.cluster.gpu.mem_bytes = 1e15;
+    search_enum all;
+    search_enumerate(&s, &pb, &all);
+    pb.cluster.gpu.mem_bytes = mem;
+    search_enum en;
+    search_enumerate(&s, &pb, &en);
+    CU_ASSERT(all.n > 100);
+    CU_ASSERT(en.count[SEARCH_BOUND] > 0);
+    CU_ASSERT_EQUAL(all.n, en.n + en.count[SEARCH_BOUND]);
+    int discarded = 0, compiled = 0, above = 0;
+    for (int i = 0; i < all.n; i++) {
+        search_eval ev;
+        search_compile_eval(&pb, &all.c[i], &ev);
+        if (ev.reason != SEARCH_OK && ev.reason != SEARCH_OOM) continue; /* the compiler refused it */
+        compiled++;
+        if (all.c[i].bound_bytes > ev.peak_bytes) {
+            char cs[200];
+            above++;
+            fprintf(stderr, "\n  bound %.0f above peak %.0f for %s", all.c[i].bound_bytes, ev.peak_bytes,
+                    search_candidate_str(&all.c[i], cs, sizeof cs));
+        }
+        if (all.c[i].bound_bytes > usable) {
+            discarded++;
+            CU_ASSERT_EQUAL(ev.reason, SEARCH_OOM);
+        }
+    }
+    CU_ASSERT_EQUAL(above, 0);
+    CU_ASSERT(compiled > 100);
+    CU_ASSERT(discarded > 0);
+    search_enum_free(&all);
+    search_enum_free(&en);
+}
+
+/* Impossible values are errors located where they were given (or at the model key they
+ * contradict) that say what to use. */
+static void test_space_errors(void)
+{
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "configs/clusters/dgx_a100_8.yaml", 8), 0);
+    base_error e;
+    search_space s;
+    memset(&s, 0, sizeof s);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_set(&s, SEARCH_KEY_TP, "3", "--tp", &e), 0);
+    CU_ASSERT_EQUAL(search_space_check(&s, &pb, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "gpt_tiny.yaml:");
+    TEST_ASSERT_CONTAINS(e.msg, "--tp 3");
+    TEST_ASSERT_CONTAINS(e.msg, "use --tp 1, 2 or 4");
+    memset(&s, 0, sizeof s);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_set(&s, SEARCH_KEY_SCHEDULES, "1f1bb", "--schedules", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "did you mean '1f1b'?");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_set(&s, SEARCH_KEY_MBS, "3", "--mbs", &e), 0);
+    CU_ASSERT_EQUAL(search_space_check(&s, &pb, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "does not divide the global batch of 8");
+    TEST_ASSERT_CONTAINS(e.msg, "use --mbs 1, 2, 4 or 8");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_fix(&s, "pq=2", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "unknown key 'pq'");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_set(&s, SEARCH_KEY_ZERO, "4", "--zero", &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "ZeRO stages 0, 1, 2 or 3");
+    /* a space file's bad value is located in the file */
+    memset(&s, 0, sizeof s);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_load(&s, test_src_path("tests/fixtures/search/bad_tp.yaml"), &arena, &e), 0);
+    CU_ASSERT_EQUAL(search_space_check(&s, &pb, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "bad_tp.yaml:3:5: ");
+    TEST_ASSERT_CONTAINS(e.msg, "use 1, 2 or 4");
+    memset(&s, 0, sizeof s);
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(search_space_load(&s, test_src_path("tests/fixtures/search/bad_key.yaml"), &arena, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "bad_key.yaml:");
+    TEST_ASSERT_CONTAINS(e.msg, "schedule");
+}
+
+/* The shipped default space means everything: loading it changes nothing. */
+static void test_default_space(void)
+{
+    base_error e;
+    base_error_clear(&e);
+    search_space s;
+    memset(&s, 0, sizeof s);
+    CU_ASSERT_EQUAL_FATAL(search_space_load(&s, test_src_path("configs/search/default.yaml"), &arena, &e), 0);
+    for (int k = 0; k < SEARCH_NKEYS; k++) CU_ASSERT_EQUAL(s.key[k].n, 0);
+}
+
+int piper_tests_register(void)
+{
+    static const test_case cases[] = {
+        {"count_by_hand", test_count_by_hand},
+        {"preconditions", test_preconditions},
+        {"bound_below_peak", test_bound_below_peak},
+        {"space_errors", test_space_errors},
+        {"default_space", test_default_space},
+        {NULL, NULL},
+    };
+    base_arena_init(&arena);
+    return test_add_suite("search", cases);
+}
