@@ -60,9 +60,18 @@ double sim_hop_alpha(int d, int slot, int phase, int to)
 {
     double *c = &sim_replay_state->dv[d].slot_alpha[4 * slot + phase];
     if (*c >= 0) return *c;
-    char name[32];
-    snprintf(name, sizeof name, "gpu%d", to);
-    *c = sg_host_get_route_latency(sg_host_self(), sg_host_by_name(name));
+    const sim_state *st = sim_replay_state;
+    sg_host_t h;
+    if (st->fold.index[to] != 0) {
+        /* a folded device (absent from a folded platform): the loop route of the hop's kind has the
+         * same links' latencies, the hop's two halves and zeros (platform.c) */
+        h = st->dv[d].loop[st->p->devices[to].node == st->p->devices[d].node ? 0 : 1];
+    } else {
+        char name[32];
+        snprintf(name, sizeof name, "gpu%d", to);
+        h = sg_host_by_name(name);
+    }
+    *c = sg_host_get_route_latency(sg_host_self(), h);
     return *c;
 }
 

@@ -363,11 +363,12 @@ static void prepare_group(sim_state *st, int g)
     const plan_set *p = st->p;
     group_rt *gr = &st->gr[g];
     int n = p->groups[g].n;
+    gr->nsim = st->fold.nsim[g];
+    gr->spanning = st->fold.spanning[g];
+    if (gr->nsim == 0) return; /* a folded replica's: never run */
     gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
     for (int r = 0; r < n; r++) gr->ring[r] = r;
     sim_group_grid_init(p, g, &gr->gg);
-    gr->nsim = st->fold.nsim[g];
-    gr->spanning = st->fold.spanning[g];
 }
 
 static int prepare(sim_state *st, base_error *e)
@@ -398,8 +399,11 @@ static int prepare(sim_state *st, base_error *e)
             kl_dur[k] = sim_kernel_list_seconds(c, &p->gpu, &p->kernel_lists[k]);
         }
     }
+    /* what is simulated: the folded replicas copy their simulated devices, which share their lists */
+    sim_fold_plan(p, st->o, &st->fold);
     st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
-    for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
+    for (int d = 0; d < p->ndevices; d++)
+        if (st->fold.index[d] == 0) st->li[p->devices[d].list].used = true;
     int rc = 0;
     for (int l = 0; l < p->nlists && !rc; l++)
         if (st->li[l].used) rc = prepare_list(st, l, kl_dur, kl_lead, e);
@@ -407,12 +411,12 @@ static int prepare(sim_state *st, base_error *e)
     free(kl_lead);
     if (rc) return rc;
 
-    sim_fold_plan(p, st->o, &st->fold);
     st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
     st->gr = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->gr);
     st->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->goff);
     int32_t *ninst = base_xcalloc((size_t)p->ngroups + 1, sizeof *ninst);
     for (int d = 0; d < p->ndevices; d++) {
+        if (st->fold.index[d] != 0) continue; /* copies a simulated device: no state of its own */
         const plan_list *L = plan_dev_list(p, d);
         const list_rt *li = &st->li[p->devices[d].list];
         const int32_t *slots = p->devices[d].group_slots;
@@ -488,7 +492,7 @@ static int write_platform(const plan_set *p, const sim_options *o, char *path, s
         loop = base_xcalloc((size_t)p->ndevices + 1, 1);
         for (int d = 0; d < p->ndevices; d++) loop[d] = sim_replay_state->fold.index[d] == 0;
     }
-    int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, &xml, e);
+    int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, loop && !o->full_platform, &xml, e);
     free(loop);
     if (xrc) return -1;
     const char *tmp = getenv("TMPDIR");

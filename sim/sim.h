@@ -122,6 +122,9 @@ typedef struct sim_options {
     sim_coll_algo coll;
     bool in_process;         /* simulate in this process (once per process; SimGrid aborts on errors) */
     bool fold;               /* simulate one of identical data-parallel replicas when exact (default on) */
+    /* Folded: generate every node of the cluster rather than only those holding simulated
+     * devices (the same routes, so the same figures; the tests compare the two). */
+    bool full_platform;
     bool progress;           /* print the simulated time on stderr now and then */
     const char *platform_out; /* write the generated SimGrid platform XML here too (or NULL) */
     const char *trace_path;   /* write a Chrome trace of the step here (viz/trace.h), or NULL */

@@ -63,9 +63,10 @@ void sim_fold_free(sim_fold *f);
 /* The platform XML of sim_platform_xml, plus for each device with loop[d] set two hosts that the
  * collectives (coll_ring.c) send folded flows to: "gpu<d>~nvl" (out over d's NVLink and back in
  * over it) and, across nodes, "gpu<d>~nic" (out through d's PCIe, NIC and NIC link, back in the
- * same way). */
-int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
-                           base_error *e);
+ * same way). With reduce, only the nodes holding a device with loop[d] set (whole), their
+ * leaves and the spine: the routes among those nodes are the full platform's. */
+int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, bool reduce,
+                           base_buf *out, base_error *e);
 
 /* ---------------------------------------------------------------- the replay's state */
 
