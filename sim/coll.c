@@ -11,6 +11,7 @@
 #include <simgrid/mutex.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- the table */
@@ -45,13 +46,53 @@ int sim_coll_parse(const char *name, sim_coll_algo *a, base_error *e)
 
 /* ---------------------------------------------------------------- what the flows use */
 
+static size_t cmb_hash(int g, int skey, int ph, int rank)
+{
+    uint64_t h = (uint64_t)(uint32_t)g * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)(uint32_t)rank << 8 | (uint64_t)(uint32_t)ph << 4 | (uint64_t)(uint32_t)skey) * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h ^ (h >> 31));
+}
+
+static void cmb_grow(sim_state *st)
+{
+    size_t ocap = st->cmb_cap;
+    coll_mb_slot *old = st->cmb;
+    st->cmb_cap = ocap ? 2 * ocap : 256;
+    st->cmb = base_xcalloc(st->cmb_cap, sizeof *st->cmb);
+    for (size_t i = 0; i < ocap; i++) {
+        if (!old[i].mb) continue;
+        size_t j = cmb_hash(old[i].g, old[i].skey, old[i].ph, old[i].rank) & (st->cmb_cap - 1);
+        while (st->cmb[j].mb) j = (j + 1) & (st->cmb_cap - 1);
+        st->cmb[j] = old[i];
+    }
+    free(old);
+}
+
 /* Collective flows of group g on streams named skey, phase ph, into the member of rank `rank`:
- * members meet per instance before any flow, so consecutive instances never mix. */
+ * members meet per instance before any flow, so consecutive instances never mix. Every instance
+ * of a group reuses its mailboxes, so each is named and looked up once, then kept in a table. */
 sg_mailbox_t sim_coll_mailbox(int g, int skey, int ph, int rank)
 {
+    sim_state *st = sim_replay_state;
+    if (2 * (st->cmb_used + 1) > st->cmb_cap) cmb_grow(st);
+    size_t mask = st->cmb_cap - 1, j = cmb_hash(g, skey, ph, rank) & mask;
+    for (; st->cmb[j].mb; j = (j + 1) & mask) {
+        const coll_mb_slot *x = &st->cmb[j];
+        if (x->g == g && x->skey == skey && x->ph == ph && x->rank == rank) return x->mb;
+    }
+    /* SimGrid's lookup may switch to other actors, which may fill the table: probe again after */
     char name[64];
     snprintf(name, sizeof name, "c%d:%d:%d:%d", g, skey, ph, rank);
-    return sg_mailbox_by_name(name);
+    sg_mailbox_t mb = sg_mailbox_by_name(name);
+    if (2 * (st->cmb_used + 1) > st->cmb_cap) cmb_grow(st);
+    mask = st->cmb_cap - 1;
+    for (j = cmb_hash(g, skey, ph, rank) & mask; st->cmb[j].mb; j = (j + 1) & mask) {
+        const coll_mb_slot *x = &st->cmb[j];
+        if (x->g == g && x->skey == skey && x->ph == ph && x->rank == rank) return x->mb;
+    }
+    st->cmb[j] = (coll_mb_slot){g, skey, ph, rank, mb};
+    st->cmb_used++;
+    return mb;
 }
 
 /* Route latency from this device to device `to` (routes exist only once the platform is sealed:

@@ -476,6 +476,7 @@ static void state_free(sim_state *st)
     }
     sim_fold_free(&st->fold);
     free(st->li), free(st->dv), free(st->gr), free(st->goff), free(st->inst), free(st->xf), free(st->skeys);
+    free(st->mb_free), free(st->cmb);
 }
 
 /* ---------------------------------------------------------------- entry point */

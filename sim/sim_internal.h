@@ -143,9 +143,18 @@ typedef struct stream_ctx {
  * starts, and both devices count it as communication from then on. Open addressing. */
 typedef struct xfer_slot {
     int32_t src, dst, tag;
-    int32_t nsend, nrecv; /* posted and unmatched; both 0 and src >= 0: a tombstone */
+    int32_t nsend, nrecv; /* posted and unmatched; both 0 (and npend 0): a tombstone */
+    int32_t npend;        /* posts between taking the mailbox and counting themselves */
     uint8_t used;
+    sg_mailbox_t mb;      /* the key's mailbox while it has posts, from the pool (p2p.c) */
 } xfer_slot;
+
+/* The mailboxes of collective flows, by (group, stream name, phase, rank): each is named and
+ * looked up in SimGrid once per run (coll.c). Open addressing. */
+typedef struct coll_mb_slot {
+    int32_t g, skey, ph, rank;
+    sg_mailbox_t mb; /* NULL: empty */
+} coll_mb_slot;
 
 typedef struct sim_state {
     const plan_set *p;
@@ -157,6 +166,12 @@ typedef struct sim_state {
     coll_inst *inst;
     xfer_slot *xf;
     size_t xcap, xused;
+    /* p2p mailboxes not held by a key (p2p.c): a key holds one from its first post until all its
+     * posts are matched, so that SimGrid names and looks up only as many as are ever in use */
+    sg_mailbox_t *mb_free;
+    int nmb_free, mb_free_cap, nmb;
+    coll_mb_slot *cmb;
+    size_t cmb_cap, cmb_used;
     int nskeys;
     const char **skeys;
     int64_t activities;
