@@ -185,6 +185,7 @@ static void stream_main(int argc, char **argv)
                 sg_actor_execute(t * sg_host_get_speed(sg_host_self()));
                 sim_acct(dv, -1, 0);
                 sim_replay_state->activities++;
+                sim_replay_state->executions++;
             }
             break;
         }
@@ -625,6 +626,8 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
             x->instructions = dv->ninstr;
         }
         r->activities = st.activities;
+        r->executions = st.executions;
+        r->actors = nactors;
         r->folded_replicas = st.fold.replicas;
         r->simulated_devices = st.fold.nsimulated;
         snprintf(r->fold_note, sizeof r->fold_note, "%s", o->fold && st.fold.replicas == 1 ? st.fold.reason : "");

@@ -232,6 +232,8 @@ typedef struct sim_result {
     int last_device;               /* finishes last */
     int nover_memory;
     int64_t activities;            /* simulated executions and transfers */
+    int64_t executions;            /* of which executions (computes) */
+    int actors;                    /* SimGrid actors: one per simulated device and stream */
     int folded_replicas;           /* data-parallel replicas folded into one (1: not folded) */
     int simulated_devices;         /* devices the replay ran (the others copy one of them) */
     char fold_note[200];           /* why the plan was not folded ("" when folded or folding is off) */

@@ -174,7 +174,7 @@ typedef struct sim_state {
     size_t cmb_cap, cmb_used;
     int nskeys;
     const char **skeys;
-    int64_t activities;
+    int64_t activities, executions;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
