@@ -155,8 +155,7 @@ void sim_do_coll(stream_ctx *sc, int i)
     /* everyone arrives; the last one starts the clock of communication for all (folded: the
      * simulated members; the others arrive with them, by symmetry) */
     if (++ci->arrived == gr->nsim) {
-        for (int m = 0; m < n; m++)
-            if (sim_replay_state->fold.index[grp->devices[m]] == 0) sim_acct(&sim_replay_state->dv[grp->devices[m]], 0, 1);
+        for (int m = 0; m < gr->nsim; m++) sim_acct(&sim_replay_state->dv[gr->sim_members[m]], 0, 1);
         group_notify(gr);
     } else {
         group_wait(gr, &ci->arrived, gr->nsim);

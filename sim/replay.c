@@ -367,6 +367,9 @@ static void prepare_group(sim_state *st, int g)
     gr->nsim = st->fold.nsim[g];
     gr->spanning = st->fold.spanning[g];
     if (gr->nsim == 0) return; /* a folded replica's: never run */
+    gr->sim_members = base_xcalloc((size_t)gr->nsim, sizeof *gr->sim_members);
+    for (int m = 0, k = 0; m < n; m++)
+        if (st->fold.index[p->groups[g].devices[m]] == 0) gr->sim_members[k++] = p->groups[g].devices[m];
     gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
     for (int r = 0; r < n; r++) gr->ring[r] = r;
     sim_group_grid_init(p, g, &gr->gg);
@@ -472,6 +475,7 @@ static void state_free(sim_state *st)
     }
     for (int g = 0; st->gr && g < p->ngroups; g++) {
         free(st->gr[g].ring);
+        free(st->gr[g].sim_members);
         free(st->gr[g].tree);
         sim_group_grid_free(&st->gr[g].gg);
     }

@@ -131,6 +131,7 @@ typedef struct group_rt {
     int32_t *tree;      /* --coll tree: per rank and tree (2): parent, child, child (-1: none) */
     int tree_depth;     /* edges from a tree's root to its deepest leaf */
     int nsim;           /* members simulated (all, unless the group spans folded replicas) */
+    int32_t *sim_members; /* their devices, in rank order */
     bool spanning;      /* spans folded replicas: members send their flows over loop routes */
 } group_rt;
 
