@@ -5,10 +5,8 @@
  * themselves are each algorithm's (coll_<name>.c). */
 #include "sim_internal.h"
 
-#include <simgrid/cond.h>
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
-#include <simgrid/mutex.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,21 +116,13 @@ double sim_hop_alpha(int d, int slot, int phase, int to)
 
 /* ---------------------------------------------------------------- meeting */
 
+/* Members wait for a count of the group's (arrivals, or members done). */
 static void group_wait(group_rt *g, const int *counter, int target)
 {
-    if (!g->mutex) g->mutex = sg_mutex_init(), g->cond = sg_cond_init();
-    sg_mutex_lock(g->mutex);
-    while (*counter < target) sg_cond_wait(g->cond, g->mutex);
-    sg_mutex_unlock(g->mutex);
+    while (*counter < target) sim_waitlist_sleep(&g->waiting);
 }
 
-static void group_notify(group_rt *g)
-{
-    if (!g->mutex) return; /* nobody ever waited on this group */
-    sg_mutex_lock(g->mutex);
-    sg_cond_notify_all(g->cond);
-    sg_mutex_unlock(g->mutex);
-}
+static void group_notify(group_rt *g) { sim_waitlist_wake(&g->waiting); }
 
 void sim_do_coll(stream_ctx *sc, int i)
 {

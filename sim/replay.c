@@ -30,11 +30,9 @@
 #include "sim_internal.h"
 
 #include <simgrid/actor.h>
-#include <simgrid/cond.h>
 #include <simgrid/engine.h>
 #include <simgrid/exec.h>
 #include <simgrid/host.h>
-#include <simgrid/mutex.h>
 #include <xbt/config.h>
 #include <xbt/log.h>
 
@@ -129,6 +127,30 @@ long sim_wire_bytes(double bytes)
     return (long)(bytes / eff);
 }
 
+/* ---------------------------------------------------------------- waiting */
+
+void sim_waitlist_sleep(sim_waitlist *w)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 8;
+        w->a = base_xrealloc(w->a, (size_t)w->cap * sizeof *w->a);
+    }
+    w->a[w->n++] = sg_actor_self();
+    sg_actor_suspend(sg_actor_self());
+}
+
+void sim_waitlist_wake(sim_waitlist *w)
+{
+    int n = w->n;
+    if (n == 0) return;
+    /* a copy: the resumed may wait again before the last one is resumed */
+    sg_actor_t local[16], *a = n <= 16 ? local : base_xmalloc((size_t)n * sizeof *a);
+    memcpy(a, w->a, (size_t)n * sizeof *a);
+    w->n = 0;
+    for (int k = 0; k < n; k++) sg_actor_resume(a[k]);
+    if (a != local) free(a);
+}
+
 /* ---------------------------------------------------------------- instructions */
 
 static void do_wait(stream_ctx *sc, int i)
@@ -140,13 +162,7 @@ static void do_wait(stream_ctx *sc, int i)
     const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     int r = li->wait[i];
     int rs = L->ins[r].stream;
-    if (dv->done[rs] > li->spos[r]) return;
-    if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
-    sg_mutex_lock(dv->mutex);
-    dv->nwaiting++;
-    while (dv->done[rs] <= li->spos[r]) sg_cond_wait(dv->cond, dv->mutex);
-    dv->nwaiting--;
-    sg_mutex_unlock(dv->mutex);
+    while (dv->done[rs] <= li->spos[r]) sim_waitlist_sleep(&dv->waiting);
 }
 
 /* Is the device's host thread modelled (SIM_LAUNCH_HOST with a launch cost)? Not with unit costs,
@@ -210,11 +226,7 @@ static void stream_main(int argc, char **argv)
         dv->done[s] = pos;
         dv->ninstr += adv;
         sim_host_done(dv, li, L->nstreams);
-        if (in->op == PLAN_RECORD && dv->nwaiting > 0) {
-            sg_mutex_lock(dv->mutex);
-            sg_cond_notify_all(dv->cond);
-            sg_mutex_unlock(dv->mutex);
-        }
+        if (in->op == PLAN_RECORD) sim_waitlist_wake(&dv->waiting);
     }
     double now = simgrid_get_clock();
     if (now > dv->end) dv->end = now;
@@ -471,11 +483,13 @@ static void state_free(sim_state *st)
     }
     for (int d = 0; st->dv && d < p->ndevices; d++) {
         dev_rt *dv = &st->dv[d];
+        free(dv->waiting.a);
         free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha), free(dv->seg_base);
     }
     for (int g = 0; st->gr && g < p->ngroups; g++) {
         free(st->gr[g].ring);
         free(st->gr[g].sim_members);
+        free(st->gr[g].waiting.a);
         free(st->gr[g].tree);
         sim_group_grid_free(&st->gr[g].gg);
     }

@@ -96,6 +96,17 @@ typedef struct list_rt {
     int32_t *seg_need;
 } list_rt;
 
+/* Actors waiting for something of the replay's state to change (a device's progress, a group's
+ * count): a waiter suspends itself and a wake resumes every waiter in the order they came, each
+ * then looking at what it waits for again (replay.c). Actors switch only at SimGrid calls, so
+ * nothing needs a lock, and a wait is one SimGrid call rather than a mutex's and a condition's. */
+typedef struct sim_waitlist {
+    sg_actor_t *a;
+    int n, cap;
+} sim_waitlist;
+void sim_waitlist_sleep(sim_waitlist *w);
+void sim_waitlist_wake(sim_waitlist *w);
+
 typedef struct dev_rt {
     double last_t, compute_t, exposed_t, comm_t, end;
     int ncompute, ncomm;
@@ -104,9 +115,7 @@ typedef struct dev_rt {
     int64_t ninstr;
     int32_t *done;               /* per stream: instructions completed */
     int streams_left;
-    int nwaiting;
-    sg_cond_t cond;
-    sg_mutex_t mutex;
+    sim_waitlist waiting;        /* streams waiting for another stream or the host */
     int32_t *coll_seq;           /* per instruction, only when two slots name one group */
     int32_t *slot_rank;          /* per group slot: the device's rank in the group */
     sg_host_t loop[2];           /* folding: the device's NVLink and NIC loop hosts (NULL: none) */
@@ -123,8 +132,7 @@ typedef struct coll_inst {
 } coll_inst;
 
 typedef struct group_rt {
-    sg_cond_t cond;
-    sg_mutex_t mutex;
+    sim_waitlist waiting; /* members waiting for the others (coll.c) */
     int32_t *ring;      /* 0 .. n-1: the flat ring in rank order */
     /* hierarchical collectives: the group spans several nodes with per_node members on each */
     sim_group_grid gg;
