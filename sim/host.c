@@ -11,7 +11,9 @@
 #include "sim_internal.h"
 
 #include <simgrid/actor.h>
+#include <simgrid/cond.h>
 #include <simgrid/engine.h>
+#include <simgrid/mutex.h>
 
 /* SIM_LAUNCH_LIST: a communication call is a kernel launch too: the CPU spends the launch overhead
  * issuing it, of which launch_overlap is hidden behind GPU work it issued earlier (as for kernel
@@ -31,8 +33,13 @@ static void host_issue_wait(dev_rt *dv, const list_rt *li, int i)
 {
     int sg = li->seg[i];
     if (sg >= dv->seg_known) {
+        if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
         double t0 = simgrid_get_clock();
-        while (sg >= dv->seg_known) sim_waitlist_sleep(&dv->waiting);
+        sg_mutex_lock(dv->mutex);
+        dv->nwaiting++;
+        while (sg >= dv->seg_known) sg_cond_wait(dv->cond, dv->mutex);
+        dv->nwaiting--;
+        sg_mutex_unlock(dv->mutex);
         dv->host_wait_t += simgrid_get_clock() - t0;
     }
     double t = dv->seg_base[sg] + li->hrel[i], now = simgrid_get_clock();
@@ -59,7 +66,11 @@ static void host_sync_check(dev_rt *dv, const list_rt *li, int nstreams)
         moved = true;
     }
 out:
-    if (moved) sim_waitlist_wake(&dv->waiting);
+    if (moved && dv->nwaiting > 0) {
+        sg_mutex_lock(dv->mutex);
+        sg_cond_notify_all(dv->cond);
+        sg_mutex_unlock(dv->mutex);
+    }
 }
 
 void sim_host_issue(dev_rt *dv, const list_rt *li, const plan_instr *in, int i)

@@ -30,9 +30,11 @@
 #include "sim_internal.h"
 
 #include <simgrid/actor.h>
+#include <simgrid/cond.h>
 #include <simgrid/engine.h>
 #include <simgrid/exec.h>
 #include <simgrid/host.h>
+#include <simgrid/mutex.h>
 #include <xbt/config.h>
 #include <xbt/log.h>
 
@@ -162,7 +164,12 @@ static void do_wait(stream_ctx *sc, int i)
     const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     int r = li->wait[i];
     int rs = L->ins[r].stream;
-    while (dv->done[rs] <= li->spos[r]) sim_waitlist_sleep(&dv->waiting);
+    if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
+    sg_mutex_lock(dv->mutex);
+    dv->nwaiting++;
+    while (dv->done[rs] <= li->spos[r]) sg_cond_wait(dv->cond, dv->mutex);
+    dv->nwaiting--;
+    sg_mutex_unlock(dv->mutex);
 }
 
 /* Is the device's host thread modelled (SIM_LAUNCH_HOST with a launch cost)? Not with unit costs,
@@ -226,7 +233,11 @@ static void stream_main(int argc, char **argv)
         dv->done[s] = pos;
         dv->ninstr += adv;
         sim_host_done(dv, li, L->nstreams);
-        if (in->op == PLAN_RECORD) sim_waitlist_wake(&dv->waiting);
+        if (in->op == PLAN_RECORD && dv->nwaiting > 0) {
+            sg_mutex_lock(dv->mutex);
+            sg_cond_notify_all(dv->cond);
+            sg_mutex_unlock(dv->mutex);
+        }
     }
     double now = simgrid_get_clock();
     if (now > dv->end) dv->end = now;
@@ -483,7 +494,6 @@ static void state_free(sim_state *st)
     }
     for (int d = 0; st->dv && d < p->ndevices; d++) {
         dev_rt *dv = &st->dv[d];
-        free(dv->waiting.a);
         free(dv->done), free(dv->coll_seq), free(dv->slot_rank), free(dv->slot_alpha), free(dv->seg_base);
     }
     for (int g = 0; st->gr && g < p->ngroups; g++) {

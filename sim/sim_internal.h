@@ -96,10 +96,10 @@ typedef struct list_rt {
     int32_t *seg_need;
 } list_rt;
 
-/* Actors waiting for something of the replay's state to change (a device's progress, a group's
- * count): a waiter suspends itself and a wake resumes every waiter in the order they came, each
- * then looking at what it waits for again (replay.c). Actors switch only at SimGrid calls, so
- * nothing needs a lock, and a wait is one SimGrid call rather than a mutex's and a condition's. */
+/* Actors waiting for a collective's other members (coll.c): a waiter suspends itself and a wake
+ * resumes every waiter in the order they came, each then looking at its count again (replay.c).
+ * Actors switch only at SimGrid calls, so nothing needs a lock, and a wait is one SimGrid call
+ * rather than a mutex's and a condition's. */
 typedef struct sim_waitlist {
     sg_actor_t *a;
     int n, cap;
@@ -115,7 +115,12 @@ typedef struct dev_rt {
     int64_t ninstr;
     int32_t *done;               /* per stream: instructions completed */
     int streams_left;
-    sim_waitlist waiting;        /* streams waiting for another stream or the host */
+    int nwaiting;
+    /* streams waiting for another stream or the host: a mutex and a condition, not a
+     * sim_waitlist, whose resuming order would change which of the stream's same-instant
+     * allocations and frees come first, hence the memory peaks */
+    sg_cond_t cond;
+    sg_mutex_t mutex;
     int32_t *coll_seq;           /* per instruction, only when two slots name one group */
     int32_t *slot_rank;          /* per group slot: the device's rank in the group */
     sg_host_t loop[2];           /* folding: the device's NVLink and NIC loop hosts (NULL: none) */
