@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# bench_sim.sh — how fast piper-sim simulates one training step, from 8 to 4,096 GPUs (GPT-style
-# programs with TP, PP and DP), on one core (taskset -c 0 when available): for each case, the
-# compile time, the simulation's wall time (piper-sim alone, on a compiled plan), the number of
-# simulated activities (executions and transfers), activities per second, the peak RSS, and how
-# many data-parallel replicas were folded. Issue 3's target: the 512-GPU GPT-3 175B step (TP4 PP16
-# DP8, global batch 1,536, micro-batch 2, full recompute: configs/programs/gpt3_175b_512.yaml) in
-# under 30 s on one core.
-#   usage: experiments/bench_sim.sh [BUILD_DIR] [--unfolded]   (default build dir: build)
-#   --unfolded   also simulate every case with --no-fold, to show what folding saves
+# bench_sim.sh — how fast piper-sim simulates one training step, from 8 to 16,384 GPUs (GPT-style
+# programs with TP, PP and DP, and GPT-3 175B and Llama 3 405B from 1,024 to 16,384 GPUs), on one
+# core (taskset -c 0 when available): for each case, the compile's wall and CPU seconds, the
+# simulation's (piper-sim alone, on a compiled plan, --no-check: the compiler checked it), the
+# simulated activities (executions and transfers), activities per CPU second, the peak RSS, how
+# many data-parallel replicas were folded, and the ratio of piper-sim's activity rate to that of
+# bare-sim (experiments/bare_sim/bare_sim.c: a bare SimGrid program running the same numbers of
+# executions and transfers on the same numbers of actors and hosts). Issue 16's targets: the
+# 512-GPU GPT-3 175B step (TP4 PP16 DP8, configs/programs/gpt3_175b_512.yaml) under 3 s of CPU at
+# 0.8 or more of bare-sim's rate, and 16,384 GPUs end to end under 60 s of CPU and 1 GiB.
+#   usage: experiments/bench_sim.sh [BUILD_DIR] [--unfolded] [--max-gpus N]
+#   (default build dir: build)
+#   --unfolded    also simulate the cases up to 512 GPUs with --no-fold, to show what folding saves
+#   --max-gpus N  only the cases of at most N GPUs (compiling 16,384 GPUs takes minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=build
 unfolded=0
-for a in "$@"; do
-  case "$a" in
+max_gpus=16384
+while [ $# -gt 0 ]; do
+  case "$1" in
     --unfolded) unfolded=1 ;;
-    *) build=$a ;;
+    --max-gpus) max_gpus=$2; shift ;;
+    *) build=$1 ;;
   esac
+  shift
 done
-for t in piper-compile piper-sim; do
+for t in piper-compile piper-sim bare-sim; do
   [ -x "$build/$t" ] || { echo "bench_sim.sh: $build/$t is missing; build piper first" >&2; exit 1; }
 done
 pin=()
@@ -62,41 +70,68 @@ program() { # name model tp pp dp global micro recompute cluster zero
 
 cluster h100_8 1
 cluster h100_64 8
-cluster h100_4096 512
+# GPT-3 175B and Llama 3 405B at TP8 PP16 and DP 8, 32, 128 (1,024, 4,096, 16,384 GPUs), with the
+# same micro-batches per replica at every size, so that folding leaves the same work to simulate
+for dp in 8 32 128; do
+  gpus=$((8 * 16 * dp))
+  cluster "h100_$gpus" $((gpus / 8))
+  program "gpt3_$gpus" gpt3_175b 8 16 "$dp" $((96 * dp)) 1 full "h100_$gpus" 1
+  program "llama3_$gpus" llama3_405b 8 16 "$dp" $((32 * dp)) 1 full "h100_$gpus" 1
+done
 program gpu8 gpt_1.7b 2 2 2 64 2 none h100_8 0
 program gpu64 gpt_18.4b 8 4 2 256 2 full h100_64 1
-program gpu4096 gpt3_175b 8 16 32 3072 1 full h100_4096 1
 cp "$root/configs/programs/gpt3_175b_512.yaml" "$work/gpu512.yaml"
 sed -i -e "s#^model: .*#model: $root/configs/models/gpt3_175b.yaml#" -e "s#^cluster: .*#cluster: $root/configs/clusters/h100_512.yaml#" "$work/gpu512.yaml"
 
-printf '%-8s %-44s %9s %9s %12s %12s %10s %8s\n' GPUs case compile_s sim_s activities act_per_s peak_RSS folded
+# CPU seconds (user + sys) and peak RSS of a command, from /usr/bin/time: "TIME wall cpu kib"
+timed() { # out-file command...
+  local out=$1
+  shift
+  { /usr/bin/time -f "TIME %e %U %S %M" "${pin[@]}" "$@" > "$out.stdout"; } 2> "$out"
+}
+field() { awk -v k="$2" '/^TIME/{if (k == "wall") print $2; else if (k == "cpu") printf "%.2f", $3 + $4; else printf "%.0f", $5 / 1024}' "$1"; }
+
+printf '%-6s %-40s %8s %8s %8s %8s %10s %10s %7s %6s %6s\n' GPUs case comp_cpu comp_wall sim_cpu sim_wall \
+  activities act/cpu_s RSS_MiB folded bare
 run_case() { # name gpus description [extra piper-sim args]
   local name=$1 gpus=$2 what=$3
   shift 3
+  [ "$gpus" -le "$max_gpus" ] || return 0
   local plan="$work/$name.plan"
   if [ ! -f "$plan" ]; then
-    local t0 t1
-    t0=$(date +%s.%N)
-    "$build/piper-compile" -q --allow-oom "$work/$name.yaml" -o "$plan"
-    t1=$(date +%s.%N)
-    awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b - a}' > "$work/$name.compile"
+    timed "$work/$name.compile" "$build/piper-compile" -q --allow-oom "$work/$name.yaml" -o "$plan"
   fi
-  local out
-  out=$( { /usr/bin/time -f "TIME %e %M" "${pin[@]}" "$build/piper-sim" "$plan" -q --no-check --json "$work/$name.json" "$@" >/dev/null; } 2>&1)
-  local wall rss acts rate folded
-  wall=$(echo "$out" | awk '/^TIME/{print $2}')
-  rss=$(echo "$out" | awk '/^TIME/{printf "%.0f MiB", $3/1024}')
-  acts=$(echo "$out" | sed -n 's/.*piper-sim: \([0-9]*\) simulated activities.*/\1/p')
-  rate=$(awk -v a="$acts" -v w="$wall" 'BEGIN{printf "%.0f", (w > 0 ? a / w : 0)}')
+  timed "$work/$name.sim" "$build/piper-sim" "$plan" -q --no-check --json "$work/$name.json" "$@"
+  local err="$work/$name.sim" acts execs xfers actors hosts cpu rate
+  acts=$(sed -n 's/.*piper-sim: \([0-9]*\) simulated activities.*/\1/p' "$err")
+  execs=$(sed -n 's/.*; \([0-9]*\) executions, \([0-9]*\) transfers, \([0-9]*\) actors.*/\1/p' "$err")
+  xfers=$(sed -n 's/.*; \([0-9]*\) executions, \([0-9]*\) transfers, \([0-9]*\) actors.*/\2/p' "$err")
+  actors=$(sed -n 's/.*; \([0-9]*\) executions, \([0-9]*\) transfers, \([0-9]*\) actors.*/\3/p' "$err")
+  hosts=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['fold']['simulated_devices'])" "$work/$name.json")
+  cpu=$(field "$err" cpu)
+  rate=$(awk -v a="$acts" -v c="$cpu" 'BEGIN{printf "%.0f", (c > 0 ? a / c : 0)}')
+  # the yardstick: bare SimGrid on the same shape
+  timed "$work/$name.bare" "$build/bare-sim" "$hosts" "$actors" "$execs" "$xfers"
+  local bacts bcpu ratio
+  bacts=$(sed -n 's/^bare-sim: \([0-9]*\) activities.*/\1/p' "$work/$name.bare.stdout")
+  bcpu=$(field "$work/$name.bare" cpu)
+  ratio=$(awk -v a="$acts" -v c="$cpu" -v b="$bacts" -v d="$bcpu" 'BEGIN{printf "%.2f", (c > 0 && b > 0 && d > 0 ? (a / c) / (b / d) : 0)}')
+  local folded
   folded=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['fold']; print('%dx' % f['replicas'] if f['replicas'] > 1 else 'no')" "$work/$name.json")
-  printf '%-8s %-44s %9.2f %9.2f %12s %12s %10s %8s\n' "$gpus" "$what$([ $# -gt 0 ] && echo " $*")" \
-    "$(cat "$work/$name.compile")" "$wall" "$acts" "$rate" "$rss" "$folded"
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('         step %.3f s, MFU %.1f %%' % (j['step_seconds'], 100 * j['mfu']))" "$work/$name.json"
+  printf '%-6s %-40s %8s %8s %8s %8s %10s %10s %7s %6s %6s\n' "$gpus" "$what$([ $# -gt 0 ] && echo " $*")" \
+    "$(field "$work/$name.compile" cpu)" "$(field "$work/$name.compile" wall)" "$cpu" "$(field "$err" wall)" \
+    "$acts" "$rate" "$(field "$err" rss)" "$folded" "$ratio"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('       step %.3f s, MFU %.1f %%; bare-sim %s activities in %s s CPU' % (j['step_seconds'], 100 * j['mfu'], sys.argv[2], sys.argv[3]))" \
+    "$work/$name.json" "$bacts" "$bcpu"
 }
 run_case gpu8 8 "GPT 1.7B TP2 PP2 DP2, m=16"
 run_case gpu64 64 "GPT 18.4B TP8 PP4 DP2, m=64, recompute"
 run_case gpu512 512 "GPT-3 175B TP4 PP16 DP8, m=96, recompute"
-run_case gpu4096 4096 "GPT-3 175B TP8 PP16 DP32, m=96, recompute"
+for dp in 8 32 128; do
+  gpus=$((8 * 16 * dp))
+  run_case "gpt3_$gpus" "$gpus" "GPT-3 175B TP8 PP16 DP$dp, m=96, recompute"
+  run_case "llama3_$gpus" "$gpus" "Llama 3 405B TP8 PP16 DP$dp, m=32, recomp."
+done
 if [ "$unfolded" = 1 ]; then
   for c in "gpu8 8 GPT_1.7B" "gpu64 64 GPT_18.4B" "gpu512 512 GPT-3_175B"; do
     set -- $c

@@ -21,15 +21,22 @@ void sim_group_grid_init(const plan_set *p, int g, sim_group_grid *gg)
     const plan_group *grp = &p->groups[g];
     int n = grp->n;
     if (n < 4) return;
-    /* nodes in order of their first member; members of a node in rank order */
-    int32_t *nodes = base_xcalloc((size_t)n, sizeof *nodes), *count = base_xcalloc((size_t)n, sizeof *count);
+    /* nodes in order of their first member (index_of: a node's index, -1 before its first
+     * member, so a world group of thousands of nodes costs its size); members of a node in rank
+     * order */
+    int maxnode = 0;
+    for (int r = 0; r < n; r++)
+        if (p->devices[grp->devices[r]].node > maxnode) maxnode = p->devices[grp->devices[r]].node;
+    int32_t *index_of = base_xmalloc(((size_t)maxnode + 1) * sizeof *index_of);
+    memset(index_of, 0xff, ((size_t)maxnode + 1) * sizeof *index_of);
+    int32_t *count = base_xcalloc((size_t)n, sizeof *count);
     int nn = 0;
     gg->node_of = base_xcalloc((size_t)n, sizeof *gg->node_of);
     gg->local_of = base_xcalloc((size_t)n, sizeof *gg->local_of);
     for (int r = 0; r < n; r++) {
-        int node = p->devices[grp->devices[r]].node, j = 0;
-        while (j < nn && nodes[j] != node) j++;
-        if (j == nn) nodes[nn++] = node;
+        int node = p->devices[grp->devices[r]].node;
+        if (index_of[node] < 0) index_of[node] = nn++;
+        int j = index_of[node];
         gg->node_of[r] = j;
         gg->local_of[r] = count[j]++;
     }
@@ -41,7 +48,7 @@ void sim_group_grid_init(const plan_set *p, int g, sim_group_grid *gg)
         gg->grid = base_xcalloc((size_t)n, sizeof *gg->grid);
         for (int r = 0; r < n; r++) gg->grid[gg->node_of[r] * k + gg->local_of[r]] = r;
     }
-    free(nodes);
+    free(index_of);
     free(count);
 }
 

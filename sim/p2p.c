@@ -1,7 +1,13 @@
 /* p2p.c — the replay's sends and receives: mailbox puts and gets keyed by (source, destination,
  * tag), posted together for a sendrecv group, and the matching of posts that tells when a transfer
  * starts (from then on both devices count it as communication). SimGrid's rendezvous gives the
- * plan's zero-buffering semantics: a transfer starts when both sides are posted. */
+ * plan's zero-buffering semantics: a transfer starts when both sides are posted.
+ *
+ * A key's posts meet in a mailbox of their own, as if it were named after the key, but most keys
+ * are used by one transfer only, so naming and looking up one per key cost as much as the
+ * transfer's own bookkeeping in SimGrid: a key takes a mailbox from a pool at its first post and
+ * gives it back once every post of it is matched (SimGrid has paired them by then, so the mailbox
+ * is empty). The pool holds as many mailboxes as keys are ever pending at once. */
 #include "sim_internal.h"
 
 #include <simgrid/comm.h>
@@ -20,61 +26,100 @@ static uint64_t xhash(int32_t a, int32_t b, int32_t c)
     return h ^ (h >> 29);
 }
 
+static bool xf_live(const xfer_slot *x) { return x->used && (x->nsend || x->nrecv || x->npend); }
+
 /* Rehashes without the tombstones, doubling only when live entries fill a quarter or more. */
 static void xf_grow(void)
 {
-    size_t ocap = sim_replay_state->xcap, live = 0;
-    xfer_slot *old = sim_replay_state->xf;
-    for (size_t i = 0; i < ocap; i++) live += old[i].used && (old[i].nsend || old[i].nrecv);
-    sim_replay_state->xcap = !ocap ? 1024 : 4 * (live + 1) > ocap ? 2 * ocap : ocap;
-    sim_replay_state->xf = base_xcalloc(sim_replay_state->xcap, sizeof *sim_replay_state->xf);
-    sim_replay_state->xused = 0;
+    sim_state *st = sim_replay_state;
+    size_t ocap = st->xcap, live = 0;
+    xfer_slot *old = st->xf;
+    for (size_t i = 0; i < ocap; i++) live += xf_live(&old[i]);
+    st->xcap = !ocap ? 1024 : 4 * (live + 1) > ocap ? 2 * ocap : ocap;
+    st->xf = base_xcalloc(st->xcap, sizeof *st->xf);
+    st->xused = 0;
     for (size_t i = 0; i < ocap; i++) {
         const xfer_slot *o = &old[i];
-        if (!o->used || (o->nsend == 0 && o->nrecv == 0)) continue;
-        size_t j = xhash(o->src, o->dst, o->tag) & (sim_replay_state->xcap - 1);
-        while (sim_replay_state->xf[j].used) j = (j + 1) & (sim_replay_state->xcap - 1);
-        sim_replay_state->xf[j] = *o;
-        sim_replay_state->xused++;
+        if (!xf_live(o)) continue;
+        size_t j = xhash(o->src, o->dst, o->tag) & (st->xcap - 1);
+        while (st->xf[j].used) j = (j + 1) & (st->xcap - 1);
+        st->xf[j] = *o;
+        st->xused++;
     }
     free(old);
 }
 
-/* Records a post; returns 1 when it matches the other side's (the transfer starts now). */
+/* The key's slot, added (on a tombstone the probe passed, or a free slot) when absent. */
+static xfer_slot *xf_slot(int32_t src, int32_t dst, int32_t tag)
+{
+    sim_state *st = sim_replay_state;
+    if (2 * (st->xused + 1) > st->xcap) xf_grow();
+    size_t mask = st->xcap - 1, j = xhash(src, dst, tag) & mask;
+    xfer_slot *free_slot = NULL;
+    for (; st->xf[j].used; j = (j + 1) & mask) {
+        xfer_slot *x = &st->xf[j];
+        if (x->src == src && x->dst == dst && x->tag == tag) return x;
+        /* a tombstone: another key may take it once the probe shows that key absent */
+        if (!free_slot && !xf_live(x)) free_slot = x;
+    }
+    xfer_slot *x = free_slot ? free_slot : &st->xf[j];
+    if (!free_slot) st->xused++;
+    *x = (xfer_slot){src, dst, tag, 0, 0, 0, 1, NULL};
+    return x;
+}
+
+/* Puts a mailbox in the pool. */
+static void xf_give(sg_mailbox_t mb)
+{
+    sim_state *st = sim_replay_state;
+    if (st->nmb_free == st->mb_free_cap) {
+        st->mb_free_cap = st->mb_free_cap ? 2 * st->mb_free_cap : 64;
+        st->mb_free = base_xrealloc(st->mb_free, (size_t)st->mb_free_cap * sizeof *st->mb_free);
+    }
+    st->mb_free[st->nmb_free++] = mb;
+}
+
+/* A post's mailbox: the key's, taken from the pool at its first post. The post counts as pending
+ * until xf_post, so that the key keeps its mailbox while the post is handed to SimGrid. */
+static sg_mailbox_t xf_take(int32_t src, int32_t dst, int32_t tag)
+{
+    sim_state *st = sim_replay_state;
+    /* a spare mailbox first: SimGrid's lookup may switch to other actors, which may post too */
+    while (st->nmb_free == 0) {
+        char name[32];
+        snprintf(name, sizeof name, "p2p#%d", st->nmb++);
+        sg_mailbox_t mb = sg_mailbox_by_name(name);
+        xf_give(mb);
+    }
+    xfer_slot *x = xf_slot(src, dst, tag);
+    if (!x->mb) x->mb = st->mb_free[--st->nmb_free];
+    x->npend++;
+    return x->mb;
+}
+
+/* Records a post handed to SimGrid; returns 1 when it matches the other side's (the transfer
+ * starts now). A key whose posts are all matched gives its mailbox back. */
 static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
 {
-    if (2 * (sim_replay_state->xused + 1) > sim_replay_state->xcap) xf_grow();
-    size_t mask = sim_replay_state->xcap - 1, j = xhash(src, dst, tag) & mask;
-    xfer_slot *free_slot = NULL;
-    for (; sim_replay_state->xf[j].used; j = (j + 1) & mask) {
-        xfer_slot *x = &sim_replay_state->xf[j];
-        if (x->src == src && x->dst == dst && x->tag == tag) {
-            int32_t *other = send ? &x->nrecv : &x->nsend;
-            if (*other > 0) {
-                (*other)--;
-                return 1;
-            }
-            if (send) x->nsend++;
-            else x->nrecv++;
-            return 0;
-        }
-        /* a tombstone (both counts 0): another key may take it once the probe shows that key absent */
-        if (!free_slot && x->nsend == 0 && x->nrecv == 0) free_slot = x;
+    xfer_slot *x = xf_slot(src, dst, tag);
+    int32_t *other = send ? &x->nrecv : &x->nsend, matched = 0;
+    x->npend--;
+    if (*other > 0) {
+        (*other)--;
+        matched = 1;
+    } else if (send) {
+        x->nsend++;
+    } else {
+        x->nrecv++;
     }
-    xfer_slot *x = free_slot ? free_slot : &sim_replay_state->xf[j];
-    if (!free_slot) sim_replay_state->xused++;
-    *x = (xfer_slot){src, dst, tag, send ? 1 : 0, send ? 0 : 1, 1};
-    return 0;
+    if (!xf_live(x) && x->mb) {
+        xf_give(x->mb);
+        x->mb = NULL;
+    }
+    return matched;
 }
 
 /* ---------------------------------------------------------------- transfers */
-
-static sg_mailbox_t p2p_mailbox(int src, int dst, int tag)
-{
-    char name[64];
-    snprintf(name, sizeof name, "p%d>%d#%d", src, dst, tag);
-    return sg_mailbox_by_name(name);
-}
 
 static void wait_all_counted(dev_rt *dv, sg_comm_t *comms, int n, const int *counted)
 {
@@ -108,7 +153,7 @@ void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
             const plan_instr *in = &L->ins[order[pos + base + k]];
             int peer = plan_dev_peer(p, d, in), send = in->op == PLAN_SEND;
             int src = send ? d : peer, dst = send ? peer : d;
-            sg_mailbox_t mb = p2p_mailbox(src, dst, in->tag);
+            sg_mailbox_t mb = xf_take(src, dst, in->tag);
             long size = sim_replay_state->o->costs.nocomm ? 0 : sim_wire_bytes((double)in->bytes);
             if (send) {
                 comms[k] = sg_mailbox_put_async(mb, &sim_replay_state->dummy, size);

@@ -263,6 +263,9 @@ int main(int argc, char **argv)
     if (r.folded_replicas > 1)
         fprintf(stderr, "; %d data-parallel replicas folded: %d of %d devices simulated", r.folded_replicas,
                 r.simulated_devices, r.ndevices);
+    /* the shape experiments/bench_sim.sh gives bare-sim, its yardstick */
+    fprintf(stderr, "; %lld executions, %lld transfers, %d actors", (long long)r.executions,
+            (long long)(r.activities - r.executions), r.actors);
     fputc('\n', stderr);
     sim_result_free(&r);
     plan_free(&p);

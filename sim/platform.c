@@ -16,7 +16,15 @@
  * Latencies are end to end: each NVLink hop gets half of nvlink_latency, each NIC link half of
  * nic_latency, PCIe and fabric links none. Host speed is 1e9 flop/s, so an execution of x "flops"
  * lasts x nanoseconds: replay.c turns the cost model's seconds into nanoseconds, which keeps
- * SimGrid's precision (1e-5 work units) far below what matters. */
+ * SimGrid's precision (1e-5 work units) far below what matters.
+ *
+ * Folded (fold.c), only the nodes that hold a simulated device are written, each whole, with the
+ * leaves above them and the spine: nothing the replay runs goes elsewhere (p2p stays inside the
+ * simulated replica, flows across replicas take loop routes), so the routes it takes and their
+ * links are the full platform's, and Dijkstra searches a graph that grows with the simulated
+ * devices, not the cluster. A leaf's uplink keeps the capacity of all the nodes below it. Whole
+ * nodes keep every route inside a node as it is, and routes between nodes never pass through a
+ * third node. */
 #include "sim_internal.h"
 
 #include <stdlib.h>
@@ -44,11 +52,11 @@ static void put_hop(base_buf *b, const char *src, const char *dst, const char *l
 
 int sim_platform_xml(const plan_set *p, const sim_links *l, bool nocomm, base_buf *out, base_error *e)
 {
-    return sim_platform_xml_loops(p, l, nocomm, NULL, out, e);
+    return sim_platform_xml_loops(p, l, nocomm, NULL, false, out, e);
 }
 
-int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
-                           base_error *e)
+int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, bool reduce,
+                           base_buf *out, base_error *e)
 {
     if (p->ndevices <= 0) return base_errorf(e, "the plan has no devices; compile a program with at least one");
     if (l->nvlink_bw <= 0 || l->nic_bw <= 0 || l->pcie_bw <= 0 || l->gpus_per_nic < 1 || l->nodes_per_leaf < 1 ||
@@ -68,10 +76,17 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
     for (int d = 0; d < p->ndevices; d++) local[d] = size[p->devices[d].node]++;
     int maxsize = 0;
     for (int n = 0; n < nnodes; n++) maxsize = size[n] > maxsize ? size[n] : maxsize;
+    /* the nodes written: all, or (reduce) those holding a looped device, each one whole */
+    uint8_t *keep = base_xcalloc((size_t)nnodes + 1, 1);
+    for (int d = 0; d < p->ndevices; d++) keep[p->devices[d].node] |= !reduce || (loop && loop[d]);
+    int nkept = 0;
+    for (int n = 0; n < nnodes; n++) nkept += keep[n];
 
     double nvl_lat = nocomm ? 0 : l->nvlink_latency / 2, nic_lat = nocomm ? 0 : l->nic_latency / 2;
     int nleaves = (nnodes + l->nodes_per_leaf - 1) / l->nodes_per_leaf;
     int nics_per_node = (maxsize + l->gpus_per_nic - 1) / l->gpus_per_nic;
+    uint8_t *keep_leaf = base_xcalloc((size_t)nleaves + 1, 1);
+    for (int n = 0; n < nnodes; n++) keep_leaf[n / l->nodes_per_leaf] |= keep[n];
 
     base_buf_puts(out, "<?xml version='1.0'?>\n"
                        "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
@@ -80,10 +95,14 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
                          "GPUs, %d leaves, oversubscription %.6g -->\n",
                     p->ndevices, nnodes, l->nvlink_bw / 1e9, l->nic_bw / 1e9, l->gpus_per_nic, nleaves,
                     l->oversubscription);
+    if (nkept < nnodes)
+        base_buf_printf(out, "<!-- folded: the %d nodes holding simulated devices of %d; the others' routes are never "
+                             "taken -->\n", nkept, nnodes);
     base_buf_puts(out, "<zone id=\"piper\" routing=\"DijkstraCache\">\n");
     char a[64], b[64], c[64];
     base_buf rt = {0}; /* routes, after every declaration: SimGrid's DTD wants them last */
-    for (int d = 0; d < p->ndevices; d++) base_buf_printf(out, "  <host id=\"gpu%d\" speed=\"1e9f\"/>\n", d);
+    for (int d = 0; d < p->ndevices; d++)
+        if (keep[p->devices[d].node]) base_buf_printf(out, "  <host id=\"gpu%d\" speed=\"1e9f\"/>\n", d);
     /* folding (fold.c): hosts whose only route leads out over a device's own links and back */
     for (int d = 0; loop && d < p->ndevices; d++) {
         if (!loop[d]) continue;
@@ -91,18 +110,20 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
         if (nnodes > 1) base_buf_printf(out, "  <host id=\"gpu%d~nic\" speed=\"1e9f\"/>\n", d);
     }
     for (int n = 0; n < nnodes; n++)
-        if (size[n] > 1) base_buf_printf(out, "  <router id=\"nvswitch%d\"/>\n", n);
+        if (size[n] > 1 && keep[n]) base_buf_printf(out, "  <router id=\"nvswitch%d\"/>\n", n);
     if (nnodes > 1) {
         for (int n = 0; n < nnodes; n++)
-            for (int k = 0; k * l->gpus_per_nic < size[n]; k++) base_buf_printf(out, "  <router id=\"nic%d.%d\"/>\n", n, k);
-        for (int f = 0; f < nleaves; f++) base_buf_printf(out, "  <router id=\"leaf%d\"/>\n", f);
+            for (int k = 0; keep[n] && k * l->gpus_per_nic < size[n]; k++)
+                base_buf_printf(out, "  <router id=\"nic%d.%d\"/>\n", n, k);
+        for (int f = 0; f < nleaves; f++)
+            if (keep_leaf[f]) base_buf_printf(out, "  <router id=\"leaf%d\"/>\n", f);
         if (nleaves > 1) base_buf_puts(out, "  <router id=\"spine\"/>\n");
     }
 
     /* intra-node: GPU <-> NVSwitch */
     for (int d = 0; d < p->ndevices; d++) {
         int n = p->devices[d].node;
-        if (size[n] < 2) continue;
+        if (size[n] < 2 || !keep[n]) continue;
         snprintf(a, sizeof a, "nvlink%d", d);
         snprintf(b, sizeof b, "gpu%d", d);
         snprintf(c, sizeof c, "nvswitch%d", n);
@@ -114,12 +135,13 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
     if (nnodes > 1) {
         char port[64];
         for (int n = 0; n < nnodes; n++)
-            for (int k = 0; k * l->gpus_per_nic < size[n]; k++) {
+            for (int k = 0; keep[n] && k * l->gpus_per_nic < size[n]; k++) {
                 snprintf(port, sizeof port, "nicport%d.%d", n, k);
                 put_link(out, port, l->pcie_bw, 0, true);
             }
         for (int d = 0; d < p->ndevices; d++) {
             int n = p->devices[d].node;
+            if (!keep[n]) continue;
             snprintf(a, sizeof a, "pcie%d", d);
             snprintf(b, sizeof b, "gpu%d", d);
             snprintf(c, sizeof c, "nic%d.%d", n, local[d] / l->gpus_per_nic);
@@ -129,7 +151,7 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
             put_hop2(&rt, c, b, port, a, "DOWN");
         }
         for (int n = 0; n < nnodes; n++)
-            for (int k = 0; k * l->gpus_per_nic < size[n]; k++) {
+            for (int k = 0; keep[n] && k * l->gpus_per_nic < size[n]; k++) {
                 snprintf(a, sizeof a, "niclink%d.%d", n, k);
                 snprintf(b, sizeof b, "nic%d.%d", n, k);
                 snprintf(c, sizeof c, "leaf%d", n / l->nodes_per_leaf);
@@ -139,6 +161,8 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
             }
         if (nleaves > 1)
             for (int f = 0; f < nleaves; f++) {
+                if (!keep_leaf[f]) continue;
+                /* the capacity of every node below the leaf, written or not */
                 int nodes = nnodes - f * l->nodes_per_leaf;
                 if (nodes > l->nodes_per_leaf) nodes = l->nodes_per_leaf;
                 snprintf(a, sizeof a, "leafup%d", f);
@@ -168,5 +192,7 @@ int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, c
     base_buf_puts(out, "</zone>\n</platform>\n");
     free(local);
     free(size);
+    free(keep);
+    free(keep_leaf);
     return 0;
 }

@@ -129,6 +129,30 @@ long sim_wire_bytes(double bytes)
     return (long)(bytes / eff);
 }
 
+/* ---------------------------------------------------------------- waiting */
+
+void sim_waitlist_sleep(sim_waitlist *w)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 8;
+        w->a = base_xrealloc(w->a, (size_t)w->cap * sizeof *w->a);
+    }
+    w->a[w->n++] = sg_actor_self();
+    sg_actor_suspend(sg_actor_self());
+}
+
+void sim_waitlist_wake(sim_waitlist *w)
+{
+    int n = w->n;
+    if (n == 0) return;
+    /* a copy: the resumed may wait again before the last one is resumed */
+    sg_actor_t local[16], *a = n <= 16 ? local : base_xmalloc((size_t)n * sizeof *a);
+    memcpy(a, w->a, (size_t)n * sizeof *a);
+    w->n = 0;
+    for (int k = 0; k < n; k++) sg_actor_resume(a[k]);
+    if (a != local) free(a);
+}
+
 /* ---------------------------------------------------------------- instructions */
 
 static void do_wait(stream_ctx *sc, int i)
@@ -140,7 +164,6 @@ static void do_wait(stream_ctx *sc, int i)
     const list_rt *li = &sim_replay_state->li[p->devices[d].list];
     int r = li->wait[i];
     int rs = L->ins[r].stream;
-    if (dv->done[rs] > li->spos[r]) return;
     if (!dv->mutex) dv->mutex = sg_mutex_init(), dv->cond = sg_cond_init();
     sg_mutex_lock(dv->mutex);
     dv->nwaiting++;
@@ -185,6 +208,7 @@ static void stream_main(int argc, char **argv)
                 sg_actor_execute(t * sg_host_get_speed(sg_host_self()));
                 sim_acct(dv, -1, 0);
                 sim_replay_state->activities++;
+                sim_replay_state->executions++;
             }
             break;
         }
@@ -363,11 +387,15 @@ static void prepare_group(sim_state *st, int g)
     const plan_set *p = st->p;
     group_rt *gr = &st->gr[g];
     int n = p->groups[g].n;
+    gr->nsim = st->fold.nsim[g];
+    gr->spanning = st->fold.spanning[g];
+    if (gr->nsim == 0) return; /* a folded replica's: never run */
+    gr->sim_members = base_xcalloc((size_t)gr->nsim, sizeof *gr->sim_members);
+    for (int m = 0, k = 0; m < n; m++)
+        if (st->fold.index[p->groups[g].devices[m]] == 0) gr->sim_members[k++] = p->groups[g].devices[m];
     gr->ring = base_xcalloc((size_t)n + 1, sizeof *gr->ring);
     for (int r = 0; r < n; r++) gr->ring[r] = r;
     sim_group_grid_init(p, g, &gr->gg);
-    gr->nsim = st->fold.nsim[g];
-    gr->spanning = st->fold.spanning[g];
 }
 
 static int prepare(sim_state *st, base_error *e)
@@ -398,8 +426,11 @@ static int prepare(sim_state *st, base_error *e)
             kl_dur[k] = sim_kernel_list_seconds(c, &p->gpu, &p->kernel_lists[k]);
         }
     }
+    /* what is simulated: the folded replicas copy their simulated devices, which share their lists */
+    sim_fold_plan(p, st->o, &st->fold);
     st->li = base_xcalloc((size_t)p->nlists + 1, sizeof *st->li);
-    for (int d = 0; d < p->ndevices; d++) st->li[p->devices[d].list].used = true;
+    for (int d = 0; d < p->ndevices; d++)
+        if (st->fold.index[d] == 0) st->li[p->devices[d].list].used = true;
     int rc = 0;
     for (int l = 0; l < p->nlists && !rc; l++)
         if (st->li[l].used) rc = prepare_list(st, l, kl_dur, kl_lead, e);
@@ -407,12 +438,12 @@ static int prepare(sim_state *st, base_error *e)
     free(kl_lead);
     if (rc) return rc;
 
-    sim_fold_plan(p, st->o, &st->fold);
     st->dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *st->dv);
     st->gr = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->gr);
     st->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *st->goff);
     int32_t *ninst = base_xcalloc((size_t)p->ngroups + 1, sizeof *ninst);
     for (int d = 0; d < p->ndevices; d++) {
+        if (st->fold.index[d] != 0) continue; /* copies a simulated device: no state of its own */
         const plan_list *L = plan_dev_list(p, d);
         const list_rt *li = &st->li[p->devices[d].list];
         const int32_t *slots = p->devices[d].group_slots;
@@ -467,11 +498,14 @@ static void state_free(sim_state *st)
     }
     for (int g = 0; st->gr && g < p->ngroups; g++) {
         free(st->gr[g].ring);
+        free(st->gr[g].sim_members);
+        free(st->gr[g].waiting.a);
         free(st->gr[g].tree);
         sim_group_grid_free(&st->gr[g].gg);
     }
     sim_fold_free(&st->fold);
     free(st->li), free(st->dv), free(st->gr), free(st->goff), free(st->inst), free(st->xf), free(st->skeys);
+    free(st->mb_free), free(st->cmb);
 }
 
 /* ---------------------------------------------------------------- entry point */
@@ -488,7 +522,7 @@ static int write_platform(const plan_set *p, const sim_options *o, char *path, s
         loop = base_xcalloc((size_t)p->ndevices + 1, 1);
         for (int d = 0; d < p->ndevices; d++) loop[d] = sim_replay_state->fold.index[d] == 0;
     }
-    int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, &xml, e);
+    int xrc = sim_platform_xml_loops(p, &o->links, o->costs.nocomm, loop, loop && !o->full_platform, &xml, e);
     free(loop);
     if (xrc) return -1;
     const char *tmp = getenv("TMPDIR");
@@ -620,6 +654,8 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
             x->instructions = dv->ninstr;
         }
         r->activities = st.activities;
+        r->executions = st.executions;
+        r->actors = nactors;
         r->folded_replicas = st.fold.replicas;
         r->simulated_devices = st.fold.nsimulated;
         snprintf(r->fold_note, sizeof r->fold_note, "%s", o->fold && st.fold.replicas == 1 ? st.fold.reason : "");

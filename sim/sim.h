@@ -122,6 +122,9 @@ typedef struct sim_options {
     sim_coll_algo coll;
     bool in_process;         /* simulate in this process (once per process; SimGrid aborts on errors) */
     bool fold;               /* simulate one of identical data-parallel replicas when exact (default on) */
+    /* Folded: generate every node of the cluster rather than only those holding simulated
+     * devices (the same routes, so the same figures; the tests compare the two). */
+    bool full_platform;
     bool progress;           /* print the simulated time on stderr now and then */
     const char *platform_out; /* write the generated SimGrid platform XML here too (or NULL) */
     const char *trace_path;   /* write a Chrome trace of the step here (viz/trace.h), or NULL */
@@ -229,6 +232,8 @@ typedef struct sim_result {
     int last_device;               /* finishes last */
     int nover_memory;
     int64_t activities;            /* simulated executions and transfers */
+    int64_t executions;            /* of which executions (computes) */
+    int actors;                    /* SimGrid actors: one per simulated device and stream */
     int folded_replicas;           /* data-parallel replicas folded into one (1: not folded) */
     int simulated_devices;         /* devices the replay ran (the others copy one of them) */
     char fold_note[200];           /* why the plan was not folded ("" when folded or folding is off) */

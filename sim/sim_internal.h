@@ -63,9 +63,10 @@ void sim_fold_free(sim_fold *f);
 /* The platform XML of sim_platform_xml, plus for each device with loop[d] set two hosts that the
  * collectives (coll_ring.c) send folded flows to: "gpu<d>~nvl" (out over d's NVLink and back in
  * over it) and, across nodes, "gpu<d>~nic" (out through d's PCIe, NIC and NIC link, back in the
- * same way). */
-int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, base_buf *out,
-                           base_error *e);
+ * same way). With reduce, only the nodes holding a device with loop[d] set (whole), their
+ * leaves and the spine: the routes among those nodes are the full platform's. */
+int sim_platform_xml_loops(const plan_set *p, const sim_links *l, bool nocomm, const uint8_t *loop, bool reduce,
+                           base_buf *out, base_error *e);
 
 /* ---------------------------------------------------------------- the replay's state */
 
@@ -95,6 +96,17 @@ typedef struct list_rt {
     int32_t *seg_need;
 } list_rt;
 
+/* Actors waiting for a collective's other members (coll.c): a waiter suspends itself and a wake
+ * resumes every waiter in the order they came, each then looking at its count again (replay.c).
+ * Actors switch only at SimGrid calls, so nothing needs a lock, and a wait is one SimGrid call
+ * rather than a mutex's and a condition's. */
+typedef struct sim_waitlist {
+    sg_actor_t *a;
+    int n, cap;
+} sim_waitlist;
+void sim_waitlist_sleep(sim_waitlist *w);
+void sim_waitlist_wake(sim_waitlist *w);
+
 typedef struct dev_rt {
     double last_t, compute_t, exposed_t, comm_t, end;
     int ncompute, ncomm;
@@ -104,6 +116,9 @@ typedef struct dev_rt {
     int32_t *done;               /* per stream: instructions completed */
     int streams_left;
     int nwaiting;
+    /* streams waiting for another stream or the host: a mutex and a condition, not a
+     * sim_waitlist, whose resuming order would change which of the stream's same-instant
+     * allocations and frees come first, hence the memory peaks */
     sg_cond_t cond;
     sg_mutex_t mutex;
     int32_t *coll_seq;           /* per instruction, only when two slots name one group */
@@ -122,14 +137,14 @@ typedef struct coll_inst {
 } coll_inst;
 
 typedef struct group_rt {
-    sg_cond_t cond;
-    sg_mutex_t mutex;
+    sim_waitlist waiting; /* members waiting for the others (coll.c) */
     int32_t *ring;      /* 0 .. n-1: the flat ring in rank order */
     /* hierarchical collectives: the group spans several nodes with per_node members on each */
     sim_group_grid gg;
     int32_t *tree;      /* --coll tree: per rank and tree (2): parent, child, child (-1: none) */
     int tree_depth;     /* edges from a tree's root to its deepest leaf */
     int nsim;           /* members simulated (all, unless the group spans folded replicas) */
+    int32_t *sim_members; /* their devices, in rank order */
     bool spanning;      /* spans folded replicas: members send their flows over loop routes */
 } group_rt;
 
@@ -142,9 +157,18 @@ typedef struct stream_ctx {
  * starts, and both devices count it as communication from then on. Open addressing. */
 typedef struct xfer_slot {
     int32_t src, dst, tag;
-    int32_t nsend, nrecv; /* posted and unmatched; both 0 and src >= 0: a tombstone */
+    int32_t nsend, nrecv; /* posted and unmatched; both 0 (and npend 0): a tombstone */
+    int32_t npend;        /* posts between taking the mailbox and counting themselves */
     uint8_t used;
+    sg_mailbox_t mb;      /* the key's mailbox while it has posts, from the pool (p2p.c) */
 } xfer_slot;
+
+/* The mailboxes of collective flows, by (group, stream name, phase, rank): each is named and
+ * looked up in SimGrid once per run (coll.c). Open addressing. */
+typedef struct coll_mb_slot {
+    int32_t g, skey, ph, rank;
+    sg_mailbox_t mb; /* NULL: empty */
+} coll_mb_slot;
 
 typedef struct sim_state {
     const plan_set *p;
@@ -156,9 +180,15 @@ typedef struct sim_state {
     coll_inst *inst;
     xfer_slot *xf;
     size_t xcap, xused;
+    /* p2p mailboxes not held by a key (p2p.c): a key holds one from its first post until all its
+     * posts are matched, so that SimGrid names and looks up only as many as are ever in use */
+    sg_mailbox_t *mb_free;
+    int nmb_free, mb_free_cap, nmb;
+    coll_mb_slot *cmb;
+    size_t cmb_cap, cmb_used;
     int nskeys;
     const char **skeys;
-    int64_t activities;
+    int64_t activities, executions;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */

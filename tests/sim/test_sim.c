@@ -1262,8 +1262,24 @@ static void check_fold(const char *program, const char *links, int replicas, con
     sim_options o;
     sim_options_init(&o, &p);
     if (links) CU_ASSERT_EQUAL_FATAL(sim_links_parse(&o.links, links, &e), 0);
-    sim_result a, b;
+    sim_result a, b, c;
     CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &a), 0);
+    /* folded on every node's hosts rather than only the simulated devices' nodes: the same
+     * routes, so the very same figures, bit for bit */
+    o.full_platform = true;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &c), 0);
+    o.full_platform = false;
+    CU_ASSERT_EQUAL(c.folded_replicas, a.folded_replicas);
+    CU_ASSERT_EQUAL(c.activities, a.activities);
+    CU_ASSERT(c.step_seconds == a.step_seconds);
+    for (int d = 0; d < p.ndevices; d++) {
+        const sim_device_result *x = &a.dev[d], *y = &c.dev[d];
+        CU_ASSERT(x->end_seconds == y->end_seconds && x->compute_seconds == y->compute_seconds &&
+                  x->exposed_comm_seconds == y->exposed_comm_seconds && x->comm_seconds == y->comm_seconds &&
+                  x->launch_wait_seconds == y->launch_wait_seconds && x->peak_bytes == y->peak_bytes &&
+                  x->bytes_sent == y->bytes_sent);
+    }
+    sim_result_free(&c);
     o.fold = false;
     CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &b), 0);
     CU_ASSERT_EQUAL(a.folded_replicas, replicas);
@@ -1304,6 +1320,10 @@ static void test_fold(void)
     /* TP2 x DP4 on two nodes: hierarchical data-parallel collectives, tensor pairs sharing a NIC */
     check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", NULL, 4, NULL);
     check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "gpus_per_nic=2,nvlink_bw=20GB/s", 4, NULL);
+    /* TP2 x PP2 x DP4 on eight nodes: the folded platform holds two of them (one or two leaves) */
+    check_fold("tests/fixtures/sim/tp2_pp2_dp4_8nodes.yaml", NULL, 4, NULL);
+    check_fold("tests/fixtures/sim/tp2_pp2_dp4_8nodes.yaml", "nodes_per_leaf=2,nic_lat=7us", 4, NULL);
+    check_fold("tests/fixtures/sim/tp2_pp2_dp4_8nodes.yaml", "nodes_per_leaf=4,nic_bw=2GB/s", 4, NULL);
     /* not exact, so not folded: a NIC shared by two replicas; a blocking fabric */
     check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "gpus_per_nic=4", 1, "share a NIC");
     check_fold("tests/fixtures/sim/tp2_dp4_2nodes.yaml", "nodes_per_leaf=1,oversubscription=2", 1, "oversubscribed");
