@@ -55,9 +55,9 @@ int exec_cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int64_t 
 
 /* The numeric options, one row each: its range (what the optimizer and the loop can use: a
  * learning rate of 0 trains nothing, beta = 1 never forgets, eps = 0 divides by zero) and where
- * it goes. Integers are read exactly (base_parse_i64/u64), never through a double. */
+ * it goes. Integers are read exactly (base_parse_i64/u64), never through a double; a seed takes
+ * all 64 bits, so its row states no range. */
 enum { NUM_REAL, NUM_STEPS, NUM_SEED };
-#define INF_ HUGE_VAL
 static const struct {
     const char *name, *what;
     int kind;
@@ -66,15 +66,14 @@ static const struct {
 } cli_nums[] = {
     {"--steps", "a whole number of steps", NUM_STEPS, {1, EXEC_CLI_MAX_STEPS, 0, 0}, offsetof(exec_cli_common, steps)},
     {"--seed", "a whole number from 0 to 18446744073709551615", NUM_SEED, {0, 0, 0, 0}, offsetof(exec_cli_common, seed)},
-    {"--timeout", "seconds, a number >= 0 (0 disables the watchdog)", NUM_REAL, {0, INF_, 0, 0}, offsetof(exec_cli_common, timeout_s)},
-    {"--lr", "a learning rate > 0", NUM_REAL, {0, INF_, 1, 0}, offsetof(exec_cli_common, optim.lr)},
-    {"--weight-decay", "a number >= 0", NUM_REAL, {0, INF_, 0, 0}, offsetof(exec_cli_common, optim.weight_decay)},
+    {"--timeout", "seconds, a number >= 0 (0 disables the watchdog)", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, timeout_s)},
+    {"--lr", "a learning rate > 0", NUM_REAL, {0, HUGE_VAL, 1, 0}, offsetof(exec_cli_common, optim.lr)},
+    {"--weight-decay", "a number >= 0", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, optim.weight_decay)},
     {"--beta1", "a number in [0, 1), e.g. 0.9", NUM_REAL, {0, 1, 0, 1}, offsetof(exec_cli_common, optim.beta1)},
     {"--beta2", "a number in [0, 1), e.g. 0.95", NUM_REAL, {0, 1, 0, 1}, offsetof(exec_cli_common, optim.beta2)},
-    {"--eps", "a number > 0, e.g. 1e-8", NUM_REAL, {0, INF_, 1, 0}, offsetof(exec_cli_common, optim.eps)},
-    {"--grad-clip", "a norm >= 0", NUM_REAL, {0, INF_, 0, 0}, offsetof(exec_cli_common, grad_clip)},
+    {"--eps", "a number > 0, e.g. 1e-8", NUM_REAL, {0, HUGE_VAL, 1, 0}, offsetof(exec_cli_common, optim.eps)},
+    {"--grad-clip", "a norm >= 0", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, grad_clip)},
 };
-#undef INF_
 
 int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_common *c,
                     base_error *e)
@@ -89,7 +88,7 @@ int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_co
         int bad;
         if (cli_nums[k].kind == NUM_STEPS) {
             int64_t n = 0;
-            bad = base_parse_i64(t, 1, EXEC_CLI_MAX_STEPS, &n, why, sizeof why);
+            bad = base_parse_i64(t, (int64_t)cli_nums[k].r.lo, (int64_t)cli_nums[k].r.hi, &n, why, sizeof why);
             if (!bad) memcpy(dst, &n, sizeof n);
         } else if (cli_nums[k].kind == NUM_SEED) {
             uint64_t n = 0;
@@ -102,7 +101,7 @@ int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_co
         }
         if (bad) {
             if (cli_nums[k].kind == NUM_STEPS)
-                snprintf(want, sizeof want, "%s from 1 to %d", cli_nums[k].what, EXEC_CLI_MAX_STEPS);
+                snprintf(want, sizeof want, "%s from %.0f to %.0f", cli_nums[k].what, cli_nums[k].r.lo, cli_nums[k].r.hi);
             else
                 snprintf(want, sizeof want, "%s", cli_nums[k].what);
             return bad_value(e, s, t, why, want);
