@@ -1,7 +1,10 @@
 /* base.c — arena, error object, string buffer and checked allocation (see base.h). */
 #include "base.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -296,4 +299,113 @@ const char *base_fmt_bytes(double bytes, char *buf, size_t n)
     else
         snprintf(buf, n, "%.2f %s", v, units[u]);
     return buf;
+}
+
+/* ---------------------------------------------------------------- numbers */
+
+static void why_set(char *why, size_t n, const char *fmt, ...) BASE_PRINTF(3, 4);
+static void why_set(char *why, size_t n, const char *fmt, ...)
+{
+    if (!why || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+int base_in_range(double x, base_range r)
+{
+    if (!(x == x)) return 0;
+    if (r.lo_open ? !(x > r.lo) : !(x >= r.lo)) return 0;
+    if (r.hi_open ? !(x < r.hi) : !(x <= r.hi)) return 0;
+    return 1;
+}
+
+const char *base_fmt_range(base_range r, char *buf, size_t n)
+{
+    if (isinf(r.hi) && r.hi > 0)
+        snprintf(buf, n, "%s %g", r.lo_open ? ">" : ">=", r.lo);
+    else
+        snprintf(buf, n, "in %c%g, %g%c", r.lo_open ? '(' : '[', r.lo, r.hi, r.hi_open ? ')' : ']');
+    return buf;
+}
+
+int base_parse_double(const char *s, base_range r, double *out, char *why, size_t n)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = s && *s && !isspace((unsigned char)*s) ? strtod(s, &end) : 0;
+    if (!end || end == s || *end) {
+        why_set(why, n, "is not a number");
+        return -1;
+    }
+    /* strtod reads "inf" and "nan" and sets ERANGE past DBL_MAX; underflow to a tiny value is
+     * fine, overflow is not */
+    if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1)) {
+        why_set(why, n, "is not a finite number");
+        return -1;
+    }
+    if (!base_in_range(v, r)) {
+        char rb[64];
+        why_set(why, n, "is not %s", base_fmt_range(r, rb, sizeof rb));
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The digits of s (an optional sign, then decimal digits only) as a magnitude; -1 if s is not
+ * an integer or it does not fit 64 bits. */
+static int parse_magnitude(const char *s, int *neg, uint64_t *mag, char *why, size_t n)
+{
+    const char *q = s ? s : "";
+    *neg = 0;
+    if (*q == '-' || *q == '+') *neg = *q++ == '-';
+    if (!isdigit((unsigned char)*q)) {
+        why_set(why, n, "is not a whole number");
+        return -1;
+    }
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*q); q++) {
+        unsigned d = (unsigned)(*q - '0');
+        if (v > (UINT64_MAX - d) / 10) {
+            why_set(why, n, "does not fit in 64 bits");
+            return -1;
+        }
+        v = v * 10 + d;
+    }
+    if (*q) {
+        why_set(why, n, "is not a whole number");
+        return -1;
+    }
+    *mag = v;
+    return 0;
+}
+
+int base_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out, char *why, size_t n)
+{
+    int neg;
+    uint64_t mag;
+    if (parse_magnitude(s, &neg, &mag, why, n)) return -1;
+    int ok = neg ? mag <= (uint64_t)INT64_MAX + 1 : mag <= (uint64_t)INT64_MAX;
+    int64_t v = !ok ? 0 : neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    if (!ok || v < lo || v > hi) {
+        why_set(why, n, "is not a whole number in [%" PRId64 ", %" PRId64 "]", lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int base_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, char *why, size_t n)
+{
+    int neg;
+    uint64_t mag;
+    if (parse_magnitude(s, &neg, &mag, why, n)) return -1;
+    if ((neg && mag) || mag < lo || mag > hi) {
+        why_set(why, n, "is not a whole number in [%" PRIu64 ", %" PRIu64 "]", lo, hi);
+        return -1;
+    }
+    *out = mag;
+    return 0;
 }

@@ -1,7 +1,7 @@
 /* base.h — the few things every piper module needs and none owns: an arena that a compilation
  * allocates from (everything dies with it), an error object that carries a user-facing message
  * ("file:line:col: what is wrong; what to do") plus warnings, a growable string buffer and a
- * growable array.
+ * growable array, and the rules by which a number written by a user is read (base_parse_*).
  *
  * Library code never exits: it returns -1 (or NULL) and fills a base_error; main() decides.
  * Host out-of-memory is the one exception: it aborts with a message, as compilers do. */
@@ -82,6 +82,26 @@ int base_read_file(const char *path, base_buf *out, base_error *e);
 
 /* Human-readable byte count with binary units ("1.50 GiB"); returns buf. */
 const char *base_fmt_bytes(double bytes, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- numbers */
+
+/* The one set of rules by which piper reads a number a user wrote (options, --costs, plan
+ * figures): the whole string, decimal, finite, inside a stated range. Integers are exact:
+ * "1.5", "1e3" and anything past the range's ends are refused rather than rounded or
+ * truncated (a seed read through a double would merge 2^53 and 2^53 + 1). Each returns 0, or
+ * -1 with `why` (when not NULL) saying what is wrong, e.g. "is not a finite number"; callers
+ * name the option or key around it. */
+typedef struct base_range {
+    double lo, hi;
+    unsigned char lo_open, hi_open; /* nonzero: the end itself is outside the range */
+} base_range;
+
+int base_parse_double(const char *s, base_range r, double *out, char *why, size_t n);
+int base_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out, char *why, size_t n);
+int base_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, char *why, size_t n);
+/* x in r (false for NaN), and r written for a message: "> 0", "in [0, 1)", "in [1, 1e+06]". */
+int base_in_range(double x, base_range r);
+const char *base_fmt_range(base_range r, char *buf, size_t n);
 
 /* ---------------------------------------------------------------- arrays */
 

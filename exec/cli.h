@@ -20,6 +20,7 @@ typedef struct exec_cli_common {
     int64_t steps;
     uint64_t seed;
     bool seed_given, quiet, memory;
+    bool no_check;          /* --no-check: run a plan that fails the static check */
     double timeout_s, grad_clip;
     exec_optim optim;
 } exec_cli_common;
@@ -30,8 +31,12 @@ void exec_cli_defaults(exec_cli_common *c);
 
 /* The value of option argv[*i] (argv[*i + 1], *i advanced), or NULL with an error. */
 const char *exec_cli_value(int argc, char **argv, int *i, base_error *e);
-/* The value of option argv[*i] as a number >= lo, or -1 with an error. */
-int exec_cli_number(int argc, char **argv, int *i, double lo, double *v, base_error *e);
+/* The value of option argv[*i] as a whole number in [lo, hi] (base_parse_i64's rules), or -1
+ * with an error naming the option. */
+int exec_cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int64_t *v, base_error *e);
+
+/* The most --steps one run takes: rank 0 keeps each step's time for the report. */
+#define EXEC_CLI_MAX_STEPS 1000000
 
 /* Reads argv[*i] as one of the common options, the plan, or help (advancing *i past a value):
  * 0 read, 1 help asked, -1 an error (an unknown option, a second plan, a bad value). `prog`
@@ -40,6 +45,11 @@ int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_co
                     base_error *e);
 /* After the last option: a plan must be given; the learning rate defaults by optimizer. */
 int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e);
+
+/* The static check (plan_check) of the plan read from c->plan, unless --no-check: a plan that
+ * could deadlock, whose two sides of a transfer disagree, or whose buffers are used when not
+ * live is refused before anything runs, naming the file and the instruction. */
+int exec_cli_check_plan(const plan_set *p, const exec_cli_common *c, base_error *e);
 
 /* `size` ranks for the plan: at most one per device, and every device with work has one. */
 int exec_cli_check_ranks(const plan_set *p, int size, base_error *e);

@@ -324,3 +324,17 @@ double exec_clip_coef(double global_norm, double max_norm)
     if (max_norm <= 0 || !(global_norm > max_norm)) return 1.0;
     return max_norm / (global_norm + 1e-6);
 }
+
+const char *exec_nonfinite_figure(double loss, double aux_loss, double norm_sq, double *v)
+{
+    const struct {
+        const char *name;
+        double x;
+    } figs[] = {{"the loss", loss}, {"the load-balancing loss", aux_loss}, {"the gradient norm", norm_sq}};
+    for (size_t k = 0; k < BASE_COUNT(figs); k++)
+        if (!isfinite(figs[k].x)) {
+            *v = figs[k].x;
+            return figs[k].name;
+        }
+    return NULL;
+}

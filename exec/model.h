@@ -187,6 +187,11 @@ typedef struct exec_optim {
  * torch.nn.utils.clip_grad_norm_); max_norm <= 0 disables. */
 double exec_clip_coef(double global_norm, double max_norm);
 
+/* The step's figures a backend checks before the next step trains on them: the name of the first
+ * that is not finite ("the loss", "the load-balancing loss", "the gradient norm"; norm_sq < 0:
+ * no norm) with its value in *v, or NULL when all are finite. Both drivers stop on it. */
+const char *exec_nonfinite_figure(double loss, double aux_loss, double norm_sq, double *v);
+
 /* A region's gradient block, for aux.grad_norm. */
 typedef struct exec_grad_ref {
     exec_region_kind kind;

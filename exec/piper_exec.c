@@ -22,14 +22,19 @@ static void usage(FILE *f)
             "usage: [mpirun -np N] piper-exec PLAN [options]\n"
             "Runs a plan written by piper-compile -o, one MPI rank per device (rank r runs device\n"
             "r; a plan whose only device is 0 also runs without mpirun).\n"
-            "  --steps K          training steps (default 5)\n"
-            "  --seed S           initialisation, data and dropout seed (default 1)\n"
+            "  --steps K          training steps, a whole number from 1 to 1000000 (default 5)\n"
+            "  --seed S           initialisation, data and dropout seed, a whole number from 0 to\n"
+            "                     2^64-1, read exactly (default 1)\n"
             "  --dtype fp32|fp64  element type of the kernels (default: the plan's activations)\n"
             "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --lr X             learning rate (default 1e-3 for AdamW, 0.1 for SGD)\n"
-            "  --weight-decay X   decoupled weight decay of matrices (default 0.1)\n"
-            "  --beta1 X --beta2 X --eps X   AdamW (defaults 0.9, 0.95, 1e-8)\n"
-            "  --grad-clip X      clip to this global norm when the plan computes it (default 1)\n"
+            "  --lr X             learning rate, finite and > 0 (default 1e-3 for AdamW, 0.1 for SGD)\n"
+            "  --weight-decay X   decoupled weight decay of matrices, >= 0 (default 0.1)\n"
+            "  --beta1 X --beta2 X --eps X   AdamW: betas in [0, 1), eps > 0 (defaults 0.9, 0.95,\n"
+            "                     1e-8)\n"
+            "  --grad-clip X      clip to this global norm when the plan computes it, >= 0 (default 1)\n"
+            "  --no-check         run a plan that fails the static check (plan_check: deadlock,\n"
+            "                     transfers whose two sides disagree, buffers used when not live),\n"
+            "                     which piper-exec otherwise refuses before the first step\n"
             "  --timeout SEC      watchdog: fail when communication makes no progress for SEC\n"
             "                     seconds (default 300; 0 disables)\n"
             "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
@@ -57,7 +62,10 @@ static void usage(FILE *f)
 "                     sizes them and as the executor holds them; after the last\n"
             "                     step, its parameter and gradient bytes, communicated bytes\n"
             "                     and peak next to the plan's\n"
-            "  -q                 print only the per-step lines\n");
+            "  -q                 print only the per-step lines\n"
+            "Numbers are read whole and exactly (1.5 is not a step count, inf not a rate). A loss or\n"
+            "gradient norm that is not finite stops the run, naming the rank, the step and the first\n"
+            "tensor that is not finite, with exit status 1.\n");
 }
 
 typedef struct args {
@@ -93,12 +101,8 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
         } else if (strcmp(s, "--save") == 0) {
             if (!(a->save = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--save-every") == 0) {
-            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
-            char *end = NULL;
-            errno = 0;
-            long long n = strtoll(v, &end, 10);
-            if (errno || !end || *end || n < 1)
-                return base_errorf(e, "--save-every takes a number of steps of at least 1, not '%s'", v);
+            int64_t n;
+            if (exec_cli_int(argc, argv, &i, 1, EXEC_CLI_MAX_STEPS, &n, e)) return -1;
             a->save_every = n;
         } else if (strcmp(s, "--resume") == 0) {
             if (!(a->resume = exec_cli_value(argc, argv, &i, e))) return -1;
@@ -283,6 +287,7 @@ int main(int argc, char **argv)
             base_errorf(&e, "the checkpoint %s was trained on data '%s', this run reads '%s'; resume "
                             "with the same --data",
                         a.resume, ck.data, data_name);
+        if (!e.set) exec_cli_check_plan(&plan, &a.c, &e);
         if (!e.set) exec_cli_check_ranks(&plan, size, &e);
         if (!e.set) exec_cpu_open(&c, &plan, rank, size, &a.o, &e);
         if (!e.set && a.resume) exec_cpu_resume(c, &ck, &e);
@@ -333,6 +338,9 @@ int main(int argc, char **argv)
         printf("%-5s %-11s %-10s %-10s %-10s %-8s %s\n", "step", "loss", "grad norm", "time",
                "tokens/s", "GFLOP/s", "peak memory per rank, executor / plan (MiB)");
     }
+    if (rank == 0 && a.c.no_check)
+        fprintf(stderr, "piper-exec: warning: --no-check: the plan's static check was skipped; transfers move "
+                        "the sizes of this executor's layouts, and a receive that gets another size fails\n");
     if (log) fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s gflops_per_s\n");
     if (a.c.memory) {
         /* one rank after the other, so that lines do not interleave */

@@ -198,20 +198,21 @@ static int rd_i32(reader *r, const tok *t, const char *what, int32_t lo, int32_t
     return 0;
 }
 
-static int rd_f64(reader *r, const tok *t, const char *what, double *out)
+/* A figure of the plan (a bandwidth, a peak, a kernel's FLOPs or bytes, a calibration constant):
+ * finite and >= 0, or > 0 where `positive` (a bandwidth of 0 would make every transfer take
+ * forever, and SimGrid aborts on it), by base/'s number rules, with the line and the key named. */
+static int rd_f64(reader *r, const tok *t, const char *what, bool positive, double *out)
 {
-    char buf[64], show[64];
+    char buf[64], show[64], why[96];
+    const base_range range = {0, HUGE_VAL, positive, 0};
     if (t->quoted || t->vlen == 0 || t->vlen >= sizeof buf)
         return rd_err(r, "%s: '%s' is not a number; write a decimal number such as 1.5e12", what,
                       tok_show(t, show, sizeof show));
     memcpy(buf, t->v, t->vlen);
     buf[t->vlen] = 0;
-    char *end;
-    double x = strtod(buf, &end);
-    if (*end)
-        return rd_err(r, "%s: '%s' is not a number; write a decimal number such as 1.5e12", what,
-                      tok_show(t, show, sizeof show));
-    *out = x;
+    if (base_parse_double(buf, range, out, why, sizeof why))
+        return rd_err(r, "%s: '%s' %s; write a %s decimal number such as 1.5e12", what, tok_show(t, show, sizeof show),
+                      why, positive ? "positive" : "finite, non-negative");
     return 0;
 }
 
@@ -384,7 +385,8 @@ static int rd_ilist(reader *r, const tok *t, const char *what, int32_t lo, int32
 
 /* ---------------------------------------------------------------- reader: key=value lines */
 
-typedef enum { KV_I64, KV_I32, KV_F64, KV_STR, KV_BOOL, KV_DTYPE, KV_TOPO } kv_type;
+/* KV_F64: a figure >= 0; KV_POS: a figure > 0 (bandwidths, ratios) */
+typedef enum { KV_I64, KV_I32, KV_F64, KV_POS, KV_STR, KV_BOOL, KV_DTYPE, KV_TOPO } kv_type;
 typedef struct kv_spec {
     const char *key;
     kv_type type;
@@ -416,7 +418,8 @@ static int rd_kvs(reader *r, int from, const char *line_what, const kv_spec *spe
         switch (spec[j].type) {
         case KV_I64: rc = rd_i64(r, t, spec[j].key, INT64_MIN, INT64_MAX, spec[j].dst); break;
         case KV_I32: rc = rd_i32(r, t, spec[j].key, INT32_MIN, INT32_MAX, spec[j].dst); break;
-        case KV_F64: rc = rd_f64(r, t, spec[j].key, spec[j].dst); break;
+        case KV_F64: rc = rd_f64(r, t, spec[j].key, false, spec[j].dst); break;
+        case KV_POS: rc = rd_f64(r, t, spec[j].key, true, spec[j].dst); break;
         case KV_STR: rc = rd_str(r, t, spec[j].dst); break;
         case KV_BOOL:
             rc = rd_enum(r, t, spec[j].key, bool_of, 2, &v);
@@ -510,10 +513,10 @@ static int rd_links(reader *r)
     if (rc < 0) return -1;
     if (rc) {
         plan_links *l = &p->links;
-        kv_spec ls[] = {{"nvlink_bw", KV_F64, &l->nvlink_bw},         {"nvlink_latency", KV_F64, &l->nvlink_latency},
-                        {"nic_bw", KV_F64, &l->nic_bw},               {"nic_latency", KV_F64, &l->nic_latency},
+        kv_spec ls[] = {{"nvlink_bw", KV_POS, &l->nvlink_bw},         {"nvlink_latency", KV_F64, &l->nvlink_latency},
+                        {"nic_bw", KV_POS, &l->nic_bw},               {"nic_latency", KV_F64, &l->nic_latency},
                         {"gpus_per_nic", KV_I32, &l->gpus_per_nic},   {"gpus_per_node", KV_I32, &l->gpus_per_node},
-                        {"topology", KV_TOPO, &l->topology},          {"oversubscription", KV_F64, &l->oversubscription},
+                        {"topology", KV_TOPO, &l->topology},          {"oversubscription", KV_POS, &l->oversubscription},
                         {"platform", KV_STR, &l->platform}};
         if (rd_kvs(r, 1, "links", ls, (int)BASE_COUNT(ls))) return -1;
     }
@@ -530,7 +533,7 @@ static int rd_links(reader *r)
             for (int j = 0; j < i; j++)
                 if (!strcmp(p->calib[j].name, name)) return rd_err(r, "calib: key '%s' appears twice; keep one", name);
             p->calib[i].name = name;
-            if (rd_f64(r, t, name, &p->calib[i].value)) return -1;
+            if (rd_f64(r, t, name, false, &p->calib[i].value)) return -1;
         }
         p->ncalib = n;
     }

@@ -3,7 +3,10 @@
  * for) and W (weight gradient, which nobody waits for), and W's are deferred into what would be
  * bubbles. With c = 1 (H1) or 2 (H2), rank r runs min((p-r-1)c, m) warm-up forwards, then for
  * each micro-batch i: the next forward (while any remain), I of i, and the oldest deferred W once
- * warm-up + i >= (p-1)c; the W's still deferred run at the end, oldest first. */
+ * i >= rc; the W's still deferred run at the end, oldest first. The W test uses the uncapped
+ * warm-up (p-r-1)c, as the paper's generator and PyTorch's ZB1P do: rank r defers min(rc, m)
+ * W's whatever m is. With the capped count it would defer p-1-m when m < p-1-r, which at
+ * p = 8, m = 4 stretches the unit-cost makespan from 23 to 26. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -26,7 +29,7 @@ int sched_build_zbh(int c, const sched_params *sp, sched_table *t, char *why, si
             if (warmup + i < m) sched_table_push(t, r, r, PLAN_PASS_F, warmup + i);
             sched_table_push(t, r, r, PLAN_PASS_BI, i);
             queue[tail++] = i;
-            if (warmup + i >= (p - 1) * c) sched_table_push(t, r, r, PLAN_PASS_BW, queue[head++]);
+            if (i >= r * c) sched_table_push(t, r, r, PLAN_PASS_BW, queue[head++]);
         }
         while (head < tail) sched_table_push(t, r, r, PLAN_PASS_BW, queue[head++]);
     }

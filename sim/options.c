@@ -111,29 +111,31 @@ static const unit_entry time_units[] = {
     {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {NULL, 0},
 };
 
-/* A finite number >= 0 with an optional unit from `units`; 0 on success. */
+/* A finite number >= 0 (base_parse_double's rules) with an optional unit from `units`; 0 on
+ * success. The number is what strtod reads of s; the rest must be a unit. */
 static int parse_quantity(const char *s, const unit_entry *units, double *out)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || !isfinite(v) || v < 0) return -1;
-    if (*end == 0) {
-        *out = v;
-        return 0;
-    }
-    for (const unit_entry *u = units; u && u->suffix; u++)
-        if (!strcmp(end, u->suffix)) {
-            *out = v * u->scale;
-            return 0;
-        }
-    return -1;
+    char *end, num[64];
+    (void)strtod(s, &end);
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    const base_range nonneg = {0, HUGE_VAL, 0, 0};
+    double v;
+    if (base_parse_double(num, nonneg, &v, NULL, 0)) return -1;
+    double scale = *end ? 0 : 1;
+    for (const unit_entry *u = units; u && u->suffix && *end; u++)
+        if (!strcmp(end, u->suffix)) scale = u->scale;
+    if (scale == 0 || !isfinite(v * scale)) return -1;
+    *out = v * scale;
+    return 0;
 }
 
 static int parse_count(const char *s, int lo, int *out)
 {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > 1 << 20) return -1;
+    int64_t v;
+    if (base_parse_i64(s, lo, 1 << 20, &v, NULL, 0)) return -1;
     *out = (int)v;
     return 0;
 }

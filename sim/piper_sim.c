@@ -75,6 +75,10 @@ static void usage(FILE *f)
             "  -q, --quiet         no report (use with --json)\n"
             "  -h, --help          this help\n"
             "\n"
+            "Figures must be finite: a plan's peaks, sizes and kernel figures >= 0 and its bandwidths\n"
+            "> 0; --costs durations >= 0; --links bandwidths > 0, latencies >= 0, counts whole; a\n"
+            "platform's gpu<d> speeds and link bandwidths > 0. Anything else is refused, named.\n"
+            "\n"
             "exit status: 0 on success, 1 when the input is invalid or the simulation fails, 2 on\n"
             "usage errors.\n");
 }

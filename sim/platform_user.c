@@ -5,14 +5,19 @@
  * is loaded first in a child process whose messages come back through a pipe: a malformed file
  * becomes "file:line: what SimGrid says; what to do" instead of a crash. The child then checks
  * piper's naming contract (docs/simulator.md, "A platform of your own"): a host "gpu<d>" for every
- * device d of the plan, each with one core (two streams computing at once share their GPU). */
+ * device d of the plan, each with one core (two streams computing at once share their GPU), and
+ * figures the simulation can use: every such host's speed and every link's bandwidth finite and
+ * > 0, every latency finite and >= 0 (SimGrid loads a speed or bandwidth of 0, then aborts in
+ * the middle of the run). */
 #include "sim_internal.h"
 
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
+#include <simgrid/link.h>
 #include <xbt/log.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -43,9 +48,26 @@ static void check_child(const char *path, int ndevices, int fd)
             if (cores++ < MAX_REPORTED) fprintf(stderr, "piper-cores %s %d\n", name, sg_host_core_count(h));
         }
     }
+    /* the first figure the simulation cannot use, as "piper-figure WHAT NAME VALUE" */
+    int bad = 0;
+    for (int d = 0; d < ndevices && !bad && !missing; d++) {
+        snprintf(name, sizeof name, "gpu%d", d);
+        double v = sg_host_get_speed(sg_host_by_name(name));
+        if (!(isfinite(v) && v > 0)) bad = fprintf(stderr, "piper-figure speed host %s %g\n", name, v) > 0;
+    }
+    size_t nlinks = sg_link_count();
+    sg_link_t *links = sg_link_list();
+    for (size_t k = 0; k < nlinks && !bad; k++) {
+        double bw = sg_link_get_bandwidth(links[k]), lat = sg_link_get_latency(links[k]);
+        if (!(isfinite(bw) && bw > 0))
+            bad = fprintf(stderr, "piper-figure bw link %s %g\n", sg_link_get_name(links[k]), bw) > 0;
+        else if (!(isfinite(lat) && lat >= 0))
+            bad = fprintf(stderr, "piper-figure lat link %s %g\n", sg_link_get_name(links[k]), lat) > 0;
+    }
+    free(links);
     fprintf(stderr, "piper-counts %d %d %zu\n", missing, cores, sg_host_count());
     fflush(stderr);
-    _exit(missing || cores ? 2 : 0);
+    _exit(missing || cores || bad ? 2 : 0);
 }
 
 /* The text after `key` up to the end of its line, plus continuation lines (those that do not
@@ -85,6 +107,17 @@ static int explain(const char *path, const char *out, int ndevices, base_error *
         }
         message_after(p, msg, sizeof msg);
         return base_error_at(e, path, 0, 0, "SimGrid cannot parse the platform: %s; fix the platform file", msg);
+    }
+    const char *fig = strstr(out, "piper-figure ");
+    if (fig) {
+        char what[8] = "", kind[8] = "", nm[128] = "", val[32] = "";
+        sscanf(fig, "piper-figure %7s %7s %127s %31s", what, kind, nm, val);
+        const int speed = !strcmp(what, "speed"), bw = !strcmp(what, "bw");
+        return base_error_at(e, path, 0, 0, "%s %s has %s %s; give it %s", kind, nm,
+                             speed ? "speed" : bw ? "bandwidth" : "latency", val,
+                             speed ? "a finite speed > 0, e.g. speed=\"1e9f\""
+                             : bw  ? "a finite bandwidth > 0, e.g. bw=\"100GBps\""
+                                   : "a finite latency >= 0, e.g. lat=\"1us\"");
     }
     const char *counts = strstr(out, "piper-counts ");
     if (counts) {

@@ -38,6 +38,7 @@
 #include <xbt/config.h>
 #include <xbt/log.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -626,6 +627,13 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
     simgrid_run();
     if (o->progress && st.ticks > 0xffff) fputc('\n', stderr);
 
+    /* durations so large that their sum overflows stop SimGrid's clock at inf, where every
+     * activity looks stuck: that is not a deadlock, and the figures would be meaningless */
+    double clock = simgrid_get_clock();
+    if (!isfinite(clock))
+        rc = base_errorf(e, "the simulated clock overflowed (it reached %g s): the plan's costs add up to more than "
+                         "a double holds; give smaller costs (--costs unit:F=1,B=2 counts in units of one forward)",
+                         clock);
     for (int d = 0; d < p->ndevices && !rc; d++)
         if (st.fold.index[d] == 0 && st.dv[d].streams_left > 0)
             rc = base_errorf(e, "the simulation stopped with device %d unfinished: the plan deadlocks; the static "

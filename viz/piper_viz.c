@@ -2,7 +2,6 @@
  * a plan file's instruction graph), `schedule` the per-rank schedule grid of a program or plan, and
  * `timeline` a Chrome trace written by piper-sim; as SVG, PDF, PNG or dot, chosen by -o's extension
  * or --format. A thin command line over viz/viz.h. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,10 +98,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--cluster")) cluster = v;
         else if (!strcmp(a, "--title")) title = v;
         else if (!strcmp(a, "--device") || !strcmp(a, "--max-nodes")) {
-            char *end;
-            errno = 0;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || errno || n < 0 || n > 1 << 30) return usage_error("'%s' is not a count or device number", v);
+            int64_t n;
+            if (base_parse_i64(v, 0, 1 << 30, &n, NULL, 0)) return usage_error("'%s' is not a count or device number", v);
             if (!strcmp(a, "--device")) dopt.device = (int)n;
             else dopt.max_nodes = (int)n;
         } else if (!strcmp(a, "--collapse")) {

@@ -27,13 +27,17 @@ static void usage(FILE *f)
             "usage: [mpirun -np N] piper-exec-cuda PLAN [options]\n"
             "Runs a plan written by piper-compile -o on GPUs, one rank per device (rank r runs\n"
             "device r on GPU local-rank %% GPUs; a one-device plan runs without mpirun).\n"
-            "  --steps K          training steps (default 5)\n"
-            "  --seed S           initialisation, data and dropout seed (default 1)\n"
+            "  --steps K          training steps, a whole number from 1 to 1000000 (default 5)\n"
+            "  --seed S           initialisation, data and dropout seed, a whole number from 0 to\n"
+            "                     2^64-1, read exactly (default 1)\n"
             "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --lr X             learning rate (default 1e-3 for AdamW, 0.1 for SGD)\n"
-            "  --weight-decay X   decoupled weight decay of matrices (default 0.1)\n"
-            "  --beta1 X --beta2 X --eps X   AdamW (defaults 0.9, 0.95, 1e-8)\n"
-            "  --grad-clip X      clip to this global norm when the plan computes it (default 1)\n"
+            "  --lr X             learning rate, finite and > 0 (default 1e-3 for AdamW, 0.1 for SGD)\n"
+            "  --weight-decay X   decoupled weight decay of matrices, >= 0 (default 0.1)\n"
+            "  --beta1 X --beta2 X --eps X   AdamW: betas in [0, 1), eps > 0 (defaults 0.9, 0.95,\n"
+            "                     1e-8)\n"
+            "  --grad-clip X      clip to this global norm when the plan computes it, >= 0 (default 1)\n"
+            "  --no-check         run a plan that fails the static check (plan_check), which is\n"
+            "                     otherwise refused before the first step\n"
             "  --data SRC         tokens, as piper-exec reads them: synthetic (default), corpus (the\n"
             "                     bundled text, byte-level tokens), uint16:PATH or uint32:PATH (a\n"
             "                     pre-tokenised file of little-endian tokens)\n"
@@ -69,12 +73,12 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
     a->o.nvtx = true;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        double d;
+        int64_t d;
         if (strcmp(s, "--gpu") == 0) {
-            if (exec_cli_number(argc, argv, &i, 0, &d, e)) return -1;
+            if (exec_cli_int(argc, argv, &i, 0, 1 << 20, &d, e)) return -1;
             a->gpu = (int)d;
         } else if (strcmp(s, "--device") == 0) {
-            if (exec_cli_number(argc, argv, &i, 0, &d, e)) return -1;
+            if (exec_cli_int(argc, argv, &i, 0, 1 << 30, &d, e)) return -1;
             a->device = (int)d;
         } else if (strcmp(s, "--no-nvtx") == 0) {
             a->o.nvtx = false;
@@ -201,6 +205,7 @@ int main(int argc, char **argv)
             rank = a.device;
             size = plan.ndevices;
         }
+        if (!e.set) exec_cli_check_plan(&plan, &a.c, &e);
         if (!e.set) exec_cli_check_ranks(&plan, size, &e);
         int ngpus = 0;
         if (!e.set && exec_cuda_device_count(&ngpus, &e) == 0) {
@@ -262,6 +267,8 @@ int main(int argc, char **argv)
         printf("%-5s %-11s %-10s %-10s %-10s %-8s %-6s %s\n", "step", "loss", "grad norm", "time",
                "tokens/s", "TFLOP/s", "MFU", "peak memory per rank, allocator / plan (MiB)");
     }
+    if (rank == 0 && a.c.no_check)
+        fprintf(stderr, "piper-exec-cuda: warning: --no-check: the plan's static check was skipped\n");
     if (log)
         fprintf(log, "# step loss ce aux grad_norm seconds tokens_per_s tflops_per_s mfu "
                      "peak_bytes reserved_bytes plan_peak_bytes requested_bytes\n");
@@ -282,7 +289,14 @@ int main(int argc, char **argv)
     double *all = base_xcalloc((size_t)size * NV, sizeof(double));
     for (int64_t step = 1; step <= a.c.steps; step++) {
         exec_cuda_step_stats st;
-        if (exec_cuda_rt_step(r, it, step, &st, &e)) {
+        double bad_v = 0;
+        const char *bad_fig = NULL;
+        if (!exec_cuda_rt_step(r, it, step, &st, &e) &&
+            (bad_fig = exec_nonfinite_figure(st.loss, st.aux_loss, st.grad_norm, &bad_v)))
+            base_errorf(&e, "%s on device %d is %g, not a finite number; the run stops rather than train on "
+                            "it: lower --lr, clip gradients (--grad-clip), or check the data",
+                        bad_fig, rank, bad_v);
+        if (e.set) {
             base_error_prefix(&e, "step %lld: ", (long long)step);
             goto fail;
         }

@@ -1,4 +1,7 @@
-/* test_base.c — arena, error formatting and buffers. */
+/* test_base.c — arena, error formatting, buffers and the number rules (base_parse_*). */
+#include <math.h>
+#include <stdint.h>
+
 #include "base/base.h"
 #include "tests/testutil.h"
 
@@ -67,6 +70,64 @@ static void test_read_missing_file(void)
     base_buf_free(&buf);
 }
 
+static void test_parse_double(void)
+{
+    char why[96];
+    double v = -7;
+    const base_range pos = {0, HUGE_VAL, 1, 0}, unit = {0, 1, 0, 1};
+    CU_ASSERT_EQUAL(base_parse_double("1e-3", pos, &v, why, sizeof why), 0);
+    CU_ASSERT_DOUBLE_EQUAL(v, 1e-3, 1e-18);
+    CU_ASSERT_EQUAL(base_parse_double("0.999", unit, &v, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(base_parse_double("1e-320", pos, &v, why, sizeof why), 0); /* subnormal: finite */
+    /* each class of refusal, and the value untouched */
+    v = -7;
+    static const struct {
+        const char *s, *why;
+        base_range r;
+    } bad[] = {
+        {"inf", "is not a finite number", {0, HUGE_VAL, 1, 0}},
+        {"-nan", "is not a finite number", {0, HUGE_VAL, 1, 0}},
+        {"1e400", "is not a finite number", {0, HUGE_VAL, 1, 0}},
+        {"0", "is not > 0", {0, HUGE_VAL, 1, 0}},
+        {"-1", "is not >= 0", {0, HUGE_VAL, 0, 0}},
+        {"1", "is not in [0, 1)", {0, 1, 0, 1}},
+        {"1.5x", "is not a number", {0, HUGE_VAL, 0, 0}},
+        {" 1", "is not a number", {0, HUGE_VAL, 0, 0}},
+        {"", "is not a number", {0, HUGE_VAL, 0, 0}},
+    };
+    for (size_t k = 0; k < BASE_COUNT(bad); k++) {
+        CU_ASSERT_EQUAL(base_parse_double(bad[k].s, bad[k].r, &v, why, sizeof why), -1);
+        CU_ASSERT_STRING_EQUAL(why, bad[k].why);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(v, -7, 0);
+    CU_ASSERT_FALSE(base_in_range(NAN, (base_range){-HUGE_VAL, HUGE_VAL, 0, 0}));
+}
+
+static void test_parse_integers(void)
+{
+    char why[96];
+    uint64_t u = 0;
+    int64_t i = 0;
+    /* exact above 2^53, where a double would round 2^53 + 1 to 2^53 */
+    CU_ASSERT_EQUAL(base_parse_u64("9007199254740993", 0, UINT64_MAX, &u, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(u, UINT64_C(9007199254740993));
+    CU_ASSERT_EQUAL(base_parse_u64("18446744073709551615", 0, UINT64_MAX, &u, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(u, UINT64_MAX);
+    CU_ASSERT_EQUAL(base_parse_u64("18446744073709551616", 0, UINT64_MAX, &u, why, sizeof why), -1);
+    CU_ASSERT_STRING_EQUAL(why, "does not fit in 64 bits");
+    CU_ASSERT_EQUAL(base_parse_u64("-1", 0, UINT64_MAX, &u, why, sizeof why), -1);
+    CU_ASSERT_EQUAL(base_parse_i64("-9223372036854775808", INT64_MIN, INT64_MAX, &i, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(i, INT64_MIN);
+    CU_ASSERT_EQUAL(base_parse_i64("9223372036854775808", INT64_MIN, INT64_MAX, &i, why, sizeof why), -1);
+    CU_ASSERT_EQUAL(base_parse_i64("1.5", 1, 10, &i, why, sizeof why), -1);
+    CU_ASSERT_STRING_EQUAL(why, "is not a whole number");
+    CU_ASSERT_EQUAL(base_parse_i64("1e3", 1, 10000, &i, why, sizeof why), -1);
+    CU_ASSERT_EQUAL(base_parse_i64("11", 1, 10, &i, why, sizeof why), -1);
+    CU_ASSERT_STRING_EQUAL(why, "is not a whole number in [1, 10]");
+    CU_ASSERT_EQUAL(base_parse_i64("10", 1, 10, &i, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(i, 10);
+}
+
 int piper_tests_register(void)
 {
     static const test_case cases[] = {
@@ -75,6 +136,8 @@ int piper_tests_register(void)
         {"arena alignment and growth", test_arena_alignment_and_growth},
         {"byte formatting", test_bytes_format},
         {"missing file error", test_read_missing_file},
+        {"numbers: finite, in range, whole", test_parse_double},
+        {"integers: exact to 64 bits", test_parse_integers},
         {NULL, NULL}};
     return test_add_suite("base", cases);
 }

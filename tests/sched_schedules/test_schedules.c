@@ -220,6 +220,61 @@ static void test_zbh1_p4(void)
     sched_table_free(&t);
 }
 
+/* ZB-H1/H2 at any m (schedules.md): rank r runs the W of step i right after I of micro-batch i
+ * once i >= r·c, with r·c from the uncapped warm-up, so it defers min(r·c, m) W's whatever m is.
+ * Walking each row: before I of micro-batch i, max(0, i - r·c) W's have run, and what is left
+ * runs after the last I. With F = I = W = 1 the makespan is the longer of two paths: rank 0's
+ * 3m passes after the p - 1 forwards that fill the pipe, and the last micro-batch's forward and
+ * input gradient through all ranks (the last rank alternates F and I from time p - 1, so its
+ * last I ends at p - 1 + 2m) and back, plus rank 0's last W: 2m + 2p - 1. Under the capped
+ * warm-up rank 0 deferred p - 1 - m W's at p = 8, m = 4 and the makespan was 26, not 23. */
+static void test_zbh_few_microbatches(void)
+{
+    costs ones = {1, 2, 1, 1, 2};
+    sched_table t = build(SCHED_ZBH1, 8, 4, 1, 0);
+    replay rp = run_chain(&t, 8, 4, ones);
+    CU_ASSERT_DOUBLE_EQUAL(rp.makespan, 23, 1e-9);
+    assert_row(&t, 0, "0F0,0F1,0F2,0F3,0I0,0W0,0I1,0W1,0I2,0W2,0I3,0W3");
+    sched_table_free(&t);
+    for (int c = 1; c <= 2; c++)
+        for (int p = 2; p <= 8; p++)
+            for (int m = 1; m <= 4 * p; m++) {
+                t = build(c == 1 ? SCHED_ZBH1 : SCHED_ZBH2, p, m, 1, 0);
+                for (int r = 0; r < p; r++) {
+                    int w = 0, last_i = -1, after = 0;
+                    for (int k = 0; k < t.rows[r].n; k++) {
+                        const sched_action *a = &t.rows[r].cells[k].a[0];
+                        if (a->pass == PLAN_PASS_BI) {
+                            int want = a->mb - r * c > 0 ? a->mb - r * c : 0;
+                            if (w != want)
+                                fprintf(stderr, "\n  zb-h%d p=%d m=%d rank %d: %d W before I%d, want %d\n",
+                                        c, p, m, r, w, a->mb, want);
+                            CU_ASSERT_EQUAL(w, want);
+                            last_i = a->mb;
+                            after = 0;
+                        } else if (a->pass == PLAN_PASS_BW) {
+                            w++;
+                            after++;
+                        }
+                    }
+                    /* after the last I: its own step's W (when m - 1 >= r·c) and the deferred */
+                    int deferred = r * c < m ? r * c : m;
+                    CU_ASSERT_EQUAL(last_i, m - 1);
+                    CU_ASSERT_EQUAL(w, m);
+                    CU_ASSERT_EQUAL(after - (m - 1 >= r * c), deferred);
+                }
+                if (c == 1) {
+                    rp = run_chain(&t, p, m, ones);
+                    double a = 3.0 * m + p - 1, b = 2.0 * m + 2 * p - 1;
+                    double want = a > b ? a : b;
+                    if (fabs(rp.makespan - want) > 1e-9)
+                        fprintf(stderr, "\n  zb-h1 p=%d m=%d: makespan %g, want %g\n", p, m, rp.makespan, want);
+                    CU_ASSERT_DOUBLE_EQUAL(rp.makespan, want, 1e-9);
+                }
+                sched_table_free(&t);
+            }
+}
+
 static void test_zbv_p2_m4(void)
 {
     /* Worked from schedules.md with n = max(2p-1, m) = 4; rank 0 holds stages 0 and 3, rank 1
@@ -911,6 +966,7 @@ int piper_tests_register(void)
         {"gpipe", test_gpipe},
         {"interleaved p=2 v=2 m=4 by hand", test_interleaved_p2_v2_m4},
         {"zb-h1 and zb-h2 p=4 by hand", test_zbh1_p4},
+        {"zb-h1 and zb-h2 defer r·c W's at any m", test_zbh_few_microbatches},
         {"zbv p=2 m=4 by hand", test_zbv_p2_m4},
         {"dualpipev p=4 m=8 structure", test_dualpipev_structure},
         {"the builder table", test_builder_table},

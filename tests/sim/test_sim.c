@@ -1463,6 +1463,130 @@ static void test_coll_table(void)
     CU_ASSERT_STRING_EQUAL(e.msg, "--coll Ring: unknown algorithm; use auto, ring, ring-steps or tree");
 }
 
+/* Writes `text` with the value of the first " key=" replaced by `val` to `out`; returns the
+ * 1-based line of the edit, or 0 when the key is not there. */
+static int write_edited(const char *text, const char *key, const char *val, const char *out)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strstr(text, pat);
+    if (!at) return 0;
+    const char *v = at + strlen(pat), *end = v + strcspn(v, " \n");
+    FILE *f = fopen(out, "w");
+    if (!f) return 0;
+    fprintf(f, "%.*s%s%s", (int)(v - text), text, val, end);
+    fclose(f);
+    int line = 1;
+    for (const char *c = text; c < at; c++) line += *c == '\n';
+    return line;
+}
+
+/* Figures the simulation cannot use are refused, named, before SimGrid sees them (it aborts on a
+ * speed or bandwidth of 0): in a plan (file:line and key), in a platform (the host or link), in
+ * --costs. Huge but finite costs give the closed form scaled (27 units of 1e30 s); costs whose
+ * sum overflows a double say so instead of "the plan deadlocks"; --no-check with a wait whose
+ * event nothing records is an error, not a read before the instruction array (build-asan). */
+static void test_untrusted_figures(void)
+{
+    char plan_path[2048], edited[2048], err[2048], xml_path[2048], norec[2048]; /* tmp_path reuses its buffer */
+    snprintf(plan_path, sizeof plan_path, "%s", tmp_path("fig.plan"));
+    snprintf(edited, sizeof edited, "%s", tmp_path("fig_edit.plan"));
+    snprintf(err, sizeof err, "%s", tmp_path("fig.err"));
+    snprintf(xml_path, sizeof xml_path, "%s", tmp_path("fig.xml"));
+    snprintf(norec, sizeof norec, "%s", tmp_path("norec.plan"));
+    CU_ASSERT_EQUAL_FATAL(compile("tests/fixtures/sim/pp4_1f1b_tiny.yaml", plan_path), 0);
+    char *good = slurp(plan_path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(good);
+    static const struct {
+        const char *key, *val, *want;
+    } figs[] = {
+        {"nvlink_bw", "0", "nvlink_bw: '0' is not > 0; write a positive decimal number such as 1.5e12"},
+        {"nic_bw", "nan", "nic_bw: 'nan' is not a finite number; write a positive decimal number"},
+        {"peak_bf16", "inf", "peak_bf16: 'inf' is not a finite number; write a finite, non-negative decimal number"},
+        {"mem_bytes", "-1", "mem_bytes: '-1' is not >= 0; write a finite, non-negative decimal number"},
+        {"flops", "1e999", "flops: '1e999' is not a finite number"},
+    };
+    for (size_t k = 0; k < BASE_COUNT(figs); k++) {
+        int line = write_edited(good, figs[k].key, figs[k].val, edited);
+        CU_ASSERT_FATAL(line > 0);
+        CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' -q 2> '%s'", bin_path("piper-sim"), edited, err), 1);
+        char *t = slurp(err), want[256];
+        snprintf(want, sizeof want, "fig_edit.plan:%d: %s", line, figs[k].want);
+        TEST_ASSERT_CONTAINS(t, want);
+        free(t);
+    }
+    free(good);
+
+    /* a platform whose GPU computes at speed 0, or whose links carry nothing */
+    base_error e;
+    static const struct {
+        const char *from, *to, *want;
+    } plats[] = {
+        {"speed=\"1e9f\"", "speed=\"0f\"", "host gpu0 has speed 0; give it a finite speed > 0"},
+        {"bw=\"100GBps\"", "bw=\"0GBps\"", "has bandwidth 0; give it a finite bandwidth > 0"},
+    };
+    char *xml = slurp(test_src_path("tests/fixtures/sim/platform_4gpu.xml"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(xml);
+    for (size_t k = 0; k < BASE_COUNT(plats); k++) {
+        const char *at = strstr(xml, plats[k].from);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+        FILE *f = fopen(xml_path, "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fprintf(f, "%.*s%s%s", (int)(at - xml), xml, plats[k].to, at + strlen(plats[k].from));
+        fclose(f);
+        base_error_clear(&e);
+        CU_ASSERT_EQUAL(sim_platform_check(xml_path, 4, &e), -1);
+        TEST_ASSERT_CONTAINS(e.msg, plats[k].want);
+    }
+    free(xml);
+
+    /* --costs with a negative duration: refused before anything runs, exit 2 */
+    CU_ASSERT_EQUAL(run_cmdf("'%s' '%s' -q --costs unit:F=-1 2> '%s'", bin_path("piper-sim"), plan_path, err), 2);
+    char *t = slurp(err);
+    TEST_ASSERT_CONTAINS(t, "--costs: 'F=-1' is not a duration; write e.g. F=1 (seconds) or F=2ms");
+    free(t);
+
+    /* 1F1B p = 4, m = 6 with F = 1e30 s, B = 2e30 s: 27e30 s, the closed form scaled */
+    plan_set p;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_read_file(&p, plan_path, &e), 0);
+    sim_options o;
+    sim_options_init(&o, &p);
+    CU_ASSERT_EQUAL_FATAL(sim_costs_parse(&o.costs, "unit:F=1e30,B=2e30,nocomm", &e), 0);
+    sim_result r;
+    CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
+    ASSERT_NEAR(r.step_seconds, 27e30, 1e-12);
+    sim_result_free(&r);
+    sim_options_init(&o, &p);
+    CU_ASSERT_EQUAL_FATAL(sim_costs_parse(&o.costs, "unit:F=1e307,B=1e308,nocomm", &e), 0);
+    CU_ASSERT_EQUAL(sim_run(&p, &o, &r, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "the simulated clock overflowed (it reached inf s): the plan's costs add up to more");
+    CU_ASSERT_PTR_NULL(strstr(e.msg, "deadlock"));
+    plan_free(&p);
+
+    /* a wait for an event that no instruction records, with and without the static check */
+    FILE *f = fopen(norec, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("piper-plan 2\ndtypes param=bf16 act=bf16 grad=fp32 opt=fp32\n"
+          "gpu name=H100 peak_fp32=1e12 peak_bf16=1e12 peak_fp16=1e12 peak_fp64=1e12 peak_fp8=0 hbm_bw=1e12 "
+          "mem_bytes=1e10 reserve_bytes=0\n"
+          "model name=m family=gpt layers=1 hidden=8 heads=1 kv_heads=1 head_dim=8 ffn=8 experts=0 expert_ffn=0 "
+          "top_k=0 capacity_factor=0 vocab=8 seq=8 tied_embeddings=false qk_norm=false dropout=false "
+          "micro_batch=1 num_microbatches=1 global_batch=1\n"
+          "regions 0\nkernel_ids 0\nkernel_lists 0\ngroups 0\nlists 1\n"
+          "list 0 streams=2 bufs=0 events=1 group_slots=0 instrs=2\n  stream 0 a\n  stream 1 b\n"
+          "  0 wait s=a event=0\n  1 nop s=b\n"
+          "devices 1\n  0 node=0 list=0 peer_offset=0 slots=\nend\n", f);
+    fclose(f);
+    for (int nc = 0; nc < 2; nc++) {
+        CU_ASSERT_EQUAL(run_cmdf("'%s' %s '%s' -q 2> '%s'", bin_path("piper-sim"), nc ? "--no-check" : "",
+                                 norec, err), 1);
+        t = slurp(err);
+        TEST_ASSERT_CONTAINS(t, "device 0 (list 0) #0 wait s=a event=0: waits for event 0, which no instruction of the list records");
+        free(t);
+    }
+}
+
 int piper_tests_register(void)
 {
     static const test_case model[] = {
@@ -1503,6 +1627,7 @@ int piper_tests_register(void)
         {"a user's platform XML: checked first, file:line errors, same results", test_user_platform},
         {"folding data-parallel replicas: the full run's figures, or not folded", test_fold},
         {"piper-sim errors and exit codes", test_cli_errors},
+        {"figures it cannot use are refused, named; huge costs are not a deadlock", test_untrusted_figures},
         {NULL, NULL},
     };
     if (test_add_suite("sim cost model and options", model)) return -1;
