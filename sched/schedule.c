@@ -592,9 +592,9 @@ static ir_directive order_of_row(sched_ctx *x, const ir_directive *d, const sche
             ir_filter *f = &od.groups[k][i];
             f->n = 3;
             f->m = base_arena_calloc(x->a, 3, sizeof *f->m);
-            f->m[0] = (ir_tag_match){IR_TAG_PP, false, c->a[i].stage};
-            f->m[1] = (ir_tag_match){IR_TAG_PASS, false, c->a[i].pass};
-            f->m[2] = (ir_tag_match){IR_TAG_MB, false, c->a[i].mb};
+            f->m[0] = (ir_tag_match){.tag = IR_TAG_PP, .value = c->a[i].stage};
+            f->m[1] = (ir_tag_match){.tag = IR_TAG_PASS, .value = c->a[i].pass};
+            f->m[2] = (ir_tag_match){.tag = IR_TAG_MB, .value = c->a[i].mb};
             f->line = d->line;
             f->col = d->col;
         }
