@@ -846,17 +846,16 @@ static int check_directive_filters(ir_load_ctx *c, const ir_directive *dir)
 
 /* Piper applies a directive array in phases whatever the order written (its
  * apply_schedule_directives): micro-batching, placements, the parallelisms, then the orders, and
- * fuse_collectives after the orders. piper runs directives in the order written, with the
- * micro-batch split after the parallelisms that create per-micro-batch communication and before
- * the orders; a bare array is run in that order, each directive keeping its index for messages. */
+ * fuse_collectives after the orders. piper runs directives in the order written and needs its
+ * orders after the directives that shape the DAG: a bare array runs with its orders (and
+ * schedules) moved after the rest and fuse_collectives last, the rest as written, each
+ * directive keeping its index for messages. */
 static int piper_phase(ir_directive_op op)
 {
     switch (op) {
-    case IR_DIR_PLACE: case IR_DIR_MESH: case IR_DIR_ROUTE: return 0;
-    case IR_DIR_SPLIT: return 2;
-    case IR_DIR_ORDER: case IR_DIR_SCHEDULE: return 3;
-    case IR_DIR_FUSE_COLLECTIVES: return 4;
-    default: return 1;
+    case IR_DIR_ORDER: case IR_DIR_SCHEDULE: return 1;
+    case IR_DIR_FUSE_COLLECTIVES: return 2;
+    default: return 0;
     }
 }
 
