@@ -797,7 +797,7 @@ static bool filter_action(const ir_filter *f, sched_action *out)
     int have = 0;
     for (int i = 0; i < f->n; i++) {
         const ir_tag_match *m = &f->m[i];
-        if (m->any) return false;
+        if (m->any || m->none) return false;
         if (m->tag == IR_TAG_PP) out->stage = (int32_t)m->value, have |= 1;
         else if (m->tag == IR_TAG_MB) out->mb = (int32_t)m->value, have |= 2;
         else if (m->tag == IR_TAG_PASS) {

@@ -270,6 +270,47 @@ static void test_null_value(void)
     compiled_free(r);
 }
 
+/* A zero-bubble order as a Piper builder writes it (BI and BW in [tag, value] filters): every
+ * backward splits, so each device runs as many BI as BW instructions, and no B. */
+static void test_zerobubble_pairs(void)
+{
+    compiled *r = compile_fixture("zerobubble_p2.json", NULL);
+    ASSERT_COMPILED(r);
+    for (int d = 0; d < 2; d++) {
+        const plan_list *L = plan_dev_list(&r->c.plan, d);
+        int n[PLAN_NPASS] = {0};
+        for (int i = 0; i < L->n; i++)
+            if (L->ins[i].op == PLAN_COMPUTE) n[L->ins[i].pass]++;
+        CU_ASSERT_EQUAL(n[PLAN_PASS_B], 0);
+        CU_ASSERT_TRUE(n[PLAN_PASS_BI] > 0);
+        CU_ASSERT_EQUAL(n[PLAN_PASS_BI], n[PLAN_PASS_BW]);
+        CU_ASSERT_EQUAL(n[PLAN_PASS_F] % 4, 0); /* 4 micro-batches of each forward */
+    }
+    compiled_free(r);
+}
+
+/* Interleaved as Piper's builder lays it out: stage s on rank s mod 2. Device 0 computes stages 0
+ * and 2 only, and its first backward is stage 2's (the order's B of r + 2 before r). */
+static void test_interleaved_pairs(void)
+{
+    compiled *r = compile_fixture("interleaved_p2_v2.json", NULL);
+    ASSERT_COMPILED(r);
+    for (int d = 0; d < 2; d++) {
+        const plan_list *L = plan_dev_list(&r->c.plan, d);
+        int first_b = -1;
+        bool other = false;
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COMPUTE || in->stage < 0) continue;
+            other |= in->stage % 2 != d;
+            if (first_b < 0 && in->pass == PLAN_PASS_B) first_b = in->stage;
+        }
+        CU_ASSERT_FALSE(other);
+        CU_ASSERT_EQUAL(first_b, d + 2);
+    }
+    compiled_free(r);
+}
+
 /* ---------------------------------------------------------------- groups and the mesh */
 
 /* shard_tensor names the stage's whole group, as in Piper: 4-way tensor parallelism. */
@@ -442,6 +483,8 @@ int piper_tests_register(void)
         {"the harness's 1F1B: pairs, device, dim_name MB", test_harness_1f1b},
         {"a split-named tag and quoted integers: the same plan", test_custom_tag_quoted_ints},
         {"null: the nodes without the tag", test_null_value},
+        {"zero-bubble orders in pairs: BI and BW", test_zerobubble_pairs},
+        {"interleaved orders in pairs: stage s on rank s mod 2", test_interleaved_pairs},
         {"shard_tensor names the whole group", test_shard_tensor_whole_group},
         {"mesh dp x tp: TP and DP groups of 2", test_mesh_tp_dp},
         {"fuse_collectives: one per region where there were 4", test_fuse_collectives},
