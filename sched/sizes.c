@@ -277,6 +277,11 @@ void sched_update_sizes(sched_ctx *x)
                     b *= (double)s.tp;
             } else if (kind == IR_KIND_COMPUTE) {
                 b = t->kind == IR_T_SCALAR ? 8 : t->bytes;
+            } else if (kind == IR_KIND_COLL && (n->flags & IR_NODE_FUSED)) {
+                /* each member's output, as its own collective would have made it */
+                b = n->op == IR_OP_ALL_GATHER       ? in_bytes * nn
+                    : n->op == IR_OP_REDUCE_SCATTER ? in_bytes / nn
+                                                    : in_bytes;
             } else if (kind == IR_KIND_COLL) {
                 if (n->op == IR_OP_REDUCE_SCATTER) b = (n->flags & IR_NODE_DP_SYNC ? n->bytes : in_bytes) / nn;
                 else if (n->op == IR_OP_ALL_GATHER) b = n->bytes;

@@ -379,6 +379,26 @@ static void test_fuse_collectives(void)
     compiled_free(u);
 }
 
+/* Under sequence parallelism the collectives are all-gathers and reduce-scatters: each kind of
+ * each region fuses across the 2 micro-batches (9 where there were 18), moving the same bytes;
+ * the backward's re-gathers of the kept norm shards, made after the directives, stay per
+ * micro-batch. */
+static void test_fuse_sequence_parallel(void)
+{
+    compiled *r = compile_fixture("tp_sp_fuse.json", NULL);
+    ASSERT_COMPILED(r);
+    const plan_list *L = plan_dev_list(&r->c.plan, 0);
+    int n[PLAN_NCOLL][PLAN_NPURPOSE] = {{0}};
+    for (int i = 0; i < L->n; i++)
+        if (L->ins[i].op == PLAN_COLL) n[L->ins[i].coll][L->ins[i].purpose]++;
+    CU_ASSERT_EQUAL(n[PLAN_ALL_GATHER][PLAN_PURPOSE_TP_FWD], TP_REGIONS);
+    CU_ASSERT_EQUAL(n[PLAN_REDUCE_SCATTER][PLAN_PURPOSE_TP_FWD], TP_REGIONS);
+    CU_ASSERT_EQUAL(n[PLAN_ALL_GATHER][PLAN_PURPOSE_TP_BWD], TP_REGIONS);
+    CU_ASSERT_EQUAL(n[PLAN_REDUCE_SCATTER][PLAN_PURPOSE_TP_BWD], TP_REGIONS);
+    CU_ASSERT_EQUAL(n[PLAN_ALL_GATHER][PLAN_PURPOSE_SP_REGATHER], TP_REGIONS * 2);
+    compiled_free(r);
+}
+
 /* Order wins: 1F1B's orders put micro-batch 0's forward before micro-batch 1's, so one region's
  * collectives of the two micro-batches depend on each other and stay apart (Piper leaves such a
  * group unfused too): 2 per region, as without the directive. */
@@ -488,6 +508,7 @@ int piper_tests_register(void)
         {"shard_tensor names the whole group", test_shard_tensor_whole_group},
         {"mesh dp x tp: TP and DP groups of 2", test_mesh_tp_dp},
         {"fuse_collectives: one per region where there were 4", test_fuse_collectives},
+        {"fuse_collectives under sequence parallelism", test_fuse_sequence_parallel},
         {"fuse_collectives: order wins", test_fuse_order_wins},
         {"--micro-batch and --global-batch", test_batch_overrides},
         {"errors, located", test_errors},
