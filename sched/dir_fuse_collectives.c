@@ -33,6 +33,7 @@ static bool members_depend(ir_dag *g, const int32_t *mem, int n, int32_t *stamp,
     for (int i = 0; i < n; i++) stamp[mem[i]] = -2;
     bool dep = false;
     for (int i = 0; i < n && !dep; i++) {
+        /* stamps grow with each search, so no reset is needed between searches */
         int sp = 0;
         stack[sp++] = mem[i];
         (*mark)++;
@@ -51,8 +52,6 @@ static bool members_depend(ir_dag *g, const int32_t *mem, int n, int32_t *stamp,
                 stack[sp++] = w;
             }
         }
-        for (size_t v = 0; v < g->nnodes; v++)
-            if (stamp[v] == *mark) stamp[v] = 0;
     }
     for (int i = 0; i < n; i++) stamp[mem[i]] = 0;
     return dep;
@@ -98,14 +97,11 @@ int sched_dir_fuse_collectives(sched_ctx *x, const ir_directive *d, base_error *
         int32_t lead = mem[0];
         for (int k = 1; k < nm; k++) {
             int32_t m = mem[k];
-            for (size_t q = 0; q < g->nedges; q++) {
-                ir_edge *ed = &g->edges[q];
-                if (ed->dead) continue;
-                if (ed->dst == m) ed->dst = lead;
-                if (ed->src == m) {
-                    ed->src = lead;
-                    if (ed->kind == IR_EDGE_DATA) g->tensors[ed->tensor].producer = lead;
-                }
+            for (int32_t q = g->in_off[m]; q < g->in_off[m + 1]; q++) g->edges[g->in_edge[q]].dst = lead;
+            for (int32_t q = g->out_off[m]; q < g->out_off[m + 1]; q++) {
+                ir_edge *ed = &g->edges[g->out_edge[q]];
+                ed->src = lead;
+                if (ed->kind == IR_EDGE_DATA) g->tensors[ed->tensor].producer = lead;
             }
             g->nodes[m].dead = 1;
         }
