@@ -86,8 +86,10 @@ enum {
     IR_NODE_DP_SYNC = 1 << 3,   /* data-parallel gradient/parameter communication */
     IR_NODE_TIED = 1 << 4,      /* tied embeddings: the head UPD holding the embedding copy, and
                                    the pair all-reduces that sum the two gradients */
-    IR_NODE_JIT = 1 << 5        /* ordering issues it just before its consumer: recompute,
+    IR_NODE_JIT = 1 << 5,       /* ordering issues it just before its consumer: recompute,
                                    ZeRO-3 parameter gathers */
+    IR_NODE_FUSED = 1 << 6      /* a collective fuse_collectives made of several: it moves
+                                   every input tensor (sizes sum them) */
 };
 
 typedef struct ir_node {

@@ -210,18 +210,41 @@ static const ir_doc *load_ref(ir_load_ctx *c, const ir_doc *v, const char *key)
     return d;
 }
 
+/* The largest num_microbatches of any split and the largest replicate group of a bare array. */
+static void array_batch_factors(const ir_program *p, int64_t *nmb, int64_t *dp)
+{
+    *nmb = 1, *dp = 1;
+    /* a mesh with a tp axis: a replicate naming a whole stage group spans group / tp replicas */
+    int64_t mesh = 0, tp = 1;
+    for (int i = 0; i < p->ndirectives; i++) {
+        const ir_directive *d = &p->directives[i];
+        if (d->op != IR_DIR_MESH) continue;
+        mesh = 1;
+        for (int k = 0; k < d->naxes; k++) {
+            mesh *= d->axis_sizes[k];
+            if (ir_load_ci_eq(d->axis_names[k], "tp")) tp = d->axis_sizes[k];
+        }
+    }
+    for (int i = 0; i < p->ndirectives; i++) {
+        const ir_directive *d = &p->directives[i];
+        if (d->op == IR_DIR_SPLIT && d->num_microbatches > *nmb) *nmb = d->num_microbatches;
+        int64_t n = d->ndevices;
+        if (d->op == IR_DIR_REPLICATE && mesh && n == mesh && tp > 1) n /= tp;
+        if (d->op == IR_DIR_REPLICATE && n > *dp) *dp = n;
+    }
+}
+
 /* For a bare array: what the directives say about the batch and the annotations. */
 static void infer_from_directives(ir_program *p)
 {
-    int64_t nmb = 1, dp = 1, pp_max = -1;
+    int64_t nmb, dp, pp_max = -1;
     bool pp = false, mirror = false;
+    array_batch_factors(p, &nmb, &dp);
     /* DualPipe's orders (mirror: true) also name the mirrored stages p..2p-1, which the
      * program does not annotate: its stages are those the other directives name */
     for (int i = 0; i < p->ndirectives; i++) mirror |= p->directives[i].op == IR_DIR_ORDER && p->directives[i].mirror;
     for (int i = 0; i < p->ndirectives; i++) {
         const ir_directive *d = &p->directives[i];
-        if (d->op == IR_DIR_SPLIT && d->num_microbatches > nmb) nmb = d->num_microbatches;
-        if (d->op == IR_DIR_REPLICATE && d->ndevices > dp) dp = d->ndevices;
         int nf = ir_directive_takes(d->op, "filter");
         for (int g = -1; g < d->ngroups; g++) {
             const ir_filter *fs = g < 0 ? &d->filter : d->groups[g];
@@ -352,6 +375,29 @@ int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
     }
     if ((v = ir_doc_get(d, "directives")) && ir_load_directives(&c, v)) return -1;
     return ir_load_check_filters(&c);
+}
+
+int ir_program_set_batch(ir_program *p, int64_t micro, int64_t global, base_error *e)
+{
+    if (micro < 0 || global < 0)
+        return base_errorf(e, "the batch sizes must be positive (micro-batch %lld, global %lld)",
+                           (long long)micro, (long long)global);
+    if (micro > 0) p->micro_batch = micro;
+    if (global > 0) {
+        p->global_batch = global;
+    } else if (p->from_piper_array) {
+        int64_t nmb, dp;
+        array_batch_factors(p, &nmb, &dp);
+        p->global_batch = p->micro_batch * nmb * dp;
+    }
+    if (p->global_batch % p->micro_batch)
+        return base_errorf(e,
+                           "global batch %lld is not a multiple of the micro-batch %lld; use a "
+                           "global batch of %lld or %lld",
+                           (long long)p->global_batch, (long long)p->micro_batch,
+                           (long long)(p->global_batch / p->micro_batch * p->micro_batch),
+                           (long long)((p->global_batch / p->micro_batch + 1) * p->micro_batch));
+    return 0;
 }
 
 int ir_program_load(const char *path, const char *model_path, const char *cluster_path,

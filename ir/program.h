@@ -40,11 +40,13 @@
       "runs the matching nodes on one device group (SPMD)",                                      \
       K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
       K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("device", ALIAS, devices, 0, NULL, NULL)                                                 \
       K("stream", STRING, stream, 0, NULL, NULL))                                                \
     X(REPLICATE, "replicate", sched_dir_replicate, parse_replicate, false,                       \
       "data parallelism over a device group, with ZeRO stages 0-3 and gradient buckets",         \
       K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
       K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("device", ALIAS, devices, 0, NULL, NULL)                                                 \
       K("zero", SPECIAL, zero, 0, NULL, NULL)                                                    \
       K("bucket_size", BYTES, bucket_bytes, IR_DEFAULT_BUCKET_BYTES, NULL,                       \
         "zero (one bucket per region) or a size such as 25MB")                                   \
@@ -56,11 +58,13 @@
       "expert parallelism: the matching expert blocks split over a device group",                \
       K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
       K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("device", ALIAS, devices, 0, NULL, NULL)                                                 \
       K("stream", STRING, stream, 0, NULL, NULL))                                                \
     X(SHARD_TENSOR, "shard_tensor", sched_dir_shard_tensor, NULL, false,                         \
       "Megatron tensor parallelism over a device group, optionally sequence parallel",           \
       K("filter", FILTER, filter, 0, NULL, NULL)                                                 \
       K("devices", DEVICES, devices, 0, IR_DIRECTIVE_DEVICES_HINT, NULL)                         \
+      K("device", ALIAS, devices, 0, NULL, NULL)                                                 \
       K("stream", STRING, stream, 0, NULL, NULL)                                                 \
       K("sequence_parallel", BOOL, sequence_parallel, 0, NULL, NULL))                            \
     X(SPLIT, "split", sched_dir_split, parse_split, false,                                       \
@@ -83,14 +87,33 @@
     X(SCHEDULE, "schedule", sched_dir_schedule, parse_schedule, true,                            \
       "a pipeline schedule builder or a per-rank order file, expanded into order directives",    \
       K("name", SPECIAL, schedule, 0, NULL, NULL)                                                \
-      K("file", SPECIAL, schedule_file, 0, NULL, NULL))
+      K("file", SPECIAL, schedule_file, 0, NULL, NULL))                                          \
+    X(MESH, "mesh", sched_dir_mesh, parse_mesh, false,                                           \
+      "named axes over each stage's device group, outermost first (Piper's mesh)",               \
+      K("axes", SPECIAL, naxes, 0,                                                           \
+        "name the axes and their sizes, e.g. axes: [[dp, 2], [tp, 2]]", NULL))                   \
+    X(FUSE_COLLECTIVES, "fuse_collectives", sched_dir_fuse_collectives, NULL, false,             \
+      "merges the matching same-kind collectives of a region and stream into one",               \
+      K("filter", FILTER, filter, 0, NULL, NULL))                                                \
+    X(ROUTE, "route", sched_dir_route, parse_route, false,                                       \
+      "how model inputs reach the stages that read them (Piper's route)",                        \
+      K("mode", SPECIAL, route_mode, 0, NULL, NULL))                                             \
+    X(RING_EXCHANGE, "ring_exchange", sched_dir_ring_exchange, parse_ring_exchange, false,       \
+      "context parallelism's ring exchange (Piper's; refused: not yet supported)",               \
+      K("tensors", SPECIAL, stream, 0, NULL, NULL)                                               \
+      K("filter", SPECIAL, stream, 0, NULL, NULL)                                                \
+      K("devices", SPECIAL, stream, 0, NULL, NULL)                                               \
+      K("device", SPECIAL, stream, 0, NULL, NULL)                                                \
+      K("stream", SPECIAL, stream, 0, NULL, NULL)                                                \
+      K("hoist", SPECIAL, stream, 0, NULL, NULL)                                                 \
+      K("distance", SPECIAL, stream, 0, NULL, NULL))
 
-/* Our reading of Piper's directive schema: keys it defines for bookkeeping or for its own
- * runtime (free-text comments and names, a launch-priority hint, its async-launch and debug
- * switches) that have no meaning in piper, accepted in any directive with a warning (where a
- * directive reads the key itself, as schedule reads name, it is that directive's). Why piper
- * ignores each: docs/programs.md. */
-#define IR_PIPER_IGNORED_TABLE(X) X("comment") X("description") X("name") X("priority") X("async") X("debug")
+/* Keys of Piper's directive schema that piper reads and does not act on, accepted with a warning
+ * (where a directive of piper's reads the key itself, it is that directive's). Piper's
+ * src/directives.py reads replicate's prefetch_distance (a temporal edge bounding how far ahead
+ * a ZeRO-3 gather issues); piper's ZeRO-3 gathers prefetch two regions ahead, always. Why:
+ * docs/programs.md. */
+#define IR_PIPER_IGNORED_TABLE(X) X("prefetch_distance")
 
 #define IR_DIRECTIVE_DEVICES_HINT "say which devices run it, e.g. devices: [0, 1] or devices: \"0-7\""
 
@@ -110,6 +133,8 @@ typedef enum {
     IR_KEY_COUNT,    /* int64_t, 1 .. INT32_MAX */
     IR_KEY_BYTES,    /* double, >= 0, with units (25MB) */
     IR_KEY_SPECIAL,  /* read by the directive's own parser */
+    IR_KEY_ALIAS,    /* another spelling of the key before it (Piper's `device` for
+                        `devices`), read there; giving both is an error */
     IR_NKEY_TYPES
 } ir_key_type;
 
@@ -147,8 +172,9 @@ typedef enum {
 
 typedef struct ir_tag_match {
     ir_tag tag;
-    bool any;       /* "*" */
+    bool any;       /* "*": the node carries the tag, with any value */
     int64_t value;  /* stage, layer, mb, chunk; or the enum value of PASS / REGION */
+    bool none;      /* null (Piper's None): the node does not carry the tag (value is -1) */
 } ir_tag_match;
 
 /* A conjunction of tag matches; the empty filter `{}` matches every node. */
@@ -182,7 +208,8 @@ typedef struct ir_directive {
     /* shard_tensor */
     bool sequence_parallel;
 
-    /* split */
+    /* split: dim_name is the name of the micro-batch tag (Piper's tools write MB); filters may
+       name the tag by it as well as by MB */
     const char *dim_name;
     int64_t num_microbatches;
 
@@ -196,6 +223,14 @@ typedef struct ir_directive {
 
     /* recompute */
     ir_recompute recompute;
+
+    /* mesh: axes[i] = {name, size}, outermost first; their product is each stage's group size */
+    int naxes;
+    const char **axis_names;
+    int64_t *axis_sizes;
+
+    /* route: "thread" (the default) or "consumers" */
+    const char *route_mode;
 
     /* schedule */
     const char *schedule;  /* builder name as written (the schedule pass looks it up), or NULL */
@@ -231,6 +266,8 @@ typedef struct ir_program {
     int ndirectives;
     ir_directive *directives;
     bool from_piper_array;     /* loaded from a bare JSON array of directives */
+    const char *mb_tag;        /* the micro-batch tag's name as split's dim_name gives it ("MB"
+                                  when no split names one); filters may use it or MB */
 } ir_program;
 
 /* Loads a program file. model_path / cluster_path override the program's own references (and
@@ -244,6 +281,13 @@ int ir_program_load(const char *path, const char *model_path, const char *cluste
  * to load programs from memory). */
 int ir_program_from_doc(const ir_doc *d, const char *dir, const ir_model *model,
                         const ir_cluster *cluster, base_arena *a, ir_program *p, base_error *e);
+
+/* Sets the batch of a loaded program (piper-compile/piper-sim --micro-batch, --global-batch):
+ * micro > 0 replaces the micro-batch; global > 0 replaces the global batch, and global == 0 keeps
+ * it, except for a bare array, whose global batch is derived again as micro x M x D (M the largest
+ * num_microbatches, D the largest replicate group). The global batch must be a multiple of the
+ * micro-batch; the compiler checks the rest (micro x micro-batches x data-parallel degree). */
+int ir_program_set_batch(ir_program *p, int64_t micro, int64_t global, base_error *e);
 
 /* The pipeline stage of every region under the program's PP annotation (what its PP tag is):
  * layers by pp_ranges, or an even split in which the first (layers mod N) stages hold one layer

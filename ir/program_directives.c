@@ -89,16 +89,56 @@ static int parse_pass(const char *s)
     return p == PLAN_PASS_AUX ? -1 : p;
 }
 
+/* Piper's filters come as maps or as lists of [tag, value] pairs (its order builders write
+ * [["PP", 0], ["MB", 1], ["PASS", "F"]]), as its _iter_filter_specs reads them. */
+static bool is_pair_filter(const ir_doc *d)
+{
+    if (d->kind != IR_DOC_SEQ || d->n == 0) return false;
+    for (int i = 0; i < d->n; i++) {
+        const ir_doc *it = d->items[i];
+        if (it->kind != IR_DOC_SEQ || it->n != 2 || it->items[0]->kind != IR_DOC_SCALAR ||
+            it->items[0]->null)
+            return false;
+    }
+    return true;
+}
+
+/* A tag name: piper's names, or the micro-batch tag as split's dim_name names it. */
+static int lookup_tag(ir_load_ctx *c, const char *name)
+{
+    int t = ir_load_lookup_ci(name, tag_names, IR_NTAGS);
+    if (t < 0 && c->p->mb_tag && ir_load_ci_eq(name, c->p->mb_tag)) t = IR_TAG_MB;
+    return t;
+}
+
+/* Piper reads "3" as 3 (its _normalize_filter_spec tries int() on strings). */
+static bool quoted_int(const ir_doc *v, int64_t *out)
+{
+    const char *s = v->str;
+    if (!v->quoted || !*s) return false;
+    const char *p = s + (*s == '-');
+    if (!*p) return false;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9') return false;
+    errno = 0;
+    long long x = strtoll(s, NULL, 10);
+    if (errno) return false;
+    *out = x;
+    return true;
+}
+
 static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
 {
     memset(f, 0, sizeof *f);
     f->line = d->line;
     f->col = d->col;
     if (d->kind == IR_DOC_SCALAR && d->null) return 0; /* `filter:` with nothing: match all */
-    if (d->kind != IR_DOC_MAP)
+    bool pairs = is_pair_filter(d);
+    if (d->kind != IR_DOC_MAP && !pairs)
         return ir_doc_error(d, c->e,
-                            "%s: a filter must be a map of tag: value, such as {PP: 0, PASS: F}; "
-                            "write {} to match everything",
+                            "%s: a filter must be a map of tag: value, such as {PP: 0, PASS: F}, "
+                            "or a list of [tag, value] pairs, such as [[\"PP\", 0], [\"PASS\", "
+                            "\"F\"]]; write {} to match everything",
                             c->what);
     f->n = d->n;
     f->m = base_arena_calloc(c->a, (size_t)(d->n ? d->n : 1), sizeof *f->m);
@@ -109,8 +149,9 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
     pass_cands[np] = "I", pass_cands[np + 1] = "W", pass_cands[np + 2] = NULL;
     char list[256];
     for (int i = 0; i < d->n; i++) {
-        const ir_doc *k = d->keys[i], *v = d->items[i];
-        int t = ir_load_lookup_ci(k->str, tag_names, IR_NTAGS);
+        const ir_doc *k = pairs ? d->items[i]->items[0] : d->keys[i];
+        const ir_doc *v = pairs ? d->items[i]->items[1] : d->items[i];
+        int t = lookup_tag(c, k->str);
         if (t < 0) {
             const char *s = ir_suggest(k->str, tag_names);
             if (s)
@@ -126,9 +167,15 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
                                     tag_names[t]);
         ir_tag_match *m = &f->m[i];
         m->tag = (ir_tag)t;
-        if (v->kind != IR_DOC_SCALAR || v->null)
-            return ir_doc_error(v, c->e, "%s: the value of %s must be %s%s%s or \"*\"", c->what,
-                                tag_names[t],
+        if (v->kind == IR_DOC_SCALAR && v->null) {
+            /* Piper's None: nodes that do not carry the tag */
+            m->none = true;
+            m->value = -1;
+            continue;
+        }
+        if (v->kind != IR_DOC_SCALAR)
+            return ir_doc_error(v, c->e, "%s: the value of %s must be %s%s%s, \"*\" or null",
+                                c->what, tag_names[t],
                                 t == IR_TAG_PASS     ? "a pass ("
                                 : t == IR_TAG_REGION ? "a region kind"
                                                      : "an integer",
@@ -160,7 +207,8 @@ static int parse_filter(ir_load_ctx *c, const ir_doc *d, ir_filter *f)
             }
             m->value = r;
         } else {
-            if (ir_doc_int(v, tag_names[t], &m->value, c->e)) return -1;
+            if (!quoted_int(v, &m->value) && ir_doc_int(v, tag_names[t], &m->value, c->e))
+                return -1;
             if (m->value < 0)
                 return ir_doc_error(v, c->e, "%s: %s = %lld; tag values count from 0", c->what,
                                     tag_names[t], (long long)m->value);
@@ -320,7 +368,10 @@ static int parse_replicate(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
     return 0;
 }
 
-/* split's SPECIAL keys: dim and Piper's dim_name, one key spelled two ways. */
+/* split's SPECIAL keys: dim and Piper's dim_name, one key spelled two ways. Its value names the
+ * micro-batch tag (Piper's tools write MB; piper's programs have written batch, the dimension):
+ * any name that is not another tag's. The loader reads it before any filter (ir_load_directives),
+ * so filters anywhere in the program may use it. */
 static int parse_split(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
 {
     const ir_doc *dim = ir_doc_get(d, "dim"), *dn = ir_doc_get(d, "dim_name");
@@ -328,15 +379,29 @@ static int parse_split(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
         return ir_doc_error(dn, c->e, "%s: give 'dim' or 'dim_name', not both (they are one key)",
                             c->what);
     if (!dim) dim = dn;
-    dir->dim_name = "batch";
-    if (dim) {
-        if (ir_load_get_string(c, dim, "dim", &dir->dim_name)) return -1;
-        if (strcmp(dir->dim_name, "batch"))
-            return ir_doc_error(dim, c->e,
-                                "%s: cannot split along '%s'; piper splits micro-batches along "
-                                "'batch'",
-                                c->what, dir->dim_name);
-    }
+    dir->dim_name = "MB";
+    if (!dim) return 0;
+    if (ir_load_get_string(c, dim, dn ? "dim_name" : "dim", &dir->dim_name)) return -1;
+    const char *s = dir->dim_name;
+    bool ident = *s != 0;
+    for (const char *q = s; *q; q++)
+        ident &= isalnum((unsigned char)*q) || *q == '_';
+    if (!ident)
+        return ir_doc_error(dim, c->e,
+                            "%s: '%s' cannot name the micro-batch tag; use a name of letters, "
+                            "digits and _, such as MB",
+                            c->what, s);
+    int t = ir_load_lookup_ci(s, tag_names, IR_NTAGS);
+    if (t >= 0 && t != IR_TAG_MB)
+        return ir_doc_error(dim, c->e,
+                            "%s: '%s' is the %s tag already; name the micro-batch tag otherwise, "
+                            "such as MB",
+                            c->what, s, tag_names[t]);
+    if (c->p->mb_tag && !ir_load_ci_eq(c->p->mb_tag, s))
+        return ir_doc_error(dim, c->e,
+                            "%s: this split names the micro-batch tag '%s' but another names it "
+                            "'%s'; use one name",
+                            c->what, s, c->p->mb_tag);
     return 0;
 }
 
@@ -357,7 +422,7 @@ static int parse_order(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
     dir->groups = base_arena_calloc(c->a, (size_t)fs->n, sizeof *dir->groups);
     for (int g = 0; g < fs->n; g++) {
         const ir_doc *grp = fs->items[g];
-        if (grp->kind == IR_DOC_MAP) {
+        if (grp->kind == IR_DOC_MAP || is_pair_filter(grp)) {
             dir->group_nfilters[g] = 1;
             dir->groups[g] = base_arena_calloc(c->a, 1, sizeof **dir->groups);
             if (parse_filter(c, grp, &dir->groups[g][0])) return -1;
@@ -415,6 +480,63 @@ static int parse_schedule(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
                             c->what, path, dir->schedule_file);
     fclose(fp);
     return 0;
+}
+
+/* mesh's axes: [[name, size], ...], distinct names, sizes >= 1, as Piper's schedule loader
+ * checks them; that their product is each stage's group size is the mesh pass's to check. */
+static int parse_mesh(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
+{
+    const ir_doc *ax = ir_doc_get(d, "axes"); /* required: the reader checked it is there */
+    if (ax->kind != IR_DOC_SEQ || ax->n == 0)
+        return ir_doc_error(ax, c->e,
+                            "%s: axes must be a non-empty list of [name, size] pairs, such as "
+                            "[[\"dp\", 2], [\"tp\", 2]]",
+                            c->what);
+    dir->naxes = ax->n;
+    dir->axis_names = base_arena_calloc(c->a, (size_t)ax->n, sizeof *dir->axis_names);
+    dir->axis_sizes = base_arena_calloc(c->a, (size_t)ax->n, sizeof *dir->axis_sizes);
+    for (int i = 0; i < ax->n; i++) {
+        const ir_doc *it = ax->items[i];
+        if (it->kind != IR_DOC_SEQ || it->n != 2 || it->items[0]->kind != IR_DOC_SCALAR ||
+            it->items[0]->null)
+            return ir_doc_error(it, c->e,
+                                "%s: axis %d must be a [name, size] pair, such as [\"tp\", 2]",
+                                c->what, i);
+        dir->axis_names[i] = it->items[0]->str;
+        if (ir_load_get_int_range(c, it->items[1], "axis size", 1, INT32_MAX,
+                                  "give each axis at least 1 device", &dir->axis_sizes[i]))
+            return -1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(dir->axis_names[j], dir->axis_names[i]))
+                return ir_doc_error(it->items[0], c->e,
+                                    "%s: axis '%s' is named twice; give each axis its own name",
+                                    c->what, dir->axis_names[i]);
+    }
+    return 0;
+}
+
+/* route's mode, as Piper's schedule loader reads it: thread (the default) or consumers. */
+static int parse_route(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
+{
+    dir->route_mode = "thread";
+    const ir_doc *v = ir_doc_get(d, "mode");
+    if (!v) return 0;
+    if (ir_load_get_string(c, v, "mode", &dir->route_mode)) return -1;
+    if (strcmp(dir->route_mode, "thread") && strcmp(dir->route_mode, "consumers"))
+        return ir_doc_error(v, c->e, "%s: unknown route mode '%s'; use thread or consumers",
+                            c->what, dir->route_mode);
+    return 0;
+}
+
+/* Piper's context parallelism: not in piper yet, so refused where it is written. */
+static int parse_ring_exchange(ir_load_ctx *c, const ir_doc *d, ir_directive *dir)
+{
+    (void)dir;
+    return ir_doc_error(ir_doc_get(d, "op"), c->e,
+                        "%s: context parallelism (Piper's ring exchange of K/V between the "
+                        "ranks of a group) is not yet supported by piper; remove the directive, "
+                        "or run the program with Piper itself",
+                        c->what);
 }
 
 /* ---------------------------------------------------------------- the table */
@@ -500,6 +622,24 @@ static int read_devices(ir_load_ctx *c, const ir_doc *v, const ir_directive_key 
     return v ? parse_devices(c, v, dir) : 0;
 }
 
+/* The alias was read with the key it spells (parse_directive). */
+static int read_alias(ir_load_ctx *c, const ir_doc *v, const ir_directive_key *k,
+                      ir_directive *dir, void *field)
+{
+    (void)c, (void)v, (void)k, (void)dir, (void)field;
+    return 0;
+}
+
+/* A plain number: digits, maybe a fraction or exponent, no unit. */
+static bool plain_number(const ir_doc *v)
+{
+    if (v->kind != IR_DOC_SCALAR || v->null || v->quoted || !*v->str) return false;
+    char *end;
+    errno = 0;
+    (void)strtod(v->str, &end);
+    return *end == 0 && !errno;
+}
+
 static int read_string(ir_load_ctx *c, const ir_doc *v, const ir_directive_key *k,
                        ir_directive *dir, void *field)
 {
@@ -528,11 +668,36 @@ static int read_bytes(ir_load_ctx *c, const ir_doc *v, const ir_directive_key *k
 {
     (void)dir;
     double *x = field;
-    *x = k->dflt;
+    /* a Piper array without bucket_size: Piper's replicate does not bucket, one collective per
+     * region (piper's 0) */
+    *x = c->p->from_piper_array ? 0 : k->dflt;
     if (!v) return 0;
     if (ir_doc_bytes(v, k->key, x, c->e)) return -1;
     if (!isfinite(*x) || *x < 0)
         return ir_doc_error(v, c->e, "%s: %s must be %s", c->what, k->key, k->hint);
+    if (!plain_number(v)) return 0;
+    /* Piper's unit: its replicate multiplies bucket_size by 1024 * 1024 */
+    const double mib = 1024.0 * 1024.0;
+    if (c->p->from_piper_array) {
+        if (*x == 0)
+            return ir_doc_error(v, c->e,
+                                "%s: %s = 0; in a Piper array bucket_size is in MiB and must be "
+                                "> 0 (Piper refuses 0); leave it out for one bucket per region",
+                                c->what, k->key);
+        if (*x >= mib)
+            return ir_doc_error(v, c->e,
+                                "%s: %s = %s is ambiguous: a Piper array gives it in MiB (Piper "
+                                "multiplies it by 1024*1024), which makes %.0f TiB per bucket; "
+                                "give the MiB (e.g. 25) or a unit (\"25MiB\", \"26214400B\")",
+                                c->what, k->key, v->str, *x / mib);
+        *x *= mib;
+        return 0;
+    }
+    if (*x > 0 && *x < mib)
+        ir_doc_warn(v, c->e,
+                    "%s: %s = %s is read as bytes (piper's unit; a Piper array reads a plain "
+                    "number as MiB); write \"%sMiB\" for MiB or \"%sB\" to say bytes",
+                    c->what, k->key, v->str, v->str, v->str);
     return 0;
 }
 
@@ -540,6 +705,7 @@ static const key_reader readers[IR_NKEY_TYPES] = {
     [IR_KEY_FILTER] = read_filter, [IR_KEY_DEVICES] = read_devices,
     [IR_KEY_STRING] = read_string, [IR_KEY_BOOL] = read_bool,
     [IR_KEY_COUNT] = read_count,   [IR_KEY_BYTES] = read_bytes,
+    [IR_KEY_ALIAS] = read_alias,
 };
 
 static int parse_directive(ir_load_ctx *c, const ir_doc *d, int index, ir_directive *dir)
@@ -579,6 +745,15 @@ static int parse_directive(ir_load_ctx *c, const ir_doc *d, int index, ir_direct
     bool parsed = false;
     for (const ir_directive_key *k = info->keys; k->key; k++) {
         const ir_doc *v = ir_doc_get(d, k->key);
+        /* an alias (the next key, Piper's `device`) stands for the key it spells */
+        if (k[1].key && k[1].type == IR_KEY_ALIAS) {
+            const ir_doc *alias = ir_doc_get(d, k[1].key);
+            if (v && alias)
+                return ir_doc_error(alias, c->e, "%s: give '%s' or '%s', not both (they are one "
+                                                 "key)",
+                                    c->what, k->key, k[1].key);
+            if (!v) v = alias;
+        }
         if (!v && k->required)
             return ir_doc_error(d, c->e, "%s has no '%s'; %s", c->what, k->key, k->required);
         if (k->type == IR_KEY_SPECIAL) {
@@ -669,11 +844,51 @@ static int check_directive_filters(ir_load_ctx *c, const ir_directive *dir)
     return 0;
 }
 
+/* Piper applies a directive array in phases whatever the order written (its
+ * apply_schedule_directives): micro-batching, placements, the parallelisms, then the orders, and
+ * fuse_collectives after the orders. piper runs directives in the order written and needs its
+ * orders after the directives that shape the DAG: a bare array runs with its orders (and
+ * schedules) moved after the rest and fuse_collectives last, the rest as written, each
+ * directive keeping its index for messages. */
+static int piper_phase(ir_directive_op op)
+{
+    switch (op) {
+    case IR_DIR_ORDER: case IR_DIR_SCHEDULE: return 1;
+    case IR_DIR_FUSE_COLLECTIVES: return 2;
+    default: return 0;
+    }
+}
+
+static void sort_piper_phases(ir_program *p)
+{
+    for (int i = 1; i < p->ndirectives; i++) { /* insertion sort: stable, and arrays are short */
+        ir_directive d = p->directives[i];
+        int j = i;
+        while (j > 0 && piper_phase(p->directives[j - 1].op) > piper_phase(d.op)) {
+            p->directives[j] = p->directives[j - 1];
+            j--;
+        }
+        p->directives[j] = d;
+    }
+}
+
 int ir_load_directives(ir_load_ctx *c, const ir_doc *d)
 {
     if (d->kind != IR_DOC_SEQ)
         return ir_doc_error(d, c->e, "directives must be a list of maps, each with an 'op'");
     ir_program *p = c->p;
+    /* split's dim_name names the micro-batch tag for every filter, before and after it */
+    p->mb_tag = NULL;
+    for (int i = 0; i < d->n && !p->mb_tag; i++) {
+        const ir_doc *it = d->items[i], *op = ir_doc_get(it, "op");
+        if (!op || op->kind != IR_DOC_SCALAR || op->null || !ir_load_ci_eq(op->str, "split"))
+            continue;
+        const ir_doc *dn = ir_doc_get(it, "dim_name");
+        if (!dn) dn = ir_doc_get(it, "dim");
+        if (dn && dn->kind == IR_DOC_SCALAR && !dn->null && *dn->str &&
+            ir_load_lookup_ci(dn->str, tag_names, IR_NTAGS) < 0)
+            p->mb_tag = dn->str;
+    }
     p->ndirectives = d->n;
     p->directives = base_arena_calloc(c->a, (size_t)(d->n ? d->n : 1), sizeof *p->directives);
     for (int i = 0; i < d->n; i++)
@@ -681,6 +896,8 @@ int ir_load_directives(ir_load_ctx *c, const ir_doc *d)
             ir_load_add_context(c, d->file);
             return -1;
         }
+    if (!p->mb_tag) p->mb_tag = "MB";
+    if (p->from_piper_array) sort_piper_phases(p);
     return 0;
 }
 

@@ -506,6 +506,9 @@ int sched_compile(sched_compilation *c, const char *program_path, const char *mo
                   const char *cluster_path, const sched_options *o, base_error *e)
 {
     if (sched_load(c, program_path, model_path, cluster_path, e)) return -1;
+    if (o && (o->micro_batch || o->global_batch) &&
+        ir_program_set_batch(&c->prog, o->micro_batch, o->global_batch, e))
+        return -1;
     if (sched_build_dag(c, e)) return -1;
     return sched_lower(c, o, e);
 }

@@ -55,6 +55,8 @@ static int prefetch_pass(int op)
 int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
 {
     ir_dag *g = x->g;
+    ir_directive piper_group;
+    d = sched_piper_group(x, d, IR_CG_DP, &piper_group); /* a Piper array's whole group */
     if (x->order_seen)
         return sched_dir_error(d, e, "replicate must come before order and schedule directives; "
                                      "move it up");

@@ -70,6 +70,29 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
                                      "directives; move it up");
     if (d->ndevices < 1)
         return sched_dir_error(d, e, "give devices: one tensor-parallel group, e.g. [0, 1]");
+    /* A Piper array names the whole group its nodes run on (Piper checks they are equal). */
+    if (x->prog->from_piper_array)
+        for (size_t vi = 0; vi < g->nnodes; vi++) {
+            const ir_node *n = &g->nodes[vi];
+            if (!(n->flags & IR_NODE_TP) || IR_OP_INFO[n->op].kind == IR_KIND_P2P ||
+                !sched_filter_match(g, (int32_t)vi, &d->filter))
+                continue;
+            const ir_place *p = &g->places[n->place];
+            bool same = p->ndev == d->ndevices;
+            for (int i = 0; same && i < p->ndev; i++) same = sched_place_pos(p, d->devices[i]) >= 0;
+            if (same || p->ndev == 1) continue;
+            char lbl[96];
+            return sched_dir_error(d, e,
+                                   "'%s' runs on %d devices (from device %d), but this Piper "
+                                   "array's shard_tensor names %d: in Piper's schema shard_tensor "
+                                   "names the whole group its nodes run on; name all %d devices "
+                                   "(a mesh directive with a tp axis sets the tensor-parallel "
+                                   "degree inside it)",
+                                   ir_node_label(g, (int32_t)vi, lbl, sizeof lbl), p->ndev,
+                                   p->devs[0], d->ndevices, p->ndev);
+        }
+    ir_directive piper_group;
+    d = sched_piper_group(x, d, IR_CG_TP, &piper_group);
     for (int i = 0; i < d->ndevices; i++)
         if (d->devices[i] < 0 || d->devices[i] >= g->world)
             return sched_dir_error(d, e, "device %d is outside the cluster's %d devices",

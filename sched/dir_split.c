@@ -1,6 +1,7 @@
 /* dir_split.c — `split {filter, dim, num_microbatches}`: micro-batching. Copies the per-micro-
  * batch part of the step (forward, backward, recompute and the communication between them) m
- * times with MB = 0..m-1. Per-step nodes (optimizer, gradient synchronisation, gradient norm) stay
+ * times with MB = 0..m-1 (the tag split's dim_name names; the loader makes filters read that name
+ * as MB). Per-step nodes (optimizer, gradient synchronisation, gradient norm) stay
  * single and read every copy's gradient: accumulation, not a new producer per tensor. */
 #include "sched_internal.h"
 
@@ -19,9 +20,6 @@ int sched_dir_split(sched_ctx *x, const ir_directive *d, base_error *e)
         return sched_dir_error(d, e, "split must come before order and schedule directives, "
                                      "which refer to micro-batches; move it up");
     if (m < 1) return sched_dir_error(d, e, "num_microbatches must be at least 1");
-    if (d->dim_name && strcmp(d->dim_name, "batch") != 0)
-        return sched_dir_error(d, e, "piper splits along 'batch' only, not '%s'; use dim: batch",
-                               d->dim_name);
 
     /* The filter must select the whole per-micro-batch path: a partial split would give some
      * regions m micro-batches and others one, which no schedule can run. */

@@ -27,7 +27,8 @@ plan_pass sched_node_pass(const ir_dag *g, int32_t v) { return (plan_pass)g->nod
 
 static bool match_value(const ir_tag_match *m, int64_t have)
 {
-    if (have < 0) return false; /* the node has no such tag */
+    if (m->none) return have < 0; /* null: the node does not carry the tag */
+    if (have < 0) return false;   /* the node has no such tag */
     return m->any || m->value == have;
 }
 
@@ -51,7 +52,7 @@ bool sched_filter_match(const ir_dag *g, int32_t v, const ir_filter *f)
         }
         /* `PASS: B` also selects the halves of a split backward, so a program written for an
          * unsplit backward keeps working after an order directive splits it. */
-        if (m->tag == IR_TAG_PASS && !m->any && m->value == PLAN_PASS_B &&
+        if (m->tag == IR_TAG_PASS && !m->any && !m->none && m->value == PLAN_PASS_B &&
             (have == PLAN_PASS_BI || have == PLAN_PASS_BW))
             continue;
         if (!match_value(m, have)) return false;

@@ -43,6 +43,11 @@ static void usage(FILE *f)
             "  -o FILE               write the plan file (text, versioned; read by piper-sim)\n"
             "  --model FILE          model to use instead of the program's own\n"
             "  --cluster FILE        cluster to use instead of the program's own\n"
+            "  --micro-batch N       sequences per micro-batch instead of the program's (a bare\n"
+            "                        array of directives has 1)\n"
+            "  --global-batch N      sequences per step instead of the program's (a bare array\n"
+            "                        has micro-batch x largest num_microbatches x largest\n"
+            "                        replicate group)\n"
             "  --dump-dag[=text|dot] print the global DAG after all directives (to stdout)\n"
             "  --dump-after=PASS     print the IR after the pass PASS (to stdout) and go on\n"
             "                        compiling: the DAG as --dump-dag=text prints it, the\n"
@@ -86,6 +91,15 @@ int main(int argc, char **argv)
             }
             const char **dst = !strcmp(a, "-o") ? &out : !strcmp(a, "--model") ? &model : &cluster;
             *dst = argv[++i];
+        } else if (!strcmp(a, "--micro-batch") || !strcmp(a, "--global-batch")) {
+            char *end = NULL;
+            long long n = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || n < 1) {
+                fprintf(stderr, "piper-compile: %s needs a whole number of sequences >= 1\n", a);
+                return 2;
+            }
+            *(!strcmp(a, "--micro-batch") ? &opt.micro_batch : &opt.global_batch) = n;
+            i++;
         } else if (!strcmp(a, "--emit-order")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "piper-compile: --emit-order needs a file name (or - for stdout)\n");
@@ -139,6 +153,8 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc = sched_load(&c, program, model, cluster, &e);
+    if (!rc && (opt.micro_batch || opt.global_batch))
+        rc = ir_program_set_batch(&c.prog, opt.micro_batch, opt.global_batch, &e);
     if (!rc) rc = sched_build_dag(&c, &e);
     if (!rc && dump) {
         if (!strcmp(dump, "dot"))

@@ -19,6 +19,10 @@ typedef struct sched_options {
     bool p2p_per_channel;      /* one stream per peer and direction for sends and receives; the
                                   compiler falls back to it when the single p2p stream could
                                   deadlock (multi-chunk schedules) */
+    int64_t micro_batch;       /* > 0: the micro-batch size instead of the program's (a bare
+                                  array's is 1); sched_compile applies it after loading */
+    int64_t global_batch;      /* > 0: the global batch instead of the program's (a bare array
+                                  derives micro x micro-batches x data-parallel degree) */
 } sched_options;
 
 /* Everything one compilation makes; freed with sched_compilation_free. */

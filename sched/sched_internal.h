@@ -30,6 +30,9 @@ typedef struct sched_ctx {
     int first_order;           /* the first order or schedule directive (ndirectives: none) */
     int32_t *stage_of_region;
     int mirror_p;              /* DualPipe: the pipeline ranks p once stages are mirrored; 0 */
+    int64_t mesh_size;         /* a mesh directive: the product of its axes (each stage's group
+                                  size), and the size of its tp axis (0: none) */
+    int64_t mesh_tp;
     struct sched_costs *costs; /* made after the directives ran (shapes are final) */
     sched_order order;         /* the launch order (the launch pass), which lowering reads */
     sched_options opt;         /* the options of the plan passes */
@@ -129,6 +132,17 @@ int sched_dir_shard(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_recompute(sched_ctx *x, const ir_directive *d, base_error *e);
 int sched_dir_order(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_mesh(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_fuse_collectives(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_route(sched_ctx *x, const ir_directive *d, base_error *e);
+int sched_dir_ring_exchange(sched_ctx *x, const ir_directive *d, base_error *e);
+/* A Piper array's group: its shard_tensor and replicate name each stage's whole device group
+ * (Piper checks that the matching nodes run on exactly those devices); with a mesh that has a
+ * tp axis, the tensor-parallel group is the first mesh_tp devices and the data-parallel group
+ * every mesh_tp-th. Returns d itself when there is nothing to derive, else *tmp, a copy naming
+ * the derived group. */
+const ir_directive *sched_piper_group(const sched_ctx *x, const ir_directive *d,
+                                      ir_coll_group cg, ir_directive *tmp);
 
 int sched_order_nodes(sched_ctx *x, sched_order *o, base_error *e);
 

@@ -592,9 +592,9 @@ static ir_directive order_of_row(sched_ctx *x, const ir_directive *d, const sche
             ir_filter *f = &od.groups[k][i];
             f->n = 3;
             f->m = base_arena_calloc(x->a, 3, sizeof *f->m);
-            f->m[0] = (ir_tag_match){IR_TAG_PP, false, c->a[i].stage};
-            f->m[1] = (ir_tag_match){IR_TAG_PASS, false, c->a[i].pass};
-            f->m[2] = (ir_tag_match){IR_TAG_MB, false, c->a[i].mb};
+            f->m[0] = (ir_tag_match){.tag = IR_TAG_PP, .value = c->a[i].stage};
+            f->m[1] = (ir_tag_match){.tag = IR_TAG_PASS, .value = c->a[i].pass};
+            f->m[2] = (ir_tag_match){.tag = IR_TAG_MB, .value = c->a[i].mb};
             f->line = d->line;
             f->col = d->col;
         }
@@ -797,7 +797,7 @@ static bool filter_action(const ir_filter *f, sched_action *out)
     int have = 0;
     for (int i = 0; i < f->n; i++) {
         const ir_tag_match *m = &f->m[i];
-        if (m->any) return false;
+        if (m->any || m->none) return false;
         if (m->tag == IR_TAG_PP) out->stage = (int32_t)m->value, have |= 1;
         else if (m->tag == IR_TAG_MB) out->mb = (int32_t)m->value, have |= 2;
         else if (m->tag == IR_TAG_PASS) {

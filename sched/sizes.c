@@ -215,6 +215,14 @@ void sched_update_sizes(sched_ctx *x)
                  * 2 * (b*s/t) * h * e bytes, gathered from the t ranks: 2 * b*s * h * e */
                 n->bytes = 2.0 * (double)s.micro_batch * (double)m->seq * (double)m->hidden *
                            (double)plan_dtype_bytes(s.act_dtype);
+            } else if (n->flags & IR_NODE_FUSED) {
+                /* fuse_collectives: one call for every member's tensor */
+                double sum = 0;
+                for (int32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
+                    const ir_edge *ed = &g->edges[g->in_edge[k]];
+                    if (ed->kind == IR_EDGE_DATA) sum += g->tensors[ed->tensor].bytes;
+                }
+                n->bytes = n->op == IR_OP_ALL_GATHER ? sum * nn : sum;
             } else if (n->op == IR_OP_ALL_GATHER) {
                 n->bytes = in_bytes * nn;
             } else if (n->coll_group == IR_CG_WORLD) {
@@ -269,6 +277,11 @@ void sched_update_sizes(sched_ctx *x)
                     b *= (double)s.tp;
             } else if (kind == IR_KIND_COMPUTE) {
                 b = t->kind == IR_T_SCALAR ? 8 : t->bytes;
+            } else if (kind == IR_KIND_COLL && (n->flags & IR_NODE_FUSED)) {
+                /* each member's output, as its own collective would have made it */
+                b = n->op == IR_OP_ALL_GATHER       ? in_bytes * nn
+                    : n->op == IR_OP_REDUCE_SCATTER ? in_bytes / nn
+                                                    : in_bytes;
             } else if (kind == IR_KIND_COLL) {
                 if (n->op == IR_OP_REDUCE_SCATTER) b = (n->flags & IR_NODE_DP_SYNC ? n->bytes : in_bytes) / nn;
                 else if (n->op == IR_OP_ALL_GATHER) b = n->bytes;

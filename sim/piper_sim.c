@@ -67,6 +67,10 @@ static void usage(FILE *f)
             "                      (default: the cluster file's `platform`, if any); it needs a host\n"
             "                      gpu<d> for each device d (docs/simulator.md)\n"
             "  --platform-out FILE write the generated SimGrid platform XML\n"
+            "  --micro-batch N     a program's micro-batch size instead of its own (default: the\n"
+            "                      program's; a bare directive array has 1)\n"
+            "  --global-batch N    a program's global batch instead of its own (default: the\n"
+            "                      program's; a bare array has micro x micro-batches x replicas)\n"
             "  --no-fold           simulate every data-parallel replica (by default, replicas that do\n"
             "                      exactly what another does are simulated once, where that is exact)\n"
             "  --no-check          skip the static check of a plan file (deadlock, memory; a program's\n"
@@ -97,11 +101,13 @@ static int is_plan_file(const char *path)
 /* Compiles the program in this process as `piper-compile --allow-oom` does (plans over memory are
  * simulated and flagged rather than refused) into *p. The compiler's warnings and errors go to
  * stderr as piper-compile prints them. The compiler runs the plan's static check. */
+static int64_t batch_micro, batch_global; /* --micro-batch, --global-batch; 0: the program's */
+
 static int compile_program(const char *program, plan_set *p)
 {
     sched_compilation c;
     sched_compilation_init(&c);
-    sched_options so = {.allow_oom = true};
+    sched_options so = {.allow_oom = true, .micro_batch = batch_micro, .global_batch = batch_global};
     base_error e;
     base_error_clear(&e);
     int rc = sched_compile(&c, program, NULL, NULL, &so, &e);
@@ -148,6 +154,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "piper-sim: too many --costs; join them with commas\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--micro-batch") || !strcmp(a, "--global-batch")) {
+            char *end = NULL;
+            long long n = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || n < 1) {
+                fprintf(stderr, "piper-sim: %s needs a whole number of sequences >= 1\n", a);
+                return 2;
+            }
+            *(!strcmp(a, "--micro-batch") ? &batch_micro : &batch_global) = n;
+            i++;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (!strcmp(a, "--no-check")) {

@@ -506,7 +506,7 @@ void viz_pairs_from_program(const sched_compilation *c, viz_pair **pairs, int *n
                 act[f] = (viz_action){-1, -1, PLAN_NPASS};
                 for (int m = 0; m < flt->n; m++) {
                     const ir_tag_match *t = &flt->m[m];
-                    if (t->any) continue;
+                    if (t->any || t->none) continue;
                     if (t->tag == IR_TAG_PP) act[f].stage = (int32_t)t->value, have |= 1;
                     else if (t->tag == IR_TAG_MB) act[f].mb = (int32_t)t->value, have |= 2;
                     else if (t->tag == IR_TAG_PASS) act[f].pass = (uint8_t)t->value, have |= 4;

@@ -38,6 +38,17 @@ expect 1 "error: $tmp/missing.yaml: cannot open file" "$tmp/missing.yaml"
 printf 'batch: {global: 1}\ndirectives: []\nmodel: nowhere.yaml\n' >"$tmp/bad.yaml"
 expect 1 "error: $tmp/bad.yaml:3:8:" "$tmp/bad.yaml"
 expect 0 "exit status: 0 on success" --help
+
+# --micro-batch / --global-batch: a bare Piper array's batch (default micro-batch 1)
+arr=$src/tests/fixtures/piper_schema/harness_1f1b.json
+mc="--model $src/tests/fixtures/programs/tiny_gpt.yaml --cluster $src/configs/clusters/cpu_8.yaml"
+expect 0 "--micro-batch N       sequences per micro-batch instead of the program's (a bare" --help
+expect 0 "batch 8 sequences = micro-batch 1 x 4 micro-batches x data-parallel 2" "$arr" $mc
+expect 0 "batch 16 sequences = micro-batch 2 x 4 micro-batches x data-parallel 2" "$arr" $mc --micro-batch 2
+expect 0 "batch 16 sequences = micro-batch 2 x 4 micro-batches x data-parallel 2" "$arr" $mc --micro-batch 2 --global-batch 16
+expect 1 "global batch 7 is not a multiple of the micro-batch 2" "$arr" $mc --micro-batch 2 --global-batch 7
+expect 2 "--micro-batch needs a whole number of sequences >= 1" "$arr" $mc --micro-batch 0
+expect 2 "--global-batch needs a whole number of sequences >= 1" "$arr" $mc --global-batch
 expect 0 "plan written to $tmp/dp2.plan" "$prog" -o "$tmp/dp2.plan"
 if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 2'; then
   echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 2'" >&2
