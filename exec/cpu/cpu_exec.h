@@ -121,7 +121,8 @@ typedef struct exec_cpu {
     double loss, aux_loss, norm_sq;
     bool have_norm;
     double *gate_out;       /* per micro-batch: the gates' aux losses here */
-    FILE *dump;
+    FILE *dump;             /* dump_out.f while step 1 writes its gradient dump */
+    base_out dump_out;
     /* memory: the executor's bytes and the plan's, live and peak */
     double live, peak, plan_live, plan_peak;
     /* the step's communication: bytes this device sent or received in p2p plus its collectives'

@@ -1,4 +1,4 @@
-/* test_base.c — arena, error formatting and buffers. */
+/* test_base.c — arena, error formatting and buffers; output files are test_out.c's. */
 #include "base/base.h"
 #include "tests/testutil.h"
 
@@ -67,6 +67,8 @@ static void test_read_missing_file(void)
     base_buf_free(&buf);
 }
 
+int piper_tests_register_out(void); /* test_out.c */
+
 int piper_tests_register(void)
 {
     static const test_case cases[] = {
@@ -76,5 +78,5 @@ int piper_tests_register(void)
         {"byte formatting", test_bytes_format},
         {"missing file error", test_read_missing_file},
         {NULL, NULL}};
-    return test_add_suite("base", cases);
+    return test_add_suite("base", cases) || piper_tests_register_out();
 }
