@@ -22,7 +22,8 @@
 #      corrupt shard, a shard left out of the manifest (elements missing), a manifest whose step
 #      or seed was edited (each shard's header disagrees, the field named), a latest naming
 #      something else, the format of an older piper-exec, another model, another seed, another
-#      optimizer, other data; bad --save-every and --keep values; and a bad --data source.
+#      optimizer, other data; bad --save-every and --keep values; a save on a full disk (ENOSPC
+#      named with the shard's path, the previous checkpoint untouched); and a bad --data source.
 #      (checkpoint_kill.sh kills saves mid-write.)
 # PART runs 1 and 2 (resume) or 3 (errors), so that ctest runs them as two tests of a
 # sanitizer-friendly length; default: all.
@@ -204,6 +205,31 @@ for args in "--save-every 2" "--save $work/x --save-every 0" "--save $work/x --s
     sed 's/^/    /' "$work/bad_every.out"
   fi
 done
+# a full disk: a save that finds no space names the shard's path and ENOSPC, fails the run, and
+# leaves the previous checkpoint whole (a 1600 KiB tmpfs holds one checkpoint of 2 x 700 KB; only
+# where this user may mount one, as root in CI)
+small="$work/small_fs"
+mkdir -p "$small"
+if mount -t tmpfs -o size=1600k tmpfs "$small" 2> /dev/null; then
+  trap 'umount "$small" 2> /dev/null' EXIT
+  mpi 2 "$work/gpt_zero1.plan" --steps 2 --seed 7 -q --timeout 60 --save "$small/ck" > /dev/null 2>&1
+  cp -r "$small/ck" "$work/small_before"
+  mpi 2 "$work/gpt_zero1.plan" --steps 1 -q --timeout 60 --resume "$small/ck" --save "$small/ck" > "$work/full.out" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "failed: $small/ck/step-000003.partial/shard.dev[01].bin: cannot write the checkpoint shard (No space left on device)" "$work/full.out" &&
+     [ "$(cat "$small/ck/latest")" = step-000002 ] && diff -r "$work/small_before/step-000002" "$small/ck/step-000002" > /dev/null &&
+     [ -z "$(ls -A "$small/ck/step-000003.partial")" ]; then
+    echo "ok   disk full (exit $rc): $(grep -m1 'No space' "$work/full.out" | cut -c1-160); step-000002 untouched, no temporary left"
+  else
+    fail "disk full (exit $rc); output:"
+    sed 's/^/    /' "$work/full.out"
+    ls -laR "$small" | sed 's/^/    /'
+  fi
+  umount "$small"
+  trap - EXIT
+else
+  echo "skip disk full: this user cannot mount a small tmpfs"
+fi
 # a bad --data source stops every rank at start-up, named
 mpi 2 "$work/gpt_zero1.plan" --steps 1 -q --data uint16:"$work/nothing.bin" > "$work/bad_data.out" 2>&1
 if [ $? -eq 1 ] && grep -q "rank 1: stopping because rank 0 (device 0) failed: --data uint16:.*cannot open" "$work/bad_data.out"; then
