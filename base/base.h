@@ -95,6 +95,8 @@ const char *base_fmt_bytes(double bytes, char *buf, size_t n);
  * - a character device or FIFO (/dev/null, /dev/stdout, a pipe) is written directly: it cannot
  *   be replaced, and a write error on it (/dev/full's ENOSPC) fails as any other;
  * - a directory, block device or socket is refused.
+ * Replacing by rename gives the path a new file: another hard link to the old one keeps the old
+ * contents.
  * On any failure the temporary is removed, the old file is untouched, and the error names the
  * path, the system's reason and what to do. `what` names the output in messages ("the plan"). */
 typedef struct base_out {
@@ -112,6 +114,9 @@ int base_out_open(base_out *o, const char *path, const char *what, base_error *e
 int base_out_commit(base_out *o, base_error *e);
 /* Closes and removes the temporary: the target stays as it was. Safe to call twice. */
 void base_out_abort(base_out *o);
+/* For a writer that failed: aborts, and when a write had failed records the error the commit
+ * would have (path, errno, what to do); returns -1. */
+int base_out_fail(base_out *o, base_error *e);
 /* open + one write + commit. */
 int base_out_write_file(const char *path, const char *what, const void *data, size_t n, base_error *e);
 /* fsyncs a directory, so that renames and creations in it survive a crash. */

@@ -272,6 +272,14 @@ int base_out_commit(base_out *o, base_error *e)
     return rc;
 }
 
+int base_out_fail(base_out *o, base_error *e)
+{
+    if (o->f) fflush(o->f); /* a failure still in the buffer shows now */
+    if (o->sink && o->sink->err) fail(e, o->path, o->what, "write", o->sink->err);
+    base_out_abort(o);
+    return -1;
+}
+
 int base_out_write_file(const char *path, const char *what, const void *data, size_t n, base_error *e)
 {
     base_out o;

@@ -519,10 +519,9 @@ int plan_write_file(const plan_set *p, const char *path, base_error *e)
     base_error werr;
     base_error_clear(&werr);
     if (plan_write(p, o.f, &werr) != 0) {
-        /* an output error is named by the commit, with the path and the system's reason */
-        if (base_out_commit(&o, e) == 0) base_errorf(e, "%s: %s", path, werr.msg);
-        base_out_abort(&o);
-        return -1;
+        /* an output error is named with the path and the system's reason; any other as it is */
+        base_out_fail(&o, e);
+        return base_errorf(e, "%s: %s", path, werr.msg);
     }
     return base_out_commit(&o, e);
 }

@@ -156,8 +156,7 @@ int main(int argc, char **argv)
             base_out o;
             rc = base_out_open(&o, emit_order, "the order file", &e);
             if (!rc && sched_write_order_csv(&c, o.f, &e) != 0) {
-                base_out_abort(&o);
-                rc = -1;
+                rc = base_out_fail(&o, &e);
             } else if (!rc) {
                 rc = base_out_commit(&o, &e);
             }

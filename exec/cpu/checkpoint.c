@@ -385,10 +385,12 @@ int exec_ckpt_commit(const char *dir, int64_t step, int keep, char *final, size_
     return keep > 0 ? retain(dir, name, keep, e) : 0;
 }
 
-int exec_ckpt_resolve(const char *dir, char *buf, size_t n, base_error *e)
+int exec_ckpt_resolve(const char *dir_given, char *buf, size_t n, base_error *e)
 {
-    char path[4200];
+    char path[4200], dir[4096];
     struct stat st;
+    snprintf(dir, sizeof dir, "%s", dir_given);
+    for (size_t L = strlen(dir); L > 1 && dir[L - 1] == '/';) dir[--L] = 0; /* "ck/step-000002/" */
     snprintf(buf, n, "%s", dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return base_errorf(e, "%s: no such checkpoint directory; give a directory written by --save", dir);

@@ -151,8 +151,15 @@ static void test_devices_written_directly(void)
 {
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_EQUAL(base_out_write_file("/dev/null", "the plan", "x", 1, &e), 0);
     struct stat st;
+    /* a machine whose /dev/null something else replaced with a file: writing it would only
+     * replace that file again */
+    if (stat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode)) {
+        fprintf(stderr, "\n  /dev/null is not a character device here: its case is not run\n");
+        CU_FAIL("/dev/null is not a character device");
+        return;
+    }
+    CU_ASSERT_EQUAL(base_out_write_file("/dev/null", "the plan", "x", 1, &e), 0);
     CU_ASSERT_EQUAL(stat("/dev/null", &st), 0);
     CU_ASSERT_TRUE(S_ISCHR(st.st_mode));
     if (access("/dev/full", W_OK) != 0) return; /* nothing to check without the device */
