@@ -103,6 +103,45 @@ int base_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, char 
 int base_in_range(double x, base_range r);
 const char *base_fmt_range(base_range r, char *buf, size_t n);
 
+/* ---------------------------------------------------------------- output files (out.c) */
+
+/* The one way piper writes a file it is told to write (-o, --trace, dumps, checkpoints), so that
+ * an output is never half-written and nothing but the named file changes:
+ * - a regular file (or a new name) is written to a temporary made with mkstemp in the target's
+ *   directory, flushed, fsynced and renamed over the target, and the directory is fsynced; a
+ *   new file gets mode 0666 & ~umask, a replaced one keeps its permission bits;
+ * - a symbolic link is written through: the file at the end of the chain of links is replaced
+ *   and the links stay (a dangling link creates the file it names);
+ * - a character device or FIFO (/dev/null, /dev/stdout, a pipe) is written directly: it cannot
+ *   be replaced, and a write error on it (/dev/full's ENOSPC) fails as any other;
+ * - a directory, block device or socket is refused.
+ * Replacing by rename gives the path a new file: another hard link to the old one keeps the old
+ * contents.
+ * On any failure the temporary is removed, the old file is untouched, and the error names the
+ * path, the system's reason and what to do. `what` names the output in messages ("the plan"). */
+typedef struct base_out {
+    FILE *f;          /* write here; NULL once committed or aborted */
+    struct base_out_sink *sink; /* the descriptor under f and its first write error (out.c) */
+    char *path;       /* the file that ends up written (through any symlinks) */
+    char *tmp;        /* the temporary; NULL when writing a device or FIFO directly */
+    char what[64];    /* "the plan", for messages */
+    int mode;         /* permission bits the file ends up with */
+} base_out;
+
+int base_out_open(base_out *o, const char *path, const char *what, base_error *e);
+/* Flushes, fsyncs and closes, then renames into place; checks every step. On failure it aborts,
+ * so after commit (success or not) the base_out holds nothing. */
+int base_out_commit(base_out *o, base_error *e);
+/* Closes and removes the temporary: the target stays as it was. Safe to call twice. */
+void base_out_abort(base_out *o);
+/* For a writer that failed: aborts, and when a write had failed records the error the commit
+ * would have (path, errno, what to do); returns -1. */
+int base_out_fail(base_out *o, base_error *e);
+/* open + one write + commit. */
+int base_out_write_file(const char *path, const char *what, const void *data, size_t n, base_error *e);
+/* fsyncs a directory, so that renames and creations in it survive a crash. */
+int base_fsync_dir(const char *dir, base_error *e);
+
 /* ---------------------------------------------------------------- arrays */
 
 /* A growable malloc-backed array: BASE_VEC(int) v = {0}; BASE_VEC_PUSH(v, 3); free(v.v). */

@@ -45,14 +45,16 @@ static void usage(FILE *f)
             "  --data SRC         tokens: synthetic (default), corpus (the bundled text, byte-level\n"
             "                     tokens), uint16:PATH or uint32:PATH (a pre-tokenised file of\n"
             "                     little-endian tokens)\n"
-            "  --save DIR         after the last step, write a sharded checkpoint to DIR\n"
-            "                     (parameters, optimizer state, step, seed, data source); DIR is\n"
-            "                     created and checked for writing before the first step\n"
-            "  --save-every N     with --save: a checkpoint every N steps (and after the last) in\n"
-            "                     DIR/stepK, DIR/latest naming the newest complete one\n"
+            "  --save DIR         after the last step, write a sharded checkpoint (parameters,\n"
+            "                     optimizer state, step, seed, data source) to DIR/step-K, then\n"
+            "                     switch DIR/latest to it; DIR is created and checked for\n"
+            "                     writing before the first step\n"
+            "  --save-every N     with --save: a checkpoint every N steps (and after the last)\n"
+            "  --keep N           with --save: after each save keep only N checkpoints (the\n"
+            "                     latest and the N - 1 of the highest other steps)\n"
             "  --resume DIR       start from a checkpoint (written under any strategy of the same\n"
-            "                     model; a --save-every DIR resumes from its latest): run --steps\n"
-            "                     more steps after its step\n"
+            "                     model): DIR's latest, or DIR/step-K itself; run --steps more\n"
+            "                     steps after its step\n"
             "  --trace FILE       write what every rank ran as a Chrome trace (the format of\n"
             "                     piper-sim --trace: a process per rank, a thread per stream)\n"
             "  --no-sim           do not print piper-sim's prediction of the plan next to the\n"
@@ -72,6 +74,7 @@ typedef struct args {
     exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
     const char *dump_params, *save, *resume, *data;
     int64_t save_every;     /* 0: only after the last step */
+    int keep;               /* 0: every checkpoint stays */
     bool no_sim;
     exec_cpu_options o;
 } args;
@@ -104,6 +107,14 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
             int64_t n;
             if (exec_cli_int(argc, argv, &i, 1, EXEC_CLI_MAX_STEPS, &n, e)) return -1;
             a->save_every = n;
+        } else if (strcmp(s, "--keep") == 0) {
+            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
+            char *end = NULL;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || !end || *end || n < 1 || n > 1000000)
+                return base_errorf(e, "--keep takes a number of checkpoints of at least 1, not '%s'", v);
+            a->keep = (int)n;
         } else if (strcmp(s, "--resume") == 0) {
             if (!(a->resume = exec_cli_value(argc, argv, &i, e))) return -1;
         } else if (strcmp(s, "--no-sim") == 0) {
@@ -116,6 +127,8 @@ static int parse_args(int argc, char **argv, args *a, base_error *e)
     if (exec_cli_finish(&a->c, "piper-exec", e)) return -1;
     if (a->save_every && !a->save)
         return base_errorf(e, "--save-every needs --save DIR, the directory its checkpoints go to");
+    if (a->keep && !a->save)
+        return base_errorf(e, "--keep needs --save DIR, the directory whose checkpoints it keeps");
     a->o.seed = a->c.seed;
     a->o.optim = a->c.optim;
     a->o.grad_clip = a->c.grad_clip;
@@ -200,18 +213,21 @@ static void print_step(const double *all, int size, int nv, int64_t step, int64_
     }
 }
 
-/* A checkpoint after `step`: every rank its shard, rank 0 the manifest once all are written.
- * Without --save-every into DIR itself; with it into DIR/stepK, and then DIR/latest names it. */
+/* A checkpoint after `step`: rank 0 stages DIR/step-K.partial, every rank writes its shard
+ * there, rank 0 the manifest once all are, then moves it to DIR/step-K and switches DIR/latest
+ * (exec/README.md, "Checkpoints"). */
 static int save_checkpoint(exec_cpu *c, const plan_set *plan, const args *a, int rank, int size,
                            int64_t step, const char *data_name, const char *optim_name, base_error *e)
 {
     char dir[4400];
-    if (a->save_every)
-        snprintf(dir, sizeof dir, "%s/step%lld", a->save, (long long)step);
-    else
-        snprintf(dir, sizeof dir, "%s", a->save);
+    exec_ckpt_stage_name(a->save, step, dir, sizeof dir);
+    exec_ckpt_meta meta = {step, a->o.seed, optim_name, data_name};
+    if (rank == 0 && exec_ckpt_stage(a->save, step, e)) return -1;
+    MPI_Request br;
+    MPI_Ibarrier(MPI_COMM_WORLD, &br); /* the stage exists before any rank writes into it */
+    if (exec_cpu_wait(c, &br, "waiting for the checkpoint's directory", e)) return -1;
     uint64_t mine[2] = {0, 0};
-    if (exec_cpu_save_shard(c, dir, &mine[0], &mine[1], e)) return -1;
+    if (exec_cpu_save_shard(c, dir, &meta, &mine[0], &mine[1], e)) return -1;
     uint64_t *sh = rank == 0 ? base_xcalloc((size_t)size * 2, sizeof *sh) : NULL;
     MPI_Request r;
     MPI_Igather(mine, 2, MPI_UINT64_T, sh, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
@@ -222,13 +238,13 @@ static int save_checkpoint(exec_cpu *c, const plan_set *plan, const args *a, int
     if (rank != 0) return 0;
     uint64_t *bytes = base_xcalloc((size_t)size, sizeof *bytes), *sums = base_xcalloc((size_t)size, sizeof *sums);
     for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
-    exec_ckpt_meta meta = {step, a->o.seed, optim_name, data_name};
+    char final[4400];
     int rc = exec_ckpt_write_manifest(dir, plan, c->dt, &meta, size, bytes, sums, e);
-    if (!rc && a->save_every) rc = exec_ckpt_write_latest(a->save, dir + strlen(a->save) + 1, e);
+    if (!rc) rc = exec_ckpt_commit(a->save, step, a->keep, final, sizeof final, e);
     free(bytes);
     free(sums);
     free(sh);
-    if (!rc && !a->c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)step, dir);
+    if (!rc && !a->c.quiet) printf("checkpoint after step %lld written to %s\n", (long long)step, final);
     return rc;
 }
 
@@ -266,7 +282,7 @@ int main(int argc, char **argv)
     char data_name[4300] = "synthetic";
     /* a checkpoint gives the seed (data and dropout streams) and the step to continue from */
     char resume_dir[4400];
-    if (a.resume) a.resume = exec_ckpt_resolve(a.resume, resume_dir, sizeof resume_dir);
+    if (a.resume && exec_ckpt_resolve(a.resume, resume_dir, sizeof resume_dir, &e) == 0) a.resume = resume_dir;
     if (a.save && !e.set) exec_ckpt_probe_dir(a.save, rank, &e);
     if (a.resume && !e.set && exec_ckpt_read(&ck, a.resume, &e) == 0) {
         if (a.c.seed_given && a.o.seed != ck.seed)

@@ -340,7 +340,8 @@ void plan_free(plan_set *p);
  * it so that plan files only show what an instruction actually uses (docs/plan-format.md). */
 void plan_instr_init(plan_instr *in, plan_op op);
 int plan_write(const plan_set *p, FILE *f, base_error *e);
-/* Writes path.tmp and renames it over path, so a reader never sees half a plan. */
+/* Writes the plan file through base_out (base.h), so a reader never sees half a plan and a
+ * failure leaves the old file as it was. */
 int plan_write_file(const plan_set *p, const char *path, base_error *e);
 /* Reads what plan_write wrote into *p (which it initialises; on failure *p is left empty).
  * Malformed files fail with "file:line: ...", never crash: any bytes may be handed in. */

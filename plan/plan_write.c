@@ -514,21 +514,14 @@ int plan_write(const plan_set *p, FILE *f, base_error *e)
 
 int plan_write_file(const plan_set *p, const char *path, base_error *e)
 {
-    char *tmp = base_xmalloc(strlen(path) + 5);
-    strcpy(tmp, path);
-    strcat(tmp, ".tmp");
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        base_error_at(e, tmp, 0, 0, "cannot create the plan file; check that the folder exists and is writable");
-        free(tmp);
-        return -1;
+    base_out o;
+    if (base_out_open(&o, path, "the plan", e)) return -1;
+    base_error werr;
+    base_error_clear(&werr);
+    if (plan_write(p, o.f, &werr) != 0) {
+        /* an output error is named with the path and the system's reason; any other as it is */
+        base_out_fail(&o, e);
+        return base_errorf(e, "%s: %s", path, werr.msg);
     }
-    int rc = plan_write(p, f, e);
-    if (fclose(f) != 0 && rc == 0)
-        rc = base_error_at(e, tmp, 0, 0, "cannot write the plan file; check free disk space");
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = base_error_at(e, path, 0, 0, "cannot move %s into place; check permissions", tmp);
-    if (rc) remove(tmp);
-    free(tmp);
-    return rc;
+    return base_out_commit(&o, e);
 }

@@ -166,14 +166,16 @@ int main(int argc, char **argv)
     if (!rc) rc = sched_lower(&c, &opt, &e);
     if (!rc && out) rc = plan_write_file(&c.plan, out, &e);
     if (!rc && emit_order) {
-        bool to_stdout = !strcmp(emit_order, "-");
-        FILE *f = to_stdout ? stdout : fopen(emit_order, "w");
-        if (!f) {
-            rc = base_errorf(&e, "cannot write the order file '%s'; check the path", emit_order);
+        if (!strcmp(emit_order, "-")) {
+            rc = sched_write_order_csv(&c, stdout, &e);
         } else {
-            rc = sched_write_order_csv(&c, f, &e);
-            if (!to_stdout && fclose(f) != 0 && !rc)
-                rc = base_errorf(&e, "cannot write the order file '%s' (disk full?)", emit_order);
+            base_out o;
+            rc = base_out_open(&o, emit_order, "the order file", &e);
+            if (!rc && sched_write_order_csv(&c, o.f, &e) != 0) {
+                rc = base_out_fail(&o, &e);
+            } else if (!rc) {
+                rc = base_out_commit(&o, &e);
+            }
         }
     }
     base_error_print(&e, stderr);

@@ -265,14 +265,18 @@ int main(int argc, char **argv)
     }
     if (!quiet && !(json && !strcmp(json, "-"))) sim_report_write(&p, &o, &r, stdout); /* JSON alone on stdout */
     if (json) {
-        FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
-        if (!f) {
-            fprintf(stderr, "error: cannot write %s: %s; check the path\n", json, strerror(errno));
-            rc = 1;
+        if (!strcmp(json, "-")) {
+            sim_json_write(&p, &o, &r, stdout);
         } else {
-            sim_json_write(&p, &o, &r, f);
-            if (f != stdout && fclose(f)) {
-                fprintf(stderr, "error: cannot write %s: %s\n", json, strerror(errno));
+            base_out out;
+            base_error je;
+            base_error_clear(&je);
+            if (base_out_open(&out, json, "the report", &je) == 0) {
+                sim_json_write(&p, &o, &r, out.f);
+                base_out_commit(&out, &je);
+            }
+            if (je.set) {
+                base_error_print(&je, stderr);
                 rc = 1;
             }
         }

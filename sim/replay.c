@@ -544,9 +544,7 @@ static int write_platform(const plan_set *p, const sim_options *o, char *path, s
     int rc = 0;
     if (off < xml.n) rc = base_errorf(e, "cannot write the temporary platform file %s; free some disk space", path);
     if (!rc && o->platform_out) {
-        FILE *f = fopen(o->platform_out, "w");
-        if (!f || fwrite(xml.s, 1, xml.n, f) != xml.n) rc = base_errorf(e, "cannot write %s; check the path", o->platform_out);
-        if (f) fclose(f);
+        rc = base_out_write_file(o->platform_out, "the platform file", xml.s, xml.n, e);
     }
     base_buf_free(&xml);
     if (rc) unlink(path);
@@ -671,10 +669,12 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
         r->wall_seconds = wall_now() - st.wall0;
         sim_result_finish(p, r);
     }
-    if (st.trace) {
+    if (st.trace && rc) {
+        viz_trace_abort(st.trace);
+    } else if (st.trace) {
         base_error te;
         base_error_clear(&te);
-        if (viz_trace_close(st.trace, &te) && !rc) rc = base_errorf(e, "%s", te.msg);
+        if (viz_trace_close(st.trace, &te)) rc = base_errorf(e, "%s", te.msg);
     }
     free(ctx);
     state_free(&st);

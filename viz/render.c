@@ -56,27 +56,11 @@ typedef struct render_out {
     base_buf *mem;
 } render_out;
 
-/* Writes path.tmp and renames it over path, so that a reader never sees half a figure, and
- * every failure names the path (Graphviz's own file output reports none). */
+/* Through base_out (base.h), so that a reader never sees half a figure, and every failure names
+ * the path (Graphviz's own file output reports none). */
 static int write_file(const char *path, const char *data, size_t len, base_error *e)
 {
-    base_buf tmp = {0};
-    base_buf_printf(&tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp.s, "wb");
-    int rc = 0;
-    if (!f) {
-        rc = base_errorf(e, "%s: cannot write the figure (%s); check that the directory exists and is writable", path,
-                         strerror(errno));
-    } else {
-        bool ok = fwrite(data, 1, len, f) == len;
-        ok &= fclose(f) == 0;
-        if (!ok || rename(tmp.s, path) != 0) {
-            rc = base_errorf(e, "%s: cannot write the figure (%s); is the disk full?", path, strerror(errno));
-            remove(tmp.s);
-        }
-    }
-    free(tmp.s);
-    return rc;
+    return base_out_write_file(path, "the figure", data, len, e);
 }
 
 static int render(const char *dot, const char *engine, viz_format fmt, render_out out, base_error *e)

@@ -48,8 +48,8 @@ int viz_trace_open(viz_trace *t, const char *path, base_error *e)
 {
     memset(t, 0, sizeof *t);
     t->path = path;
-    t->f = fopen(path, "w");
-    if (!t->f) return base_errorf(e, "%s: cannot create the trace file (%s); check the path", path, strerror(errno));
+    if (base_out_open(&t->out, path, "the trace", e)) return -1;
+    t->f = t->out.f;
     note_err(t, fputs("{\"traceEvents\": [", t->f));
     return 0;
 }
@@ -110,12 +110,19 @@ int viz_trace_close(viz_trace *t, base_error *e)
 {
     if (!t->f) return 0;
     note_err(t, fputs("\n],\n\"displayTimeUnit\": \"ms\"}\n", t->f));
-    if (fflush(t->f) || ferror(t->f)) note_err(t, -1);
-    if (fclose(t->f)) note_err(t, -1);
     t->f = NULL;
-    if (t->err) return base_errorf(e, "%s: cannot write the trace (%s); free some disk space or choose another path",
-                                   t->path, strerror(t->err));
-    return 0;
+    if (t->err) {
+        base_out_abort(&t->out);
+        return base_errorf(e, "%s: cannot write the trace (%s); free some disk space or choose another path",
+                           t->path, strerror(t->err));
+    }
+    return base_out_commit(&t->out, e);
+}
+
+void viz_trace_abort(viz_trace *t)
+{
+    t->f = NULL;
+    base_out_abort(&t->out);
 }
 
 /* ---------------------------------------------------------------- names of instructions */

@@ -25,7 +25,8 @@
 #include "../plan/plan.h"
 
 typedef struct viz_trace {
-    FILE *f;
+    FILE *f;           /* out.f while open */
+    base_out out;      /* the file, replaced only when the trace is closed whole */
     const char *path;
     int64_t nrecords;  /* records written (events and metadata) */
     int64_t nevents;   /* "X" events written */
@@ -39,7 +40,8 @@ typedef struct viz_trace_arg {
     double num;
 } viz_trace_arg;
 
-/* Creates (truncates) the file and writes the head of the document. */
+/* Starts the file through base_out (base.h: the old file stays until viz_trace_close) and writes
+ * the head of the document. */
 int viz_trace_open(viz_trace *t, const char *path, base_error *e);
 /* Names a process (with sort index = pid) and a thread of it (sort index = tid). */
 void viz_trace_process(viz_trace *t, int64_t pid, const char *name);
@@ -47,8 +49,11 @@ void viz_trace_thread(viz_trace *t, int64_t pid, int64_t tid, const char *name);
 /* A complete event from ts_ns lasting dur_ns (negative values count as 0). */
 void viz_trace_complete(viz_trace *t, int64_t pid, int64_t tid, const char *name, const char *cat, int64_t ts_ns,
                         int64_t dur_ns, const viz_trace_arg *args, int nargs);
-/* Writes the tail and closes the file; fails (naming the file) if any write failed. */
+/* Writes the tail and puts the file in place; fails (naming the file) if any write failed, and
+ * then leaves the old file as it was. */
 int viz_trace_close(viz_trace *t, base_error *e);
+/* Drops the trace of a run that failed: the old file stays as it was. */
+void viz_trace_abort(viz_trace *t);
 
 /* The event name of instruction `in` of device `dev` (see above) into buf (always terminated);
  * returns the length it wanted, as snprintf. */

@@ -1,5 +1,8 @@
-/* checkpoint.c — piper-exec's sharded checkpoints (--save DIR, --resume DIR; format in
- * exec/README.md). Every rank writes the elements its optimizer steps update (its ZeRO piece of
+/* checkpoint.c — piper-exec's sharded checkpoints (--save DIR, --resume DIR, --keep N; format in
+ * exec/README.md). Every save goes to a new step directory, DIR/step-<K>.partial, whose files
+ * are fsynced (base_out); rank 0 then moves it to DIR/step-<K> in one rename and only then
+ * replaces DIR/latest, so a save killed at any point leaves the previous checkpoint, the one
+ * latest names, whole. Every rank writes the elements its optimizer steps update (its ZeRO piece of
  * each region it updates; a data-parallel replica other than the first writes nothing) as runs of
  * consecutive global element indices of named tensors, with their AdamW moments; rank 0 then
  * writes the manifest, which names every shard with its size and checksum and so marks the
@@ -8,7 +11,10 @@
  * and keeps the elements its own storage holds, and fails, naming the first one, when an element
  * it needs is missing. The training's other state is the step: data and dropout are pure
  * functions of (seed, step, ...), and AdamW's bias correction counts steps. */
+#define _GNU_SOURCE /* renameat2's RENAME_EXCHANGE: a re-saved step replaces its directory atomically */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +24,13 @@
 #include "cpu_exec.h"
 
 #define SHARD_MAGIC "PIPERCKS"
-#define SHARD_VERSION 1u
+#define SHARD_VERSION 2u
 #define MANIFEST "manifest.txt"
+#define MANIFEST_HEAD "piper-checkpoint 2"
+#define STEP_FMT "step-%06lld"
+#define PARTIAL ".partial"
+/* the fields a shard's header repeats from the manifest, so that an edited manifest is caught */
+static const char *const HEADER_KEYS[] = {"step", "seed", "optimizer", "data", "model", "tensors"};
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -69,6 +80,48 @@ static void first_difference(const char *a, const char *b, char *out, size_t n)
         tb = strtok_r(NULL, " ", &sb);
     }
     snprintf(out, n, "the checkpoint has %s where the plan has %s", ta ? ta : "(nothing)", tb ? tb : "(nothing)");
+}
+
+/* The model's tensors, whatever the strategy: every parameter of every region of the plan, whole
+ * (tp = ep = 1), as "name d0 d1 d2" lines; their count and FNV-1a digest identify the list. */
+static int tensor_list(const plan_set *p, int64_t *count, uint64_t *digest, base_error *e)
+{
+    exec_cfg cfg;
+    exec_shard sh;
+    if (exec_cfg_from_plan(&p->model, 0, &cfg, e) || exec_shard_init(&cfg, 1, 0, 1, 0, &sh, e)) return -1;
+    *count = 0;
+    *digest = FNV0;
+    for (int r = 0; r < p->nregions; r++) {
+        int layer;
+        exec_region_kind kind;
+        exec_param par[EXEC_MAX_REGION_PARAMS];
+        int n;
+        if (exec_parse_region(p->regions[r], &layer, &kind) || (n = exec_region_params(&cfg, &sh, kind, par, e)) < 0)
+            return base_errorf(e, "region %s: cannot list its tensors for the checkpoint", p->regions[r]);
+        for (int t = 0; t < n; t++) {
+            char line[256];
+            int L = snprintf(line, sizeof line, "%s.%s %lld %lld %lld\n", p->regions[r], par[t].name,
+                             (long long)par[t].dim[0], (long long)par[t].dim[1], (long long)par[t].dim[2]);
+            *digest = fnv1a(*digest, line, (size_t)L);
+            ++*count;
+        }
+    }
+    return 0;
+}
+
+/* The lines a shard's header and the manifest share (HEADER_KEYS, in that order). */
+static int header_text(const plan_set *p, const exec_ckpt_meta *meta, char *buf, size_t n, base_error *e)
+{
+    char ml[1024];
+    int64_t nt;
+    uint64_t dg;
+    if (tensor_list(p, &nt, &dg, e)) return -1;
+    model_line(&p->model, ml, sizeof ml);
+    int L = snprintf(buf, n, "step %lld\nseed %llu\noptimizer %s\ndata %s\nmodel %s\ntensors %lld %016llx\n",
+                     (long long)meta->step, (unsigned long long)meta->seed, meta->optimizer, meta->data, ml,
+                     (long long)nt, (unsigned long long)dg);
+    if (L < 0 || (size_t)L >= n) return base_errorf(e, "the checkpoint's header does not fit %zu bytes", n);
+    return 0;
 }
 
 /* Global flat index of element i of a shard's block of tensor P. */
@@ -141,20 +194,20 @@ static void emit_run(out *o, const char *name, const exec_param *P, int64_t g0, 
         }
 }
 
-int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t *sum, base_error *e)
+int exec_cpu_save_shard(exec_cpu *c, const char *dir, const exec_ckpt_meta *meta, uint64_t *bytes,
+                        uint64_t *sum, base_error *e)
 {
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        return base_errorf(e, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
-    char path[4096];
+    char path[4096], head[4096 + 1536];
     snprintf(path, sizeof path, "%s/shard.dev%d.bin", dir, c->dev);
-    out o = {fopen(path, "wb"), FNV0, 0, false};
-    if (!o.f) return base_errorf(e, "cannot write %s: %s", path, strerror(errno));
+    if (header_text(c->p, meta, head, sizeof head, e)) return -1;
+    base_out file;
+    if (base_out_open(&file, path, "the checkpoint shard", e)) return -1;
+    out o = {file.f, FNV0, 0, false};
     const size_t es = c->es;
-    uint32_t h32[4] = {SHARD_VERSION, (uint32_t)es, (uint32_t)c->dev, 0};
-    uint64_t step = (uint64_t)c->step;
+    uint32_t h32[4] = {SHARD_VERSION, (uint32_t)es, (uint32_t)c->dev, (uint32_t)strlen(head)};
     emit(&o, SHARD_MAGIC, 8);
     emit(&o, h32, sizeof h32);
-    emit(&o, &step, sizeof step);
+    emit(&o, head, strlen(head));
     for (int r = 0; r < c->bd.nreg; r++) {
         const exec_region *R = &c->bd.reg[r];
         /* a replica other than the first holds the same values as the first */
@@ -186,7 +239,7 @@ int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t 
             free(k);
         }
     }
-    if (fclose(o.f) || o.bad) return base_errorf(e, "writing %s failed", path);
+    if (base_out_commit(&file, e)) return -1; /* names the path and the errno of a failed write */
     *bytes = o.bytes;
     *sum = o.sum;
     return 0;
@@ -196,27 +249,17 @@ int exec_ckpt_write_manifest(const char *dir, const plan_set *p, plan_dtype dt,
                              const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
                              const uint64_t *sums, base_error *e)
 {
-    char tmp[4096], path[4096], ml[1024];
-    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, MANIFEST);
+    char path[4096], head[4096 + 1536];
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return base_errorf(e, "cannot write %s: %s", tmp, strerror(errno));
-    model_line(&p->model, ml, sizeof ml);
-    fprintf(f, "piper-checkpoint 1\n");
-    fprintf(f, "model %s\n", ml);
-    fprintf(f, "dtype %s\n", plan_dtype_name(dt));
-    fprintf(f, "step %lld\n", (long long)meta->step);
-    fprintf(f, "seed %llu\n", (unsigned long long)meta->seed);
-    fprintf(f, "optimizer %s\n", meta->optimizer);
-    fprintf(f, "data %s\n", meta->data);
-    fprintf(f, "shards %d\n", nshards);
+    if (header_text(p, meta, head, sizeof head, e)) return -1;
+    base_out o;
+    if (base_out_open(&o, path, "the checkpoint manifest", e)) return -1;
+    fprintf(o.f, "%s\n%sdtype %s\nshards %d\n", MANIFEST_HEAD, head, plan_dtype_name(dt), nshards);
     for (int d = 0; d < nshards; d++)
-        fprintf(f, "shard shard.dev%d.bin %llu %016llx\n", d, (unsigned long long)bytes[d],
+        fprintf(o.f, "shard shard.dev%d.bin %llu %016llx\n", d, (unsigned long long)bytes[d],
                 (unsigned long long)sums[d]);
-    if (fclose(f)) return base_errorf(e, "writing %s failed", tmp);
-    /* the manifest appears last and whole: a checkpoint without one is incomplete */
-    if (rename(tmp, path)) return base_errorf(e, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    return 0;
+    /* the manifest appears last and whole: a directory without one is incomplete */
+    return base_out_commit(&o, e);
 }
 
 int exec_ckpt_probe_dir(const char *dir, int dev, base_error *e)
@@ -225,46 +268,155 @@ int exec_ckpt_probe_dir(const char *dir, int dev, base_error *e)
         return base_errorf(e, "--save %s: cannot create the directory: %s; give a directory that "
                               "can be created and written",
                            dir, strerror(errno));
+    /* a temporary made and dropped as a shard's would be: a planted name is never opened */
     char path[4096];
-    snprintf(path, sizeof path, "%s/.write-test.dev%d", dir, dev);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return base_errorf(e, "--save %s: cannot write there: %s; give a writable directory",
-                           dir, strerror(errno));
-    fclose(f);
-    remove(path);
+    snprintf(path, sizeof path, "%s/write-test.dev%d", dir, dev);
+    base_out o;
+    base_error pe;
+    base_error_clear(&pe);
+    if (base_out_open(&o, path, "a test file", &pe))
+        return base_errorf(e, "--save %s: cannot write there (%s); give a writable directory", dir, pe.msg);
+    base_out_abort(&o);
     return 0;
 }
 
-int exec_ckpt_write_latest(const char *dir, const char *name, base_error *e)
+void exec_ckpt_stage_name(const char *dir, int64_t step, char *buf, size_t n)
 {
-    char tmp[4096], path[4096];
-    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+    snprintf(buf, n, "%s/" STEP_FMT PARTIAL, dir, (long long)step);
+}
+
+/* The K of a name "step-K" (digits only), or -1. */
+static int64_t step_of(const char *name, bool partial)
+{
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *d = name + 5, *end = d;
+    while (*end >= '0' && *end <= '9') end++;
+    if (end == d || end - d > 18 || strcmp(end, partial ? PARTIAL : "") != 0) return -1;
+    return strtoll(d, NULL, 10);
+}
+
+/* Removes a step directory and the files in it (checkpoints hold no subdirectories). */
+static int remove_step_dir(const char *path, base_error *e)
+{
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : base_errorf(e, "%s: cannot open to remove it (%s)", path, strerror(errno));
+    int rc = 0;
+    for (struct dirent *de; !rc && (de = readdir(d));) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char f[8192];
+        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+        if (unlink(f) != 0) rc = base_errorf(e, "%s: cannot remove (%s); remove it by hand", f, strerror(errno));
+    }
+    closedir(d);
+    if (!rc && rmdir(path) != 0)
+        rc = base_errorf(e, "%s: cannot remove (%s); remove it by hand", path, strerror(errno));
+    return rc;
+}
+
+int exec_ckpt_stage(const char *dir, int64_t step, base_error *e)
+{
+    /* what a killed save left: never named by latest, so never a checkpoint anyone resumes */
+    DIR *d = opendir(dir);
+    if (!d) return base_errorf(e, "--save %s: cannot open the directory (%s)", dir, strerror(errno));
+    int rc = 0;
+    for (struct dirent *de; !rc && (de = readdir(d));) {
+        if (step_of(de->d_name, true) < 0) continue;
+        char f[8192];
+        snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
+        rc = remove_step_dir(f, e);
+    }
+    closedir(d);
+    char stage[4200];
+    exec_ckpt_stage_name(dir, step, stage, sizeof stage);
+    if (!rc && mkdir(stage, 0777) != 0)
+        rc = base_errorf(e, "%s: cannot create the checkpoint's directory (%s); check --save", stage, strerror(errno));
+    return rc ? rc : base_fsync_dir(dir, e);
+}
+
+/* --keep: the checkpoint latest names and the keep - 1 others of the highest steps stay. */
+static int retain(const char *dir, const char *latest, int keep, base_error *e)
+{
+    DIR *d = opendir(dir);
+    if (!d) return base_errorf(e, "--save %s: cannot open the directory (%s)", dir, strerror(errno));
+    BASE_VEC(int64_t) steps = {0};
+    for (struct dirent *de; (de = readdir(d));) {
+        int64_t k = step_of(de->d_name, false);
+        if (k >= 0 && strcmp(de->d_name, latest) != 0) BASE_VEC_PUSH(steps, k);
+    }
+    closedir(d);
+    int rc = 0;
+    for (size_t i = 0; i < steps.n && !rc; i++) {
+        size_t higher = 0;
+        for (size_t j = 0; j < steps.n; j++) higher += steps.v[j] > steps.v[i];
+        if ((int64_t)higher < keep - 1) continue;
+        char f[4200];
+        snprintf(f, sizeof f, "%s/" STEP_FMT, dir, (long long)steps.v[i]);
+        rc = remove_step_dir(f, e);
+    }
+    free(steps.v);
+    return rc;
+}
+
+int exec_ckpt_commit(const char *dir, int64_t step, int keep, char *final, size_t n, base_error *e)
+{
+    char stage[4200], name[64];
+    exec_ckpt_stage_name(dir, step, stage, sizeof stage);
+    snprintf(name, sizeof name, STEP_FMT, (long long)step);
+    snprintf(final, n, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(final, &st) == 0) {
+        /* a step saved again: the two directories swap in one step, so latest, which may name
+         * this step, always names a whole checkpoint; the old one is then removed */
+        if (renameat2(AT_FDCWD, stage, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+            return base_errorf(e, "%s: cannot replace the checkpoint of step %lld atomically (%s); save "
+                                  "into another --save directory or remove %s",
+                               final, (long long)step, strerror(errno), final);
+        if (remove_step_dir(stage, e)) return -1;
+    } else if (rename(stage, final) != 0) {
+        return base_errorf(e, "%s: cannot move the finished checkpoint into place (%s); check --save %s",
+                           final, strerror(errno), dir);
+    }
+    if (base_fsync_dir(dir, e)) return -1;
+    char path[4200], text[80];
     snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return base_errorf(e, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "%s\n", name);
-    if (fclose(f)) return base_errorf(e, "writing %s failed", tmp);
-    if (rename(tmp, path)) return base_errorf(e, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    return 0;
+    int L = snprintf(text, sizeof text, "%s\n", name);
+    /* the switch: before it latest names the previous checkpoint, after it this one */
+    if (base_out_write_file(path, "the checkpoint's latest", text, (size_t)L, e)) return -1;
+    return keep > 0 ? retain(dir, name, keep, e) : 0;
 }
 
-const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n)
+int exec_ckpt_resolve(const char *dir_given, char *buf, size_t n, base_error *e)
 {
-    char path[4096];
+    char path[4200], dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", dir_given);
+    for (size_t L = strlen(dir); L > 1 && dir[L - 1] == '/';) dir[--L] = 0; /* "ck/step-000002/" */
+    snprintf(buf, n, "%s", dir);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return base_errorf(e, "%s: no such checkpoint directory; give a directory written by --save", dir);
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
-    if (access(path, F_OK) == 0) return dir;
+    if (access(path, F_OK) == 0) return 0; /* a step directory itself */
     snprintf(path, sizeof path, "%s/latest", dir);
     FILE *f = fopen(path, "r");
-    if (!f) return dir;
+    if (!f) {
+        /* a step directory that lost its manifest reads as incomplete (exec_ckpt_read) */
+        if (step_of(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir, false) >= 0) return 0;
+        return base_errorf(e, "%s: no checkpoint here: neither %s nor latest; give a --save directory or "
+                              "one of its step-N directories", dir, MANIFEST);
+    }
     char name[256] = "";
     bool ok = fgets(name, sizeof name, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = 0;
-    /* a name of the directory's own, never a path elsewhere */
-    if (!ok || !name[0] || strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, ".")) return dir;
+    /* a step directory of DIR's own, never a path elsewhere */
+    if (!ok || step_of(name, false) < 0)
+        return base_errorf(e, "%s:1:1: names '%s', not a step-N directory; this piper-exec reads checkpoints "
+                              "saved by itself (step-N directories): save the checkpoint again", path, name);
     snprintf(buf, n, "%s/%s", dir, name);
-    return buf;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return base_errorf(e, "%s:1:1: names %s, which is not there; resume one of DIR's step-N directories "
+                              "by its path", path, name);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -274,6 +426,7 @@ void exec_ckpt_free(exec_ckpt *ck)
     for (int d = 0; d < ck->nshards; d++) free(ck->shard[d].file);
     free(ck->shard);
     free(ck->model);
+    for (size_t k = 0; k < BASE_COUNT(ck->field); k++) free(ck->field[k]);
     memset(ck, 0, sizeof *ck);
 }
 
@@ -301,9 +454,21 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
         char key[32] = "", rest[2000] = "";
         if (sscanf(line, "%31s %1999[^\n]", key, rest) < 1) continue;
         char *end = NULL;
+        for (size_t k = 0; ln > 1 && k < BASE_COUNT(HEADER_KEYS); k++)
+            if (!strcmp(key, HEADER_KEYS[k]) && !ck->field[k]) ck->field[k] = xstrdup(rest);
         if (ln == 1) {
-            if (strcmp(line, "piper-checkpoint 1") != 0)
-                rc = base_errorf(e, "%s:1:1: not a piper checkpoint manifest (expected \"piper-checkpoint 1\")", path);
+            if (!strcmp(line, "piper-checkpoint 1"))
+                rc = base_errorf(e, "%s:1:1: a checkpoint of format 1 (an older piper-exec's layout); this "
+                                    "piper-exec reads format 2: save it again with this piper-exec", path);
+            else if (strcmp(line, MANIFEST_HEAD) != 0)
+                rc = base_errorf(e, "%s:1:1: not a piper checkpoint manifest (expected \"%s\")", path, MANIFEST_HEAD);
+        } else if (!strcmp(key, "tensors")) {
+            long long nt;
+            unsigned long long dg;
+            char extra;
+            if (sscanf(rest, "%lld %16llx %c", &nt, &dg, &extra) != 2 || nt < 1)
+                rc = base_errorf(e, "%s:%d:9: tensors '%s': expected a count and a 16-digit digest", path, ln, rest);
+            have |= 128;
         } else if (!strcmp(key, "model")) {
             ck->model = xstrdup(rest);
             have |= 1;
@@ -354,11 +519,11 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
     }
     fclose(f);
     if (!rc && ln == 0) rc = base_errorf(e, "%s:1:1: empty manifest", path);
-    if (!rc && (have != 127 || nshard != ck->nshards))
+    if (!rc && (have != 255 || nshard != ck->nshards))
         rc = base_errorf(e, "%s:%d:1: the manifest is truncated: it lacks %s", path, ln + 1,
-                         !(have & 1) ? "the model" : !(have & 2) ? "the dtype" : !(have & 4) ? "the step"
-                         : !(have & 8) ? "the seed" : !(have & 16) ? "the optimizer" : !(have & 32) ? "the data source"
-                         : !(have & 64) ? "the shard count" : "shard lines");
+                         !(have & 1) ? "the model" : !(have & 128) ? "the tensor list" : !(have & 2) ? "the dtype"
+                         : !(have & 4) ? "the step" : !(have & 8) ? "the seed" : !(have & 16) ? "the optimizer"
+                         : !(have & 32) ? "the data source" : !(have & 64) ? "the shard count" : "shard lines");
     if (rc) exec_ckpt_free(ck);
     return rc;
 }
@@ -373,6 +538,15 @@ int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e)
                               "with a plan of the same model",
                            ck->dir, MANIFEST, why);
     }
+    int64_t nt;
+    uint64_t dg;
+    char mine[64];
+    if (tensor_list(p, &nt, &dg, e)) return -1;
+    snprintf(mine, sizeof mine, "%lld %016llx", (long long)nt, (unsigned long long)dg);
+    if (strcmp(mine, ck->field[5]) != 0)
+        return base_errorf(e, "%s/%s: the checkpoint's tensors are '%s' (count, digest) where the plan's model has "
+                              "'%s'; resume with a plan of the model it was saved from",
+                           ck->dir, MANIFEST, ck->field[5], mine);
     return 0;
 }
 
@@ -405,7 +579,7 @@ static int load_shard(exec_cpu *c, const exec_ckpt *ck, int d, want *w, int nw, 
     } else if (fnv1a(FNV0, buf, n) != ck->shard[d].sum) {
         rc = base_errorf(e, "%s: checksum mismatch (the manifest says %016llx); the shard is corrupt",
                          path, (unsigned long long)ck->shard[d].sum);
-    } else if (n < 32 || memcmp(buf, SHARD_MAGIC, 8) != 0) {
+    } else if (n < 24 || memcmp(buf, SHARD_MAGIC, 8) != 0) {
         rc = base_errorf(e, "%s: not a piper checkpoint shard", path);
     }
     uint32_t h32[4] = {0};
@@ -415,9 +589,33 @@ static int load_shard(exec_cpu *c, const exec_ckpt *ck, int d, want *w, int nw, 
             rc = base_errorf(e, "%s: shard version %u with %u-byte elements; this piper-exec reads "
                                 "version %u with 4- or 8-byte elements",
                              path, h32[0], h32[1], SHARD_VERSION);
+        else if (h32[3] > n - 24)
+            rc = base_errorf(e, "%s: a header of %u bytes in a shard of %llu", path, h32[3], (unsigned long long)n);
+    }
+    /* the shard's own record of the checkpoint must be the manifest's, field by field: the
+     * checksums vouch for the shards, this for the manifest's step, seed, model and tensors */
+    for (size_t k = 0; !rc && k < BASE_COUNT(HEADER_KEYS); k++) {
+        const char *h = buf + 24, *hend = h + h32[3], *val = NULL;
+        size_t klen = strlen(HEADER_KEYS[k]), vlen = 0;
+        for (const char *l = h; l < hend;) {
+            const char *nl = memchr(l, '\n', (size_t)(hend - l));
+            if (!nl) nl = hend;
+            if ((size_t)(nl - l) > klen && !memcmp(l, HEADER_KEYS[k], klen) && l[klen] == ' ') {
+                val = l + klen + 1;
+                vlen = (size_t)(nl - val);
+                break;
+            }
+            l = nl + 1;
+        }
+        const char *says = ck->field[k] ? ck->field[k] : "";
+        if (!val || vlen != strlen(says) || memcmp(val, says, vlen) != 0)
+            rc = base_errorf(e, "%s: the shard records %s '%.*s' where %s/%s says '%s'; the manifest was edited or "
+                                "the shard belongs to another checkpoint: resume an unedited checkpoint",
+                             path, HEADER_KEYS[k], val ? (int)(vlen > 300 ? 300 : vlen) : 0, val ? val : "",
+                             ck->dir, MANIFEST, says);
     }
     const size_t fes = h32[1], es = c->es;
-    uint64_t pos = 32;
+    uint64_t pos = 24 + (uint64_t)h32[3];
     while (!rc && pos < n) {
         uint32_t len = 0;
         uint64_t hdr[5];

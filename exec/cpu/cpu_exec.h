@@ -121,7 +121,8 @@ typedef struct exec_cpu {
     double loss, aux_loss, norm_sq;
     bool have_norm;
     double *gate_out;       /* per micro-batch: the gates' aux losses here */
-    FILE *dump;
+    FILE *dump;             /* dump_out.f while step 1 writes its gradient dump */
+    base_out dump_out;
     /* memory: the executor's bytes and the plan's, live and peak */
     double live, peak, plan_live, plan_peak;
     /* the step's communication: bytes this device sent or received in p2p plus its collectives'
@@ -213,24 +214,34 @@ typedef struct exec_ckpt {
     char optimizer[32], data[4200];
     int nshards;
     struct { char *file; uint64_t bytes, sum; } *shard;
+    char *field[6];         /* the manifest's step, seed, optimizer, data, model, tensors lines, as
+                             * written: each shard's header must repeat them */
 } exec_ckpt;
 
-/* Writes this device's shard (DIR/shard.devD.bin, creating DIR) after c->step; *bytes and *sum
- * are what the manifest records of it. */
-int exec_cpu_save_shard(exec_cpu *c, const char *dir, uint64_t *bytes, uint64_t *sum, base_error *e);
-/* Rank 0, once every shard is written: DIR/manifest.txt, which completes the checkpoint. */
+/* A save of step K (exec/README.md, "Checkpoints"): rank 0 stages DIR/step-K.partial
+ * (exec_ckpt_stage, removing what killed saves left), every rank writes its shard there, rank 0
+ * the manifest, then exec_ckpt_commit moves it to DIR/step-K and switches DIR/latest. */
+void exec_ckpt_stage_name(const char *dir, int64_t step, char *buf, size_t n);
+int exec_ckpt_stage(const char *dir, int64_t step, base_error *e);
+/* Writes this device's shard (STAGE/shard.devD.bin, fsynced) after c->step, its header repeating
+ * the manifest's fields; *bytes and *sum are what the manifest records of it. */
+int exec_cpu_save_shard(exec_cpu *c, const char *stage, const exec_ckpt_meta *meta, uint64_t *bytes,
+                        uint64_t *sum, base_error *e);
+/* Rank 0, once every shard is written: STAGE/manifest.txt, which completes the checkpoint. */
 int exec_ckpt_write_manifest(const char *dir, const plan_set *p, plan_dtype dt,
                              const exec_ckpt_meta *meta, int nshards, const uint64_t *bytes,
                              const uint64_t *sums, base_error *e);
 /* Before the first step: creates DIR and checks that this rank can write there, so that a bad
  * --save path fails at the start, not after the run. */
 int exec_ckpt_probe_dir(const char *dir, int dev, base_error *e);
-/* --save-every: DIR/latest names the newest complete checkpoint (DIR/NAME), replaced by rename
- * once that checkpoint's manifest is written. */
-int exec_ckpt_write_latest(const char *dir, const char *name, base_error *e);
-/* The checkpoint DIR means: DIR itself when it has a manifest, else the one DIR/latest names
- * (written into buf), else DIR (whose reading then reports what is missing). */
-const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n);
+/* Rank 0, once the manifest is written: STAGE becomes DIR/step-K (final), in one rename (an
+ * exchange when step-K exists), fsynced; then DIR/latest names it; then, with keep > 0, only
+ * the checkpoint latest names and the keep - 1 others of the highest steps are left. */
+int exec_ckpt_commit(const char *dir, int64_t step, int keep, char *final, size_t n, base_error *e);
+/* The checkpoint DIR means, into buf: DIR itself when it has a manifest (or is a step-N
+ * directory, whose reading then reports it incomplete), else the step directory DIR/latest
+ * names. Fails naming DIR or DIR/latest when neither leads to a checkpoint. */
+int exec_ckpt_resolve(const char *dir, char *buf, size_t n, base_error *e);
 /* Reads and checks DIR's manifest; exec_ckpt_free releases it. */
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
 void exec_ckpt_free(exec_ckpt *ck);

@@ -185,7 +185,7 @@ void exec_cpu_close(exec_cpu *c)
     free(c->targets);
     free(c->gate_out);
     exec_bind_close(&c->bd);
-    if (c->dump) fclose(c->dump);
+    if (c->dump) base_out_abort(&c->dump_out);
     free(c);
 }
 
@@ -379,30 +379,30 @@ static void dump_region(exec_cpu *c, FILE *f, const exec_region *R, const char *
     }
 }
 
-static int open_dump(exec_cpu *c, const char *dir, const char *what, FILE **f, base_error *e)
+static int open_dump(exec_cpu *c, const char *dir, const char *what, base_out *o, base_error *e)
 {
     if (mkdir(dir, 0777) && errno != EEXIST)
-        return base_errorf(e, "cannot create directory %s: %s", dir, strerror(errno));
-    char path[4096];
+        return base_errorf(e, "%s: cannot create the directory (%s); give a directory that can be created",
+                           dir, strerror(errno));
+    char path[4096], name[64];
     snprintf(path, sizeof path, "%s/%s.dev%d.txt", dir, what, c->dev);
-    *f = fopen(path, "w");
-    if (!*f) return base_errorf(e, "cannot write %s: %s", path, strerror(errno));
-    fprintf(*f, "# piper-exec %s of device %d (%s), step %lld\n", what, c->dev,
+    snprintf(name, sizeof name, "the %s dump", what);
+    if (base_out_open(o, path, name, e)) return -1;
+    fprintf(o->f, "# piper-exec %s of device %d (%s), step %lld\n", what, c->dev,
             plan_dtype_name(c->dt), (long long)c->step);
     return 0;
 }
 
 int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e)
 {
-    FILE *f;
-    if (open_dump(c, dir, "params", &f, e)) return -1;
+    base_out o;
+    if (open_dump(c, dir, "params", &o, e)) return -1;
     for (int r = 0; r < c->bd.nreg; r++) {
         const exec_region *R = &c->bd.reg[r];
         if (!R->upd || R->param_buf < 0 || !c->bd.buf[R->param_buf].p) continue;
-        dump_region(c, f, R, cpu_region_params(c, R, c->bd.buf[R->param_buf].p), R->upd_lo, R->upd_hi);
+        dump_region(c, o.f, R, cpu_region_params(c, R, c->bd.buf[R->param_buf].p), R->upd_lo, R->upd_hi);
     }
-    if (fclose(f)) return base_errorf(e, "writing the parameter dump of device %d failed", c->dev);
-    return 0;
+    return base_out_commit(&o, e);
 }
 
 /* ---------------------------------------------------------------- computes */
@@ -740,12 +740,17 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
                 c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);
             }
         }
-    if (c->o.dump_grads && step == 1 && open_dump(c, c->o.dump_grads, "grads", &c->dump, e)) return -1;
+    if (c->o.dump_grads && step == 1) {
+        if (open_dump(c, c->o.dump_grads, "grads", &c->dump_out, e)) return -1;
+        c->dump = c->dump_out.f;
+    }
     double t0 = exec_now();
     int rc = exec_interp_run(it, c->o.timeout_s, e);
     st->seconds = exec_now() - t0;
     if (c->dump) {
-        if (fclose(c->dump) && !rc) rc = base_errorf(e, "writing the gradient dump of device %d failed", c->dev);
+        /* a failed step's dump is dropped: the old file stays */
+        if (rc) base_out_abort(&c->dump_out);
+        else rc = base_out_commit(&c->dump_out, e);
         c->dump = NULL;
     }
     if (rc) return -1;

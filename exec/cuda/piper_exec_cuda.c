@@ -343,7 +343,11 @@ int main(int argc, char **argv)
         viz_trace t;
         if (viz_trace_open(&t, path, &e)) goto fail;
         int rc = exec_cuda_rt_trace(r, &t, &e);
-        if (viz_trace_close(&t, rc ? &(base_error){0} : &e) || rc) goto fail;
+        if (rc) {
+            viz_trace_abort(&t);
+            goto fail;
+        }
+        if (viz_trace_close(&t, &e)) goto fail;
         if (rank == 0 && !a.c.quiet) printf("trace of step %lld: %s\n", (long long)a.c.steps, path);
     }
     exec_boot_barrier(&boot);

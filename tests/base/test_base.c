@@ -1,4 +1,5 @@
-/* test_base.c — arena, error formatting, buffers and the number rules (base_parse_*). */
+/* test_base.c — arena, error formatting, buffers and the number rules (base_parse_*);
+ * output files are test_out.c's. */
 #include <math.h>
 #include <stdint.h>
 
@@ -128,6 +129,8 @@ static void test_parse_integers(void)
     CU_ASSERT_EQUAL(i, 10);
 }
 
+int piper_tests_register_out(void); /* test_out.c */
+
 int piper_tests_register(void)
 {
     static const test_case cases[] = {
@@ -139,5 +142,5 @@ int piper_tests_register(void)
         {"numbers: finite, in range, whole", test_parse_double},
         {"integers: exact to 64 bits", test_parse_integers},
         {NULL, NULL}};
-    return test_add_suite("base", cases);
+    return test_add_suite("base", cases) || piper_tests_register_out();
 }

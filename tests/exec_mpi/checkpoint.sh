@@ -12,13 +12,19 @@
 #      parameters after AdamW steps, key biases left out: their gradient is zero in exact
 #      arithmetic and AdamW turns its rounding noise into full steps); the same runs in fp64 agree
 #      to 1e-10, which shows that nothing but rounding is being tolerated;
-#   4. periodic checkpoints (--save-every 2, 5 steps under DP2 ZeRO-1): DIR/step2, step4 and step5,
-#      DIR/latest names step5; resuming DIR/step2 for 3 steps ends bit for bit where the straight
-#      run does, and resuming DIR itself continues after step 5;
-#   3. bad checkpoints fail on every rank with a message naming the cause: no directory, no
-#      manifest, a truncated manifest, a missing, truncated or corrupt shard, a shard left out of
-#      the manifest (elements missing), another model, another seed, another optimizer, other
-#      data; and a bad --data source.
+#   4. periodic checkpoints (--save-every 2, 5 steps under DP2 ZeRO-1): DIR/step-000002,
+#      step-000004 and step-000005, DIR/latest names step-000005; resuming DIR/step-000002 for 3
+#      steps ends bit for bit where the straight run does, and resuming DIR itself continues after
+#      step 5; with --keep 2 (--save-every 1) exactly step-000004 and step-000005 are left, and
+#      saving step 5 again over them replaces it (no .partial left, the same bytes);
+#   3. bad checkpoints fail on every rank with a message naming the cause: no directory, a
+#      directory without a checkpoint, no manifest, a truncated manifest, a missing, truncated or
+#      corrupt shard, a shard left out of the manifest (elements missing), a manifest whose step
+#      or seed was edited (each shard's header disagrees, the field named), a latest naming
+#      something else, the format of an older piper-exec, another model, another seed, another
+#      optimizer, other data; bad --save-every and --keep values; a save on a full disk (ENOSPC
+#      named with the shard's path, the previous checkpoint untouched); and a bad --data source.
+#      (checkpoint_kill.sh kills saves mid-write.)
 # PART runs 1 and 2 (resume) or 3 (errors), so that ctest runs them as two tests of a
 # sanitizer-friendly length; default: all.
 #   usage: checkpoint.sh BUILD_DIR SOURCE_DIR [resume|errors|all]
@@ -91,21 +97,39 @@ if [ "$part" != errors ]; then
   d="$work/every" straight="$work/exact_gpt_zero1"
   mkdir -p "$d"
   if mpi 2 "$work/gpt_zero1.plan" --steps 5 --seed 7 -q --timeout 60 --save "$d/ck" --save-every 2 > /dev/null &&
-     mpi 2 "$work/gpt_zero1.plan" --steps 3 -q --timeout 60 --resume "$d/ck/step2" --dump-params "$d/resumed" > /dev/null &&
+     mpi 2 "$work/gpt_zero1.plan" --steps 3 -q --timeout 60 --resume "$d/ck/step-000002" --dump-params "$d/resumed" > /dev/null &&
      mpi 2 "$work/gpt_zero1.plan" --steps 1 --timeout 60 --resume "$d/ck" --log "$d/after.log" > "$d/after.out"; then
     ok=1
-    for s in step2 step4 step5; do [ -f "$d/ck/$s/manifest.txt" ] || { ok=0; fail "save-every: no $s/manifest.txt"; }; done
-    [ -e "$d/ck/step1" ] || [ -e "$d/ck/step3" ] && { ok=0; fail "save-every: a checkpoint off the period"; }
-    [ "$(cat "$d/ck/latest")" = step5 ] || { ok=0; fail "save-every: latest is '$(cat "$d/ck/latest")', not step5"; }
+    for s in step-000002 step-000004 step-000005; do [ -f "$d/ck/$s/manifest.txt" ] || { ok=0; fail "save-every: no $s/manifest.txt"; }; done
+    [ "$(ls "$d/ck" | tr '\n' ' ')" = "latest step-000002 step-000004 step-000005 " ] ||
+      { ok=0; fail "save-every: DIR holds $(ls "$d/ck" | tr '\n' ' ')"; }
+    [ "$(cat "$d/ck/latest")" = step-000005 ] || { ok=0; fail "save-every: latest is '$(cat "$d/ck/latest")', not step-000005"; }
     for k in 0 1; do
       cmp -s "$straight/straight/params.dev$k.txt" "$d/resumed/params.dev$k.txt" ||
         { ok=0; fail "save-every: device $k's parameters after step2 + 3 steps differ from 5 straight steps"; }
     done
-    grep -q "resumed from $d/ck/step5 after step 5" "$d/after.out" && [ "$(cols "$d/after.log" 1 | cut -d' ' -f1)" = 6 ] ||
+    grep -q "resumed from $d/ck/step-000005 after step 5" "$d/after.out" && [ "$(cols "$d/after.log" 1 | cut -d' ' -f1)" = 6 ] ||
       { ok=0; fail "save-every: resuming the directory did not continue after step 5"; sed 's/^/    /' "$d/after.out"; }
-    [ $ok = 1 ] && echo "ok   save-every 2: step2, step4, step5 written, latest = step5; step2 + 3 steps bit for bit; DIR resumes at step 6"
+    [ $ok = 1 ] && echo "ok   save-every 2: step-000002, 4, 5 written, latest = step-000005; step 2 + 3 steps bit for bit; DIR resumes at step 6"
   else
     fail "save-every: a run failed"
+  fi
+  # --keep 2: the two newest stay; a step saved again replaces its directory whole
+  if mpi 2 "$work/gpt_zero1.plan" --steps 5 --seed 7 -q --timeout 60 --save "$d/keep" --save-every 1 --keep 2 > /dev/null; then
+    [ "$(ls -A "$d/keep" | tr '\n' ' ')" = "latest step-000004 step-000005 " ] && [ "$(cat "$d/keep/latest")" = step-000005 ] &&
+      cmp -s "$d/keep/step-000005/shard.dev0.bin" "$d/ck/step-000005/shard.dev0.bin" &&
+      echo "ok   keep 2: exactly step-000004 and step-000005 left, latest = step-000005, the same shards as without --keep" ||
+      fail "keep 2: DIR holds $(ls -A "$d/keep" | tr '\n' ' '), latest $(cat "$d/keep/latest")"
+    cp "$d/keep/step-000005/manifest.txt" "$d/manifest5"
+    if mpi 2 "$work/gpt_zero1.plan" --steps 5 --seed 7 -q --timeout 60 --save "$d/keep" --keep 2 > /dev/null; then
+      [ "$(ls -A "$d/keep" | tr '\n' ' ')" = "latest step-000004 step-000005 " ] && cmp -s "$d/manifest5" "$d/keep/step-000005/manifest.txt" &&
+        echo "ok   saving step 5 again replaces step-000005 (the same manifest), nothing else left" ||
+        fail "re-save: DIR holds $(ls -A "$d/keep" | tr '\n' ' ')"
+    else
+      fail "re-save: the run failed"
+    fi
+  else
+    fail "keep: a run failed"
   fi
 fi
 [ "$part" = resume ] && { [ $fails -eq 0 ] && echo "checkpoint.sh resume: all cases pass"; exit $((fails > 0)); }
@@ -125,20 +149,35 @@ bad() { # NAME PATTERN CHECKPOINT_DIR [piper-exec options]
     sed 's/^/    /' "$work/$name.out"
   fi
 }
+# each case edits a copy of the --save directory; S names its step directory
+S=step-000002
 copy() { rm -rf "$work/$1"; cp -r "$good" "$work/$1"; }
 bad no_dir "no such checkpoint directory" "$work/nowhere"
-copy no_manifest; rm "$work/no_manifest/manifest.txt"
+mkdir -p "$work/empty_dir"
+bad empty_dir "empty_dir: no checkpoint here: neither manifest.txt nor latest" "$work/empty_dir"
+copy no_manifest; rm "$work/no_manifest/$S/manifest.txt"
 bad no_manifest "the checkpoint is incomplete" "$work/no_manifest"
-copy short_manifest; head -n 5 "$good/manifest.txt" > "$work/short_manifest/manifest.txt"
+copy short_manifest; head -n 5 "$good/$S/manifest.txt" > "$work/short_manifest/$S/manifest.txt"
 bad short_manifest "manifest.txt:6:1: the manifest is truncated" "$work/short_manifest"
-copy no_shard; rm "$work/no_shard/shard.dev1.bin"
+copy no_shard; rm "$work/no_shard/$S/shard.dev1.bin"
 bad no_shard "shard.dev1.bin: cannot read.*lacks a shard" "$work/no_shard"
-copy short_shard; head -c 1000 "$good/shard.dev1.bin" > "$work/short_shard/shard.dev1.bin"
+copy short_shard; head -c 1000 "$good/$S/shard.dev1.bin" > "$work/short_shard/$S/shard.dev1.bin"
 bad short_shard "shard.dev1.bin: 1000 bytes where the manifest says" "$work/short_shard"
-copy corrupt; printf '\x55' | dd of="$work/corrupt/shard.dev0.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
+copy corrupt; printf '\x55' | dd of="$work/corrupt/$S/shard.dev0.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
 bad corrupt "shard.dev0.bin: checksum mismatch" "$work/corrupt"
-copy one_shard; grep -v 'shard.dev1' "$good/manifest.txt" | sed 's/^shards 2/shards 1/' > "$work/one_shard/manifest.txt"
+copy one_shard; grep -v 'shard.dev1' "$good/$S/manifest.txt" | sed 's/^shards 2/shards 1/' > "$work/one_shard/$S/manifest.txt"
 bad one_shard "holds no value for element [0-9]+ of .*the checkpoint is incomplete" "$work/one_shard"
+# an edited manifest is refused by every shard's own header, naming the field
+copy edited_step; sed -i 's/^step 2$/step 7/' "$work/edited_step/$S/manifest.txt"
+bad edited_step "shard.dev0.bin: the shard records step '2' where .*manifest.txt says '7'; the manifest was edited" "$work/edited_step"
+copy edited_seed; sed -i 's/^seed 7$/seed 8/' "$work/edited_seed/$S/manifest.txt"
+bad edited_seed "shard.dev0.bin: the shard records seed '7' where .*manifest.txt says '8'; the manifest was edited" "$work/edited_seed"
+copy bad_latest; echo ../elsewhere > "$work/bad_latest/latest"
+bad bad_latest "latest:1:1: names '../elsewhere', not a step-N directory" "$work/bad_latest"
+copy gone_latest; echo step-000009 > "$work/gone_latest/latest"
+bad gone_latest "latest:1:1: names step-000009, which is not there" "$work/gone_latest"
+copy old_format; sed -i '1s/.*/piper-checkpoint 1/' "$work/old_format/$S/manifest.txt"
+bad old_format "manifest.txt:1:1: a checkpoint of format 1 \(an older piper-exec's layout\)" "$work/old_format"
 mpi 1 "$work/gpt4_single.plan" --steps 1 -q --save "$work/other_model" > /dev/null || fail "saving gpt4"
 bad other_model "another model \(the checkpoint has name=gpt_tiny4? .*where the plan has name=gpt_tiny" "$work/other_model"
 bad other_seed "--seed 3, but the checkpoint .* was written with seed 7" "$good" --seed 3
@@ -154,16 +193,43 @@ else
   fail "bad_save; output:"
   sed 's/^/    /' "$work/bad_save.out"
 fi
-for args in "--save-every 2" "--save $work/x --save-every 0" "--save $work/x --save-every two"; do
+for args in "--save-every 2" "--save $work/x --save-every 0" "--save $work/x --save-every two" \
+            "--keep 2" "--save $work/x --keep 0" "--save $work/x --keep many"; do
+  opt="${args##*--}" opt="--${opt%% *}"
   # shellcheck disable=SC2086
   mpi 1 "$work/gpt_zero1.plan" --steps 1 $args > "$work/bad_every.out" 2>&1
-  if [ $? -ne 0 ] && grep -q "save-every" "$work/bad_every.out"; then
-    echo "ok   bad --save-every ($args): $(grep -m1 'save-every' "$work/bad_every.out" | cut -c1-120)"
+  if [ $? -ne 0 ] && grep -q -- "$opt" "$work/bad_every.out"; then
+    echo "ok   bad $opt ($args): $(grep -m1 -- "$opt" "$work/bad_every.out" | cut -c1-120)"
   else
-    fail "bad --save-every ($args); output:"
+    fail "bad $opt ($args); output:"
     sed 's/^/    /' "$work/bad_every.out"
   fi
 done
+# a full disk: a save that finds no space names the shard's path and ENOSPC, fails the run, and
+# leaves the previous checkpoint whole (a 1600 KiB tmpfs holds one checkpoint of 2 x 700 KB; only
+# where this user may mount one, as root in CI)
+small="$work/small_fs"
+mkdir -p "$small"
+if mount -t tmpfs -o size=1600k tmpfs "$small" 2> /dev/null; then
+  trap 'umount "$small" 2> /dev/null' EXIT
+  mpi 2 "$work/gpt_zero1.plan" --steps 2 --seed 7 -q --timeout 60 --save "$small/ck" > /dev/null 2>&1
+  cp -r "$small/ck" "$work/small_before"
+  mpi 2 "$work/gpt_zero1.plan" --steps 1 -q --timeout 60 --resume "$small/ck" --save "$small/ck" > "$work/full.out" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "failed: $small/ck/step-000003.partial/shard.dev[01].bin: cannot write the checkpoint shard (No space left on device)" "$work/full.out" &&
+     [ "$(cat "$small/ck/latest")" = step-000002 ] && diff -r "$work/small_before/step-000002" "$small/ck/step-000002" > /dev/null &&
+     [ -z "$(ls -A "$small/ck/step-000003.partial")" ]; then
+    echo "ok   disk full (exit $rc): $(grep -m1 'No space' "$work/full.out" | cut -c1-160); step-000002 untouched, no temporary left"
+  else
+    fail "disk full (exit $rc); output:"
+    sed 's/^/    /' "$work/full.out"
+    ls -laR "$small" | sed 's/^/    /'
+  fi
+  umount "$small"
+  trap - EXIT
+else
+  echo "skip disk full: this user cannot mount a small tmpfs"
+fi
 # a bad --data source stops every rank at start-up, named
 mpi 2 "$work/gpt_zero1.plan" --steps 1 -q --data uint16:"$work/nothing.bin" > "$work/bad_data.out" 2>&1
 if [ $? -eq 1 ] && grep -q "rank 1: stopping because rank 0 (device 0) failed: --data uint16:.*cannot open" "$work/bad_data.out"; then

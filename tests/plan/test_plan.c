@@ -420,7 +420,7 @@ static void test_round_trip_files(void)
     TEST_ASSERT_CONTAINS(e.msg, "test_plan_round_trip.plan: cannot open file");
     base_error_clear(&e);
     CU_ASSERT_EQUAL(plan_write_file(&p, "/nonexistent-dir/x.plan", &e), -1);
-    TEST_ASSERT_CONTAINS(e.msg, "/nonexistent-dir/x.plan.tmp: cannot create the plan file");
+    TEST_ASSERT_CONTAINS(e.msg, "/nonexistent-dir/x.plan: cannot write the plan (No such file or directory)");
     pb_done(&b);
     plan_free(&p);
 }
