@@ -382,7 +382,8 @@ void exec_act_layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
         [PLAN_TUSE_INPUT] = exec_act_part(mode, EXEC_ACT_PIECE_INPUT),
         [PLAN_TUSE_CORE] = exec_act_part(mode, EXEC_ACT_PIECE_CORE),
         [PLAN_TUSE_KEPT] = exec_act_part(mode, EXEC_ACT_PIECE_OTHER),
-        [PLAN_TUSE_RESTART] = mode == EXEC_ACT_INPUT ? exec_act_part(mode, EXEC_ACT_PIECE_INPUT) : -1,
+        /* the rest of the input, kept only when F keeps nothing but the input */
+        [PLAN_TUSE_RESTART] = mode == EXEC_ACT_INPUT ? 0 : -1,
         [PLAN_TUSE_WORK_F] = -1,
         [PLAN_TUSE_WORK_B] = -1,
     };

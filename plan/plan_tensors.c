@@ -28,8 +28,14 @@ const char *plan_tregion_name(plan_tregion r)
 {
     return r >= 0 && r < PLAN_NTREGIONS ? tregion_names[r] : NULL;
 }
-const char *plan_telem_name(plan_telem c) { return c >= 0 && c < PLAN_NTELEMS ? telem_names[c] : NULL; }
-const char *plan_tuse_name(plan_tuse u) { return u >= 0 && u < PLAN_NTUSES ? tuse_names[u] : NULL; }
+const char *plan_telem_name(plan_telem c)
+{
+    return c >= 0 && c < PLAN_NTELEMS ? telem_names[c] : NULL;
+}
+const char *plan_tuse_name(plan_tuse u)
+{
+    return u >= 0 && u < PLAN_NTUSES ? tuse_names[u] : NULL;
+}
 
 bool plan_tensor_present(plan_tensor t, const plan_tensor_dims *d)
 {

@@ -82,118 +82,119 @@ typedef struct plan_tensor_dims {
 } plan_tensor_dims;
 
 /* The table, region by region. Names are the kernels' (exec/cpu, exec/cuda). */
-#define PLAN_TENSOR_TABLE(ROW)                                                                    \
-    /* embed: the token ids (its backward scatters by them) and the output dropout mask */      \
-    ROW(EMBED, TOKENS, KEPT, 4, 0, 0, d->tokens)                                                  \
-    ROW(EMBED, MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                         \
-    /* attn act: the norm input and output (the QKV input), Q, K, V as the core used them       \
-     * (after QK-norm and RoPE), the QK-norm inputs, the core output (the out-projection input); \
-     * the core: the softmax output and the dropped probabilities (the input of P'V), or with    \
-     * flash attention the fp32 log-sum-exp of each row; the probabilities' and the output's     \
-     * masks. GPT with t = 1 and dropout: s*b*h*(13 + 5*a*s/h) bytes at 16 bits, without        \
-     * dropout s*b*h*(11 + 2*a*s/h) (Korthikanti et al. 2022, with their MLP's share apart). */ \
-    ROW(ATTN, X, INPUT, E, 0, 0, d->kept * d->hidden)                                             \
-    ROW(ATTN, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                             \
-    ROW(ATTN, Q, KEPT, E, 0, 0, d->tokens * d->heads * d->head_dim)                               \
-    ROW(ATTN, K, KEPT, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                            \
-    ROW(ATTN, V, KEPT, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                            \
-    ROW(ATTN, Q_RAW, KEPT, E, PLAN_TF_QK_NORM, 0, d->tokens * d->heads * d->head_dim)             \
-    ROW(ATTN, K_RAW, KEPT, E, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads * d->head_dim)          \
-    ROW(ATTN, O, KEPT, E, 0, 0, d->tokens * d->heads * d->head_dim)                               \
-    ROW(ATTN, PROBS, CORE, E, 0, PLAN_TF_FLASH, d->batch * d->heads * d->seq * d->seq)            \
-    ROW(ATTN, PROBS_DROPPED, CORE, E, PLAN_TF_DROPOUT, PLAN_TF_FLASH,                             \
-      d->batch * d->heads * d->seq * d->seq)                                                    \
-    ROW(ATTN, LSE, CORE, 4, PLAN_TF_FLASH, 0, d->batch * d->heads * d->seq)                       \
-    ROW(ATTN, PROBS_MASK, CORE, MASK, PLAN_TF_DROPOUT, PLAN_TF_FLASH,                             \
-      d->batch * d->heads * d->seq * d->seq)                                                    \
-    ROW(ATTN, OUT_MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                      \
-    /* attn work, F's part: the norm statistics (mean, rstd) and the QK-norm's (rstd per head), \
-     * recomputed by the backward from the kept inputs, and the RoPE table (cos, sin per        \
-     * position and pair). The backward's: the gradients of Q and K before their norms, one     \
-     * softmax row block (with flash attention each row's D = dO . O, as FlashAttention-2's     \
-     * backward keeps), the gradient of the core output, the output gradient through dropout,   \
-     * dQ, dK, dV and the norm-output gradient, w wide because three GEMMs sum into it. dQ, dK,  \
+#define PLAN_TENSOR_TABLE(ROW)                                                                     \
+    /* embed: the token ids (its backward scatters by them) and the output dropout mask */         \
+    ROW(EMBED, TOKENS, KEPT, 4, 0, 0, d->tokens)                                                   \
+    ROW(EMBED, MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                          \
+    /* attn act: the norm input and output (the QKV input), Q, K, V as the core used them          \
+     * (after QK-norm and RoPE), the QK-norm inputs, the core output (the out-projection input);   \
+     * the core: the softmax output and the dropped probabilities (the input of P'V), or with      \
+     * flash attention the fp32 log-sum-exp of each row; the probabilities' and the output's       \
+     * masks. GPT with t = 1 and dropout: s*b*h*(13 + 5*a*s/h) bytes at 16 bits (Korthikanti et    \
+     * al. 2022's attention, 11 + 5as/h, and its pre-norm's input, 2); without dropout             \
+     * s*b*h*(12 + 2*a*s/h). */                                                                    \
+    ROW(ATTN, X, INPUT, E, 0, 0, d->kept * d->hidden)                                              \
+    ROW(ATTN, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                              \
+    ROW(ATTN, Q, KEPT, E, 0, 0, d->tokens * d->heads * d->head_dim)                                \
+    ROW(ATTN, K, KEPT, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                             \
+    ROW(ATTN, V, KEPT, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                             \
+    ROW(ATTN, Q_RAW, KEPT, E, PLAN_TF_QK_NORM, 0, d->tokens * d->heads * d->head_dim)              \
+    ROW(ATTN, K_RAW, KEPT, E, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads * d->head_dim)           \
+    ROW(ATTN, O, KEPT, E, 0, 0, d->tokens * d->heads * d->head_dim)                                \
+    ROW(ATTN, PROBS, CORE, E, 0, PLAN_TF_FLASH, d->batch * d->heads * d->seq * d->seq)             \
+    ROW(ATTN, PROBS_DROPPED, CORE, E, PLAN_TF_DROPOUT, PLAN_TF_FLASH,                              \
+      d->batch * d->heads * d->seq * d->seq)                                                       \
+    ROW(ATTN, LSE, CORE, 4, PLAN_TF_FLASH, 0, d->batch * d->heads * d->seq)                        \
+    ROW(ATTN, PROBS_MASK, CORE, MASK, PLAN_TF_DROPOUT, PLAN_TF_FLASH,                              \
+      d->batch * d->heads * d->seq * d->seq)                                                       \
+    ROW(ATTN, OUT_MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                       \
+    /* attn work, F's part: the norm statistics (mean, rstd) and the QK-norm's (rstd per head),    \
+     * recomputed by the backward from the kept inputs, and the RoPE table (cos, sin per           \
+     * position and pair). The backward's: the gradients of Q and K before their norms, one        \
+     * softmax row block (with flash attention each row's D = dO . O, as FlashAttention-2's        \
+     * backward keeps), the gradient of the core output, the output gradient through dropout,      \
+     * dQ, dK, dV and the norm-output gradient, w wide because three GEMMs sum into it. dQ, dK,    \
      * dV and the core output's are what the weight-gradient GEMMs read: what BI leaves for BW. */ \
-    ROW(ATTN, MEAN, WORK_F, W, 0, 0, d->tokens)                                                   \
-    ROW(ATTN, RSTD, WORK_F, W, 0, 0, d->tokens)                                                   \
-    ROW(ATTN, Q_RSTD, WORK_F, W, PLAN_TF_QK_NORM, 0, d->tokens * d->heads)                        \
-    ROW(ATTN, K_RSTD, WORK_F, W, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads)                     \
-    ROW(ATTN, ROPE, WORK_F, W, 0, PLAN_TF_GPT, d->seq * d->head_dim)                              \
-    ROW(ATTN, DQN, WORK_B, E, PLAN_TF_QK_NORM, 0, d->tokens * d->heads * d->head_dim)             \
-    ROW(ATTN, DKN, WORK_B, E, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads * d->head_dim)          \
-    ROW(ATTN, SCORES, WORK_B, E, 0, PLAN_TF_FLASH, d->seq * d->seq)                               \
-    ROW(ATTN, DSUM, WORK_B, W, PLAN_TF_FLASH, 0, d->tokens * d->heads)                            \
-    ROW(ATTN, DO, WORK_B, E, 0, 0, d->tokens * d->heads * d->head_dim)                            \
-    ROW(ATTN, DYD, WORK_B, E, 0, 0, d->tokens * d->hidden)                                        \
-    ROW(ATTN, DQ, WORK_B, E, 0, 0, d->tokens * d->heads * d->head_dim)                            \
-    ROW(ATTN, DK, WORK_B, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                         \
-    ROW(ATTN, DV, WORK_B, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                         \
-    ROW(ATTN, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                        \
-    /* mlp act: the norm input and output (the fc1 / gate-up input); GPT: the fc1 output (GELU  \
-     * input) and the GELU output (fc2 input), s*b*h*(2 + 16) bytes at 16 bits for f = 4h, and  \
-     * the output mask (s*b*h); Llama: the gate and up projections and the SwiGLU output (the   \
-     * down input; SiLU is recomputed inside the fused SwiGLU backward). */                     \
-    ROW(MLP, X, INPUT, E, 0, 0, d->kept * d->hidden)                                              \
-    ROW(MLP, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                              \
-    ROW(MLP, H1, KEPT, E, 0, 0, d->tokens * d->ffn)                                               \
-    ROW(MLP, UP, KEPT, E, 0, PLAN_TF_GPT, d->tokens * d->ffn)                                     \
-    ROW(MLP, A, KEPT, E, 0, 0, d->tokens * d->ffn)                                                \
-    ROW(MLP, OUT_MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                       \
-    /* mlp work: the norm statistics; the backward's output gradient through dropout, the first \
-     * layer's output gradient (Llama: and the up projection's) and the norm-output gradient   \
-     * (w: gate and up both sum into it). */                                                    \
-    ROW(MLP, MEAN, WORK_F, W, 0, 0, d->tokens)                                                    \
-    ROW(MLP, RSTD, WORK_F, W, 0, 0, d->tokens)                                                    \
-    ROW(MLP, DYD, WORK_B, E, 0, 0, d->tokens * d->hidden)                                         \
-    ROW(MLP, DH1, WORK_B, E, 0, 0, d->tokens * d->ffn)                                            \
-    ROW(MLP, DUP, WORK_B, E, 0, PLAN_TF_GPT, d->tokens * d->ffn)                                  \
-    ROW(MLP, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                         \
-    /* moe_gate act: the norm input and output (the router input), the router probabilities    \
-     * (w) and the expert of each choice (int32, for the permutation's backward). Which slot     \
-     * each choice got and the experts' token fractions are a pure function of the choices, so  \
-     * they are workspace. */                                                                   \
-    ROW(MOE_GATE, X, INPUT, E, 0, 0, d->kept * d->hidden)                                         \
-    ROW(MOE_GATE, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                         \
-    ROW(MOE_GATE, PROBS, KEPT, W, 0, 0, d->kept * d->experts)                                     \
-    ROW(MOE_GATE, CHOICE, KEPT, 4, 0, 0, d->kept * d->top_k)                                      \
-    /* moe_gate work: the RMS statistics, each expert's token fraction, each choice's slot      \
-     * (-1: dropped); the backward's router-logit gradient (at e: it is the operand of the      \
-     * router's GEMMs, only the softmax between them runs in w) and the norm-output gradient    \
-     * (w: the router's GEMM and the kept slots' gradients sum into it). */                     \
-    ROW(MOE_GATE, RSTD, WORK_F, W, 0, 0, d->tokens)                                               \
-    ROW(MOE_GATE, FRAC, WORK_F, W, 0, 0, d->experts)                                              \
-    ROW(MOE_GATE, SLOT, WORK_F, 4, 0, 0, d->tokens * d->top_k)                                    \
-    ROW(MOE_GATE, DZ, WORK_B, E, 0, 0, d->tokens * d->experts)                                    \
-    ROW(MOE_GATE, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                    \
-    /* moe_experts act, over the dispatched rows: the input, the gate and up projections and    \
-     * the SwiGLU output (the down input); work (the backward only): the output gradient and    \
-     * the gate and up projections' gradients. */                                               \
-    ROW(MOE_EXPERTS, X, INPUT, E, 0, 0, d->rows * d->hidden)                                      \
-    ROW(MOE_EXPERTS, G, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                   \
-    ROW(MOE_EXPERTS, UP, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                  \
-    ROW(MOE_EXPERTS, A, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                   \
-    ROW(MOE_EXPERTS, DY, WORK_B, E, 0, 0, d->rows * d->hidden)                                    \
-    ROW(MOE_EXPERTS, DG, WORK_B, E, 0, 0, d->rows * d->expert_ffn)                                \
-    ROW(MOE_EXPERTS, DUP, WORK_B, E, 0, 0, d->rows * d->expert_ffn)                               \
-    /* moe_combine act, all of it the region's input: the expert outputs, the routing weights   \
-     * (w) and the slot of each choice (int32: the unpermute gathers by an index map and its    \
-     * backward scatters with the same map, as Megatron's unpermute keeps its sorted indices).  \
-     * Under full recompute F keeps the residual stream too, so that R rebuilds the output from \
-     * it; [resid | weights | slots] are then laid out as a route tensor, which R reads. */     \
-    ROW(MOE_COMBINE, EO, INPUT, E, 0, 0, d->rows * d->hidden)                                     \
-    ROW(MOE_COMBINE, RESID, RESTART, E, 0, 0, d->kept * d->hidden)                                \
-    ROW(MOE_COMBINE, W, INPUT, W, 0, 0, d->kept * d->top_k)                                       \
-    ROW(MOE_COMBINE, SLOT, INPUT, 4, 0, 0, d->kept * d->top_k)                                    \
-    /* head act: the final norm's input and output (the LM-head input) and the slice's          \
-     * probabilities, or the logits' gradient a fused cross-entropy keeps instead (w, as        \
-     * Megatron keeps them). Work: the norm statistics, the cross-entropy's per-token max, sum  \
-     * of exponentials and target logit; the backward's norm-output gradient. */                \
-    ROW(HEAD, X, INPUT, E, 0, 0, d->kept * d->hidden)                                             \
-    ROW(HEAD, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                             \
-    ROW(HEAD, PROBS, KEPT, W, 0, 0, d->tokens * d->vocab)                                         \
-    ROW(HEAD, MEAN, WORK_F, W, 0, 0, d->tokens)                                                   \
-    ROW(HEAD, RSTD, WORK_F, W, 0, 0, d->tokens)                                                   \
-    ROW(HEAD, STATS, WORK_F, W, 0, 0, 3 * d->tokens)                                              \
+    ROW(ATTN, MEAN, WORK_F, W, 0, 0, d->tokens)                                                    \
+    ROW(ATTN, RSTD, WORK_F, W, 0, 0, d->tokens)                                                    \
+    ROW(ATTN, Q_RSTD, WORK_F, W, PLAN_TF_QK_NORM, 0, d->tokens * d->heads)                         \
+    ROW(ATTN, K_RSTD, WORK_F, W, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads)                      \
+    ROW(ATTN, ROPE, WORK_F, W, 0, PLAN_TF_GPT, d->seq * d->head_dim)                               \
+    ROW(ATTN, DQN, WORK_B, E, PLAN_TF_QK_NORM, 0, d->tokens * d->heads * d->head_dim)              \
+    ROW(ATTN, DKN, WORK_B, E, PLAN_TF_QK_NORM, 0, d->tokens * d->kv_heads * d->head_dim)           \
+    ROW(ATTN, SCORES, WORK_B, E, 0, PLAN_TF_FLASH, d->seq * d->seq)                                \
+    ROW(ATTN, DSUM, WORK_B, W, PLAN_TF_FLASH, 0, d->tokens * d->heads)                             \
+    ROW(ATTN, DO, WORK_B, E, 0, 0, d->tokens * d->heads * d->head_dim)                             \
+    ROW(ATTN, DYD, WORK_B, E, 0, 0, d->tokens * d->hidden)                                         \
+    ROW(ATTN, DQ, WORK_B, E, 0, 0, d->tokens * d->heads * d->head_dim)                             \
+    ROW(ATTN, DK, WORK_B, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                          \
+    ROW(ATTN, DV, WORK_B, E, 0, 0, d->tokens * d->kv_heads * d->head_dim)                          \
+    ROW(ATTN, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                         \
+    /* mlp act: the norm input and output (the fc1 / gate-up input); GPT: the fc1 output (GELU     \
+     * input) and the GELU output (fc2 input), s*b*h*(2 + 16) bytes at 16 bits for f = 4h, and     \
+     * the output mask (s*b*h); Llama: the gate and up projections and the SwiGLU output (the      \
+     * down input; SiLU is recomputed inside the fused SwiGLU backward). */                        \
+    ROW(MLP, X, INPUT, E, 0, 0, d->kept * d->hidden)                                               \
+    ROW(MLP, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                               \
+    ROW(MLP, H1, KEPT, E, 0, 0, d->tokens * d->ffn)                                                \
+    ROW(MLP, UP, KEPT, E, 0, PLAN_TF_GPT, d->tokens * d->ffn)                                      \
+    ROW(MLP, A, KEPT, E, 0, 0, d->tokens * d->ffn)                                                 \
+    ROW(MLP, OUT_MASK, KEPT, MASK, PLAN_TF_DROPOUT, 0, d->kept * d->hidden)                        \
+    /* mlp work: the norm statistics; the backward's output gradient through dropout, the first    \
+     * layer's output gradient (Llama: and the up projection's) and the norm-output gradient       \
+     * (w: gate and up both sum into it). */                                                       \
+    ROW(MLP, MEAN, WORK_F, W, 0, 0, d->tokens)                                                     \
+    ROW(MLP, RSTD, WORK_F, W, 0, 0, d->tokens)                                                     \
+    ROW(MLP, DYD, WORK_B, E, 0, 0, d->tokens * d->hidden)                                          \
+    ROW(MLP, DH1, WORK_B, E, 0, 0, d->tokens * d->ffn)                                             \
+    ROW(MLP, DUP, WORK_B, E, 0, PLAN_TF_GPT, d->tokens * d->ffn)                                   \
+    ROW(MLP, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                          \
+    /* moe_gate act: the norm input and output (the router input), the router probabilities        \
+     * (w) and the expert of each choice (int32, for the permutation's backward). Which slot       \
+     * each choice got and the experts' token fractions are a pure function of the choices, so     \
+     * they are workspace. */                                                                      \
+    ROW(MOE_GATE, X, INPUT, E, 0, 0, d->kept * d->hidden)                                          \
+    ROW(MOE_GATE, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                          \
+    ROW(MOE_GATE, PROBS, KEPT, W, 0, 0, d->kept * d->experts)                                      \
+    ROW(MOE_GATE, CHOICE, KEPT, 4, 0, 0, d->kept * d->top_k)                                       \
+    /* moe_gate work: the RMS statistics, each expert's token fraction, each choice's slot         \
+     * (-1: dropped); the backward's router-logit gradient (at e: it is the operand of the         \
+     * router's GEMMs, only the softmax between them runs in w) and the norm-output gradient       \
+     * (w: the router's GEMM and the kept slots' gradients sum into it). */                        \
+    ROW(MOE_GATE, RSTD, WORK_F, W, 0, 0, d->tokens)                                                \
+    ROW(MOE_GATE, FRAC, WORK_F, W, 0, 0, d->experts)                                               \
+    ROW(MOE_GATE, SLOT, WORK_F, 4, 0, 0, d->tokens * d->top_k)                                     \
+    ROW(MOE_GATE, DZ, WORK_B, E, 0, 0, d->tokens * d->experts)                                     \
+    ROW(MOE_GATE, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)                                     \
+    /* moe_experts act, over the dispatched rows: the input, the gate and up projections and       \
+     * the SwiGLU output (the down input); work (the backward only): the output gradient and       \
+     * the gate and up projections' gradients. */                                                  \
+    ROW(MOE_EXPERTS, X, INPUT, E, 0, 0, d->rows * d->hidden)                                       \
+    ROW(MOE_EXPERTS, G, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                    \
+    ROW(MOE_EXPERTS, UP, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                   \
+    ROW(MOE_EXPERTS, A, KEPT, E, 0, 0, d->rows * d->expert_ffn)                                    \
+    ROW(MOE_EXPERTS, DY, WORK_B, E, 0, 0, d->rows * d->hidden)                                     \
+    ROW(MOE_EXPERTS, DG, WORK_B, E, 0, 0, d->rows * d->expert_ffn)                                 \
+    ROW(MOE_EXPERTS, DUP, WORK_B, E, 0, 0, d->rows * d->expert_ffn)                                \
+    /* moe_combine act, all of it the region's input: the expert outputs, the routing weights      \
+     * (w) and the slot of each choice (int32: the unpermute gathers by an index map and its       \
+     * backward scatters with the same map, as Megatron's unpermute keeps its sorted indices).     \
+     * Under full recompute F keeps the residual stream too, so that R rebuilds the output from    \
+     * it; [resid | weights | slots] are then laid out as a route tensor, which R reads. */        \
+    ROW(MOE_COMBINE, EO, INPUT, E, 0, 0, d->rows * d->hidden)                                      \
+    ROW(MOE_COMBINE, RESID, RESTART, E, 0, 0, d->kept * d->hidden)                                 \
+    ROW(MOE_COMBINE, W, INPUT, W, 0, 0, d->kept * d->top_k)                                        \
+    ROW(MOE_COMBINE, SLOT, INPUT, 4, 0, 0, d->kept * d->top_k)                                     \
+    /* head act: the final norm's input and output (the LM-head input) and the slice's             \
+     * probabilities, or the logits' gradient a fused cross-entropy keeps instead (w, as           \
+     * Megatron keeps them). Work: the norm statistics, the cross-entropy's per-token max, sum     \
+     * of exponentials and target logit; the backward's norm-output gradient. */                   \
+    ROW(HEAD, X, INPUT, E, 0, 0, d->kept * d->hidden)                                              \
+    ROW(HEAD, XN, KEPT, E, 0, 0, d->kept * d->hidden)                                              \
+    ROW(HEAD, PROBS, KEPT, W, 0, 0, d->tokens * d->vocab)                                          \
+    ROW(HEAD, MEAN, WORK_F, W, 0, 0, d->tokens)                                                    \
+    ROW(HEAD, RSTD, WORK_F, W, 0, 0, d->tokens)                                                    \
+    ROW(HEAD, STATS, WORK_F, W, 0, 0, 3 * d->tokens)                                               \
     ROW(HEAD, DXN, WORK_B, W, 0, 0, d->tokens * d->hidden)
 
 /* Tensor ids: PLAN_T_ATTN_X, PLAN_T_HEAD_PROBS, ... */
