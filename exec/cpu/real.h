@@ -80,12 +80,6 @@ static inline int32_t *carve_i(carver *cv, int64_t n)
     return carve_a(cv, (size_t)n * sizeof(int32_t), sizeof(int32_t));
 }
 
-/* Which part of the act buffer a tensor lives in under a recompute mode (exec_act_mode):
- * the region input (ACT_INPUT), the attention core (ACT_CORE) or anything else (ACT_OTHER).
- * Part 0 is what F keeps; part 1 what R rebuilds (ir/cost.c's IR_T_SAVED and IR_T_RECOMP). */
-enum { ACT_INPUT = EXEC_ACT_PIECE_INPUT, ACT_CORE = EXEC_ACT_PIECE_CORE, ACT_OTHER = EXEC_ACT_PIECE_OTHER };
-static inline int act_part(int mode, int what) { return exec_act_part(mode, (exec_act_piece)what); }
-
 /* Names a missing rebuilt part: under recompute the backward reads act (F's) and act2 (R's). */
 #define NEED_ACT2(rebuilt)                                                                      \
     do {                                                                                       \
