@@ -417,9 +417,9 @@ static int act_modes(exec_bind *b, base_error *e)
     return 0;
 }
 
-/* The bytes of a pass's workspace (ir/cost.c's ir_region_work_bytes plus what sched/sizes.c adds):
- * the kernels' work buffer, then, from the next multiple of 8, what the pass computes and does
- * not keep: a forward under recompute the part only R keeps, a recompute the region's outputs no
+/* The bytes of a pass's workspace (plan_tensors.h's work rows, which ir/cost.c's
+ * ir_region_work_bytes sums, plus what sched/sizes.c adds): the kernels' work buffer, then, from
+ * the next multiple of 8, what the pass computes and does not keep: a forward under recompute the part only R keeps, a recompute the region's outputs no
  * boundary buffer takes (and a gate's route). */
 static int64_t pass_work_bytes(const exec_region *R, plan_pass pass, const exec_compute *cb)
 {
@@ -612,7 +612,7 @@ static int bind_pass(exec_bind *b, compute_scan *s, int i, exec_compute *cb, pla
         return exec_bind_instr_error(b, i, e);
     /* under full or selective recompute R rebuilds from the input F kept (the first piece of its
      * act buffer), not from the boundary slot, which may go after the forward (the plan keeps
-     * the input once: ir/cost.c's region_input_bytes) */
+     * the input once: plan_tensors.h's input rows) */
     if (pass == PLAN_PASS_R && (R->act_mode == EXEC_ACT_INPUT || R->act_mode == EXEC_ACT_SELECTIVE)) {
         cb->sl.xs = -1;
         if (R->kind == EXEC_MOE_COMBINE) cb->sl.x2s = -1; /* the route follows in act */

@@ -338,3 +338,78 @@ const char *exec_nonfinite_figure(double loss, double aux_loss, double norm_sq, 
         }
     return NULL;
 }
+
+/* ---------------------------------------------------------------- buffer layouts */
+
+static const plan_tregion tregion_of[EXEC_NREGION_KINDS] = {
+    [EXEC_EMBED] = PLAN_TR_EMBED,
+    [EXEC_ATTN] = PLAN_TR_ATTN,
+    [EXEC_MLP] = PLAN_TR_MLP,
+    [EXEC_MOE_GATE] = PLAN_TR_MOE_GATE,
+    [EXEC_MOE_EXPERTS] = PLAN_TR_MOE_EXPERTS,
+    [EXEC_MOE_COMBINE] = PLAN_TR_MOE_COMBINE,
+    [EXEC_HEAD] = PLAN_TR_HEAD,
+};
+
+/* The table's dimensions of region k on shard s. */
+static void tensor_dims(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                        const exec_tensor_rule *r, plan_tensor_dims *d)
+{
+    const bool moe = k == EXEC_MOE_GATE || k == EXEC_MOE_EXPERTS || k == EXEC_MOE_COMBINE;
+    const unsigned model = (c->gpt ? PLAN_TF_GPT : 0u) | (c->dropout > 0 ? PLAN_TF_DROPOUT : 0u) |
+                           (c->qk_norm ? PLAN_TF_QK_NORM : 0u);
+    memset(d, 0, sizeof *d);
+    d->tokens = c->b * c->s;
+    d->kept = moe ? d->tokens : exec_sp_rows(c, s);
+    d->batch = c->b;
+    d->seq = c->s;
+    d->hidden = c->h;
+    d->head_dim = c->head_dim;
+    d->heads = s->nheads;
+    d->kv_heads = s->nkv;
+    d->ffn = s->nffn;
+    d->experts = c->experts;
+    d->top_k = c->top_k;
+    d->rows = c->experts * c->capacity;
+    d->expert_ffn = s->neffn;
+    d->vocab = s->nvocab;
+    d->flags = (model | r->set) & ~r->clear;
+}
+
+static void layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                   const exec_tensor_rule *r, const int parts[PLAN_NTUSES], plan_tensor_layout *L)
+{
+    plan_tensor_dims d;
+    tensor_dims(c, s, k, r, &d);
+    plan_tensor_rule rule;
+    memcpy(rule.elem, r->elem, sizeof rule.elem);
+    rule.align = r->align;
+    memcpy(rule.part, parts, sizeof rule.part);
+    plan_tensor_walk(tregion_of[k], &d, &rule, L);
+}
+
+void exec_act_layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                     const exec_tensor_rule *r, int mode, plan_tensor_layout *L)
+{
+    if (k == EXEC_EMBED || k == EXEC_HEAD) mode = EXEC_ACT_ALL;
+    const int parts[PLAN_NTUSES] = {
+        [PLAN_TUSE_INPUT] = exec_act_part(mode, EXEC_ACT_PIECE_INPUT),
+        [PLAN_TUSE_CORE] = exec_act_part(mode, EXEC_ACT_PIECE_CORE),
+        [PLAN_TUSE_KEPT] = exec_act_part(mode, EXEC_ACT_PIECE_OTHER),
+        /* the rest of the input, kept only when F keeps nothing but the input */
+        [PLAN_TUSE_RESTART] = mode == EXEC_ACT_INPUT ? 0 : -1,
+        [PLAN_TUSE_WORK_F] = -1,
+        [PLAN_TUSE_WORK_B] = -1,
+    };
+    layout(c, s, k, r, parts, L);
+}
+
+void exec_work_layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                      const exec_tensor_rule *r, bool pass_f, plan_tensor_layout *L)
+{
+    const int parts[PLAN_NTUSES] = {
+        [PLAN_TUSE_INPUT] = -1, [PLAN_TUSE_CORE] = -1,     [PLAN_TUSE_KEPT] = -1,
+        [PLAN_TUSE_RESTART] = -1, [PLAN_TUSE_WORK_F] = 0, [PLAN_TUSE_WORK_B] = pass_f ? -1 : 0,
+    };
+    layout(c, s, k, r, parts, L);
+}

@@ -273,4 +273,27 @@ static inline int exec_act_part(int mode, exec_act_piece what)
     }
 }
 
+/* ---------------------------------------------------------------- buffer layouts */
+
+/* How a backend lays out a region's act and work buffers: plan/plan_tensors.h's rows, in the
+ * table's order, with the backend's bytes per element class and alignment (0: each tensor at a
+ * multiple of its element size), and the flags its kernels set or clear against the model's:
+ * the CPU kernels run the exact softmax and keep the s x s probabilities (they clear FLASH); the
+ * CUDA kernels are flash-style and regenerate dropout masks from their counters (they set
+ * FLASH and clear DROPOUT). */
+typedef struct exec_tensor_rule {
+    int64_t elem[PLAN_NTELEMS];
+    int64_t align;
+    unsigned set, clear;
+} exec_tensor_rule;
+
+/* Region k's act buffer under an exec_act_mode: part 0 what F keeps, part 1 what R rebuilds
+ * (exec_act_part; embed and head, never recomputed, keep everything). The MoE regions keep all
+ * b*s rows: their kernels have no sequence-parallel blocks. */
+void exec_act_layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                     const exec_tensor_rule *r, int mode, plan_tensor_layout *L);
+/* Region k's work buffer: F's part (pass_f: what F and R use) or all of it (B, BI). */
+void exec_work_layout(const exec_cfg *c, const exec_shard *s, exec_region_kind k,
+                      const exec_tensor_rule *r, bool pass_f, plan_tensor_layout *L);
+
 #endif

@@ -553,183 +553,94 @@ double ir_model_step_flops(const ir_model *m, const ir_shape *s, int64_t sequenc
 
 /* ---------------------------------------------------------------- activations */
 
-/* What a region needs to rebuild itself in a recompute: the tensors that enter it. */
-static double region_input_bytes(const ir_model *m, const ir_region *r, const ir_dims *d)
+/* The tensors each region keeps and works in are plan/plan_tensors.h's table, which says what
+ * each is and why; both backends carve their buffers from the same rows. Here the table's
+ * dimensions are the cost model's: tokens T = b*s (every kernel of a region runs on the whole
+ * micro-batch, SP gathers it first), kept rows tl = b*s/t under SP, per-device widths after TP,
+ * and its element classes e (the activation dtype), w = max(e, 4), 1-byte masks and 4-byte ints. */
+static const plan_tregion tregion_of[IR_NREGION_KINDS] = {
+    [IR_REGION_EMBED] = PLAN_TR_EMBED,
+    [IR_REGION_ATTN] = PLAN_TR_ATTN,
+    [IR_REGION_MLP] = PLAN_TR_MLP,
+    [IR_REGION_MOE_GATE] = PLAN_TR_MOE_GATE,
+    [IR_REGION_MOE_EXPERTS] = PLAN_TR_MOE_EXPERTS,
+    [IR_REGION_MOE_COMBINE] = PLAN_TR_MOE_COMBINE,
+    [IR_REGION_HEAD] = PLAN_TR_HEAD,
+};
+
+static void tensor_dims(const ir_model *m, const ir_dims *d, plan_tensor_dims *td)
 {
-    double hidden = d->tl * (double)d->h * d->e;
-    double buf = (double)d->moe_buf * (double)d->h * d->e;
-    switch (r->kind) {
-    case IR_REGION_MOE_EXPERTS:
-        return buf;
-    case IR_REGION_MOE_COMBINE:
-        /* expert outputs, routing weights (fp32 or wider) with their slots (int32), and the
-         * residual stream */
-        return buf + ((d->e > 4.0 ? d->e : 4.0) + 4.0) * d->tl * (double)m->top_k + hidden;
-    default:
-        return hidden;
-    }
+    *td = (plan_tensor_dims){
+        .tokens = d->bs,
+        .kept = (int64_t)d->tl,
+        .batch = d->b,
+        .seq = d->s,
+        .hidden = d->h,
+        .head_dim = d->d,
+        .heads = d->a_dev,
+        .kv_heads = d->kv_dev,
+        .ffn = d->f_dev,
+        .experts = m->experts,
+        .top_k = m->top_k,
+        .rows = d->moe_buf,
+        .expert_ffn = d->ef_dev,
+        .vocab = d->v_dev,
+        .flags = (d->gpt ? PLAN_TF_GPT : 0u) | (m->dropout ? PLAN_TF_DROPOUT : 0u) |
+                 (m->qk_norm ? PLAN_TF_QK_NORM : 0u) | (m->flash_attention ? PLAN_TF_FLASH : 0u),
+    };
 }
 
-/* Bytes kept for backward, per region (e = activation bytes, masks 1 byte; tl = b*s tokens, or
- * b*s/t under SP; per-device widths after TP):
- *   attn:  tl*(norm input h*e + QKV input h*e + [gpt dropout] hidden mask h)
- *          + b*s*(Q qd*e + K kvd*e + V kvd*e + [qk_norm] norm inputs (qd+kvd)*e
- *                 + out-proj input qd*e)
- *          + core: b*a/t*s^2*(softmax output e + [dropout] mask 1 + dropout output e), or with
- *            flash attention the fp32 log-sum-exp b*a/t*s*4; selective recompute drops the core.
- *          GPT with t = 1: s*b*h*(13 + 5*a*s/h) (dropout) or s*b*h*(11 + 2*a*s/h).
- *   mlp:   gpt: tl*(norm input h*e + fc1 input h*e + [dropout] mask h)
- *               + b*s*(fc1 output f*e + gelu output f*e)            -> s*b*h*21 for f = 4h
- *          llama: tl*(norm input + gate/up input)*h*e + b*s*(gate, up, down input)*f*e
- *               (SiLU is recomputed inside the fused SwiGLU backward).
- *   moe_gate:    tl*(norm input + router input)*h*e + tl*E*w (router probabilities)
- *                + tl*top_k*4 (expert indices, for the permutation's backward)
- *   moe_experts: E*C tokens * (input h*e + gate, up, down input 3*ef*e)
- *   moe_combine: expert outputs E*C*h*e + routing weights tl*top_k*w + the slot of each choice
- *                tl*top_k*4 (int32): the unpermute gathers expert outputs by an index map, and
- *                its backward scatters the gradient with the same map, so it keeps the indices
- *                (Megatron's unpermute saves its sorted indices) — the gate's expert indices are
- *                another region's tensor
- *   embed: token ids b*s*4 (+ gpt dropout mask tl*h)
- *   head:  tl*(norm input + LM-head input)*h*e + probabilities (or the logits' gradient, which a
- *          fused cross-entropy keeps instead) b*s*V/t*w.
- * w = max(e, 4): router probabilities, routing weights and the softmax over the vocabulary are
- * kept in fp32 when activations are narrower (bf16/fp16 training upcasts them), at the
- * activation dtype when it is wider (an fp64 run keeps them in fp64, as the CPU executor does).
- * Norm statistics (per-token mean/rstd) are not counted, as in the published accounting: a
- * backward recomputes them from the kept norm input. */
-double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const ir_shape *s)
+/* Sums region r's tensors of the uses in `parts` (part 0; -1 leaves a use out). align 1 packs
+ * them (the published activation accounting is a plain sum); 0 starts each at a multiple of its
+ * element size, as a workspace carved by the kernels is laid out. */
+static double table_bytes(const ir_model *m, const ir_region *r, const ir_shape *s,
+                          const int parts[PLAN_NTUSES], int64_t align)
 {
     ir_dims d;
     ir_dims_init(m, s, &d);
-    double e = d.e, h = (double)d.h, tl = d.tl, bs = (double)d.bs;
-    double w = e > 4.0 ? e : 4.0; /* fp32, or the activation dtype when wider */
-    if (is_layer_region(r->kind) && s->recompute == IR_RECOMPUTE_FULL)
-        return s->recompute_from_prev ? 0.0 : region_input_bytes(m, r, &d);
-    switch (r->kind) {
-    case IR_REGION_EMBED:
-        return 4.0 * bs + (m->dropout ? tl * h : 0.0);
-    case IR_REGION_ATTN: {
-        double kept = tl * (2.0 * h * e + (m->dropout ? h : 0.0));
-        kept += bs * e * (double)(2 * d.qd + 2 * d.kvd + (m->qk_norm ? d.qd + d.kvd : 0));
-        if (s->recompute != IR_RECOMPUTE_SELECTIVE) {
-            double heads = (double)d.b * (double)d.a_dev;
-            if (m->flash_attention)
-                kept += 4.0 * heads * (double)d.s;
-            else
-                kept += heads * (double)d.s * (double)d.s * (e + (m->dropout ? 1.0 + e : 0.0));
-        }
-        return kept;
-    }
-    case IR_REGION_MLP:
-        if (d.gpt)
-            return tl * (2.0 * h * e + (m->dropout ? h : 0.0)) + bs * (double)d.f_dev * 2.0 * e;
-        return tl * 2.0 * h * e + bs * (double)d.f_dev * 3.0 * e;
-    case IR_REGION_MOE_GATE:
-        return tl * 2.0 * h * e + tl * (double)m->experts * w + tl * (double)m->top_k * 4.0;
-    case IR_REGION_MOE_EXPERTS:
-        return (double)d.moe_buf * e * (h + 3.0 * (double)d.ef_dev);
-    case IR_REGION_MOE_COMBINE:
-        return (double)d.moe_buf * h * e + tl * (double)m->top_k * (w + 4.0);
-    case IR_REGION_HEAD:
-        return tl * 2.0 * h * e + bs * (double)d.v_dev * w;
-    case IR_NREGION_KINDS:
-        break;
-    }
-    return 0.0;
+    plan_tensor_dims td;
+    tensor_dims(m, &d, &td);
+    const int64_t e = (int64_t)d.e;
+    plan_tensor_rule rule = {{[PLAN_TELEM_E] = e, [PLAN_TELEM_W] = e > 4 ? e : 4,
+                              [PLAN_TELEM_MASK] = 1, [PLAN_TELEM_4] = 4},
+                             align, {0}};
+    memcpy(rule.part, parts, sizeof rule.part);
+    plan_tensor_layout L;
+    plan_tensor_walk(tregion_of[r->kind], &td, &rule, &L);
+    return (double)L.bytes[0];
 }
 
-/* A workspace being laid out: each tensor starts at a multiple of its element size. */
-static void ws_piece(double *off, double n, double elem)
+/* Bytes kept for backward: the table's act tensors. Selective recompute drops the attention
+ * core; full recompute keeps the region's input (and nothing when the region is recomputed from
+ * the previous one's recomputation). Norm statistics are not kept, as in the published
+ * accounting: a backward recomputes them from the kept norm input. */
+double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const ir_shape *s)
 {
-    double at = (double)((int64_t)((*off + elem - 1) / elem)) * elem;
-    *off = at + n * elem;
+    enum { NO = -1 };
+    int parts[PLAN_NTUSES] = {[PLAN_TUSE_INPUT] = 0, [PLAN_TUSE_CORE] = 0, [PLAN_TUSE_KEPT] = 0,
+                              [PLAN_TUSE_RESTART] = NO, [PLAN_TUSE_WORK_F] = NO,
+                              [PLAN_TUSE_WORK_B] = NO};
+    if (is_layer_region(r->kind) && s->recompute == IR_RECOMPUTE_FULL) {
+        if (s->recompute_from_prev) return 0.0;
+        parts[PLAN_TUSE_CORE] = parts[PLAN_TUSE_KEPT] = NO;
+        parts[PLAN_TUSE_RESTART] = 0;
+    } else if (s->recompute == IR_RECOMPUTE_SELECTIVE) {
+        parts[PLAN_TUSE_CORE] = NO;
+    }
+    return table_bytes(m, r, s, parts, 1);
 }
 
-/* Workspaces (T = b*s tokens: every kernel of a region runs on the whole micro-batch, SP
- * gathers it first; w = max(e, 4) for statistics; per-device widths after TP):
- *   attn   F, R: per-token norm statistics (mean, rstd) 2T*w, [qk_norm] per-head rstd
- *                T*(a+kv)*w, [llama] the RoPE table s*d*w;
- *          B adds: [qk_norm] gradients of Q and K before their norms T*(qd+kvd)*e, one softmax
- *                row block s*s*e (with flash attention instead each row's D = dO . O, T*a*w, as
- *                FlashAttention-2's backward keeps), the gradient of the attention output
- *                T*qd*e, the dropped output gradient T*h*e, dQ T*qd*e, dK and dV 2*T*kvd*e, the
- *                norm-output gradient T*h*w.
- *   mlp    F, R: norm statistics 2T*w; B adds: the dropped output gradient T*h*e, the first
- *                layer's output gradient T*f*e ([llama] and the up projection's T*f*e), the
- *                norm-output gradient T*h*w.
- * The norm-output gradient is w wide: the GEMMs of several projections sum into it (Q, K, V;
- * gate and up), so a bf16 backward accumulates it in fp32 (exec/cuda does), and the norm's
- * backward subtracts means from it; at fp32 and wider w = e.
- *   moe_gate     F, R: RMS statistics T*w, each expert's token fraction E*w, each choice's slot
- *                T*k*4; B adds the router logits' gradient T*E*e (at the activation dtype, not
- *                w: it is the operand of the router's dx and dW GEMMs, like the logits, which
- *                the router's GEMM produces; only the softmax between them runs in w) and the
- *                norm-output gradient T*h*w (the router's GEMM and the kept slots' gradients
- *                sum into it).
- *   moe_experts  B: over the dispatched rows R = E*C: the output gradient R*h*e, the gate and up
- *                projections' gradients 2*R*ef*e. F none.
- *   head   F: norm statistics 2T*w and the cross-entropy's per-token max, sum and target logit
- *          3T*w; B adds the norm-output gradient T*h*w.
- *   embed, moe_combine: none.
- * The backward's intermediate gradients are what a weight-gradient GEMM reads (dQ, dK, dV, the
- * attention output's, the first layer's), so they are exactly what BI leaves for BW. */
+/* A pass's workspace: the table's work tensors, F's part for F and R, all of them for B and BI
+ * (what BI leaves there is what BW reads). */
 double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shape *s, plan_pass pass)
 {
     if (pass != PLAN_PASS_F && pass != PLAN_PASS_R && pass != PLAN_PASS_B && pass != PLAN_PASS_BI)
         return 0.0;
     bool fwd = pass == PLAN_PASS_F || pass == PLAN_PASS_R;
-    ir_dims d;
-    ir_dims_init(m, s, &d);
-    double e = d.e, w = e > 4.0 ? e : 4.0, T = (double)d.bs, h = (double)d.h, off = 0;
-    switch (r->kind) {
-    case IR_REGION_ATTN:
-        ws_piece(&off, 2.0 * T, w);
-        if (m->qk_norm) ws_piece(&off, T * (double)(d.a_dev + d.kv_dev), w);
-        if (!d.gpt) ws_piece(&off, (double)(d.s * d.d), w);
-        if (fwd) return off;
-        if (m->qk_norm) ws_piece(&off, T * (double)(d.qd + d.kvd), e);
-        if (m->flash_attention)
-            ws_piece(&off, T * (double)d.a_dev, w);
-        else
-            ws_piece(&off, (double)(d.s * d.s), e);
-        ws_piece(&off, T * (double)d.qd, e);
-        ws_piece(&off, T * h, e);
-        ws_piece(&off, T * (double)d.qd, e);
-        ws_piece(&off, 2.0 * T * (double)d.kvd, e);
-        ws_piece(&off, T * h, w);
-        return off;
-    case IR_REGION_MLP:
-        ws_piece(&off, 2.0 * T, w);
-        if (fwd) return off;
-        ws_piece(&off, T * h, e);
-        ws_piece(&off, (d.gpt ? 1.0 : 2.0) * T * (double)d.f_dev, e);
-        ws_piece(&off, T * h, w);
-        return off;
-    case IR_REGION_MOE_GATE:
-        ws_piece(&off, T, w);
-        ws_piece(&off, (double)m->experts, w);
-        ws_piece(&off, T * (double)m->top_k, 4.0);
-        if (fwd) return off;
-        ws_piece(&off, T * (double)m->experts, e);
-        ws_piece(&off, T * h, w);
-        return off;
-    case IR_REGION_MOE_EXPERTS:
-        if (fwd) return 0.0;
-        ws_piece(&off, (double)d.moe_buf * h, e);
-        ws_piece(&off, 2.0 * (double)d.moe_buf * (double)d.ef_dev, e);
-        return off;
-    case IR_REGION_HEAD:
-        ws_piece(&off, 5.0 * T, w);
-        if (fwd) return off;
-        ws_piece(&off, T * h, w);
-        return off;
-    case IR_REGION_EMBED:
-    case IR_REGION_MOE_COMBINE:
-    case IR_NREGION_KINDS:
-        break;
-    }
-    return 0.0;
+    const int parts[PLAN_NTUSES] = {[PLAN_TUSE_INPUT] = -1, [PLAN_TUSE_CORE] = -1,
+                                    [PLAN_TUSE_KEPT] = -1, [PLAN_TUSE_RESTART] = -1,
+                                    [PLAN_TUSE_WORK_F] = 0, [PLAN_TUSE_WORK_B] = fwd ? -1 : 0};
+    return table_bytes(m, r, s, parts, 0);
 }
 
 double ir_region_route_bytes(const ir_model *m, const ir_shape *s)

@@ -140,7 +140,7 @@ int ir_region_kernels(const ir_model *m, const ir_region *r, plan_pass pass, con
 
 /* Activation bytes one micro-batch keeps on one device from F until its backward (Korthikanti et
  * al. accounting: tensors saved for backward in the activation dtype, dropout masks 1 byte per
- * element, softmax/cross-entropy statistics in fp32; see cost.c for each region's list). Under
+ * element, softmax/cross-entropy statistics in fp32; plan/plan_tensors.h lists each region's tensors). Under
  * FULL recompute a layer region keeps only its input, or nothing with recompute_from_prev;
  * SELECTIVE drops the attention core's s x s tensors; embed and head ignore recompute. */
 double ir_region_activation_bytes(const ir_model *m, const ir_region *r, const ir_shape *s);
@@ -155,7 +155,7 @@ double ir_region_route_bytes(const ir_model *m, const ir_shape *s);
  * (norm statistics recomputed from the kept input, a softmax row, the backward's intermediate
  * gradients). PLAN_PASS_F and R: the forward's; B and BI: the backward's, of which a split BI
  * leaves the output gradients BW needs, so a BI's workspace lives until its BW; BW and every
- * other pass: none of its own. Each tensor of the list in cost.c starts at a multiple of its
+ * other pass: none of its own. Each tensor of plan/plan_tensors.h's list starts at a multiple of its
  * element size, as an executor packs them. */
 double ir_region_work_bytes(const ir_model *m, const ir_region *r, const ir_shape *s, plan_pass pass);
 

@@ -21,6 +21,8 @@
 #include <stdio.h>
 
 #include "../base/base.h"
+/* the act and work tensors of each region kind, which the plan's buffer sizes count */
+#include "plan_tensors.h"
 
 #define PLAN_VERSION 2
 

@@ -45,10 +45,9 @@ void FN(exec_rope_apply)(real *x, int64_t tokens, int64_t heads, int64_t d, int6
 
 /* ---------------------------------------------------------------- the act and work buffers */
 
-/* act: exactly ir/cost.c's attention list, in this order: the norm input x and output xn (the
- * QKV input), Q, K, V as the core used them (after QK-norm and RoPE), the QK-norm inputs, the
- * core output o (the out-projection input), the softmax output, and with dropout the dropped
- * probabilities (attn.V's input) and the two 1-byte masks (probabilities, output). */
+/* act: plan_tensors.h's attention rows (the norm input x and output xn, Q, K, V as the core
+ * used them, the QK-norm inputs, the core output o, the softmax output, with dropout the dropped
+ * probabilities and the two 1-byte masks). */
 typedef struct attn_act {
     real *x, *xn, *q, *k, *v, *q_raw, *k_raw, *o, *probs, *pd;
     uint8_t *mprobs, *mout;
@@ -57,74 +56,59 @@ typedef struct attn_act {
 static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0, void *b1,
                           attn_act *A, size_t *rebuilt)
 {
-    carver cv = carver_act(b0, b1);
-    const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
-    const int64_t qw = sh->nheads * d, kw = sh->nkv * d, ss = c->b * sh->nheads * s * s;
-    const int64_t tl = sp_rows(c, sh); /* the tokens whose norm input, output and mask are kept */
-    const bool drop = c->dropout > 0;
-    const int pin = act_part(mode, ACT_INPUT), poth = act_part(mode, ACT_OTHER),
-              pcore = act_part(mode, ACT_CORE);
-    memset(A, 0, sizeof *A);
-    cv.part = pin;
-    A->x = carve_r(&cv, tl * h);
-    cv.part = poth;
-    A->xn = carve_r(&cv, tl * h);
-    A->q = carve_r(&cv, T * qw);
-    A->k = carve_r(&cv, T * kw);
-    A->v = carve_r(&cv, T * kw);
-    if (c->qk_norm) {
-        A->q_raw = carve_r(&cv, T * qw);
-        A->k_raw = carve_r(&cv, T * kw);
-    }
-    A->o = carve_r(&cv, T * qw);
-    cv.part = pcore;
-    A->probs = carve_r(&cv, ss);
-    if (drop) {
-        A->pd = carve_r(&cv, ss);
-        A->mprobs = carve_b(&cv, ss);
-        cv.part = poth;
-        A->mout = carve_b(&cv, tl * h);
-    }
-    if (rebuilt) *rebuilt = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_ATTN, mode, &L);
+    void *const base[2] = {b0, b1};
+    A->x = AT(L, base, ATTN_X);
+    A->xn = AT(L, base, ATTN_XN);
+    A->q = AT(L, base, ATTN_Q);
+    A->k = AT(L, base, ATTN_K);
+    A->v = AT(L, base, ATTN_V);
+    A->q_raw = AT(L, base, ATTN_Q_RAW);
+    A->k_raw = AT(L, base, ATTN_K_RAW);
+    A->o = AT(L, base, ATTN_O);
+    A->probs = AT(L, base, ATTN_PROBS);
+    A->pd = AT(L, base, ATTN_PROBS_DROPPED);
+    A->mprobs = AT(L, base, ATTN_PROBS_MASK);
+    A->mout = AT(L, base, ATTN_OUT_MASK);
+    if (rebuilt) *rebuilt = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-/* work: the statistics F and BI compute (norm, QK-norm; not kept across passes but for BW),
- * the RoPE table, an s x s and a [T][qw] workspace, and what BI leaves for BW: the gradients of
- * the out-projection output (through dropout), of Q/K/V, of the QK-norm outputs and of the norm
- * output. */
+/* work: plan_tensors.h's attention rows: the statistics F and BI compute (norm, QK-norm), the
+ * RoPE table, an s x s block, and what BI leaves for BW (the gradients of the core output, of
+ * the out-projection output through dropout, of Q/K/V, of the QK-norm outputs and of the norm
+ * output). */
 typedef struct attn_work {
     real *mean, *rstd, *q_rstd, *k_rstd, *rope, *s1, *dO;
     real *dyd, *dq, *dk, *dv, *dqn, *dkn, *dxn;
 } attn_work;
 
-static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_work *W,
+static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, attn_work *W,
                                size_t *fbytes)
 {
-    carver cv = carver_work(base);
-    const int64_t T = c->b * c->s, h = c->h, s = c->s, d = c->head_dim;
-    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
-    memset(W, 0, sizeof *W);
-    W->mean = carve_r(&cv, T);
-    W->rstd = carve_r(&cv, T);
-    if (c->qk_norm) {
-        W->q_rstd = carve_r(&cv, T * sh->nheads);
-        W->k_rstd = carve_r(&cv, T * sh->nkv);
+    plan_tensor_layout L;
+    if (fbytes) {
+        work_walk(c, sh, EXEC_ATTN, true, &L); /* what F uses */
+        *fbytes = (size_t)L.bytes[0];
     }
-    if (!c->gpt) W->rope = carve_r(&cv, s * d);
-    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
-    if (c->qk_norm) {
-        W->dqn = carve_r(&cv, T * qw);
-        W->dkn = carve_r(&cv, T * kw);
-    }
-    W->s1 = carve_r(&cv, s * s);
-    W->dO = carve_r(&cv, T * qw);
-    W->dyd = carve_r(&cv, T * h);
-    W->dq = carve_r(&cv, T * qw);
-    W->dk = carve_r(&cv, T * kw);
-    W->dv = carve_r(&cv, T * kw);
-    W->dxn = carve_r(&cv, T * h);
-    return cv.off[0];
+    work_walk(c, sh, EXEC_ATTN, false, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, ATTN_MEAN);
+    W->rstd = AT(L, base, ATTN_RSTD);
+    W->q_rstd = AT(L, base, ATTN_Q_RSTD);
+    W->k_rstd = AT(L, base, ATTN_K_RSTD);
+    W->rope = AT(L, base, ATTN_ROPE);
+    W->dqn = AT(L, base, ATTN_DQN);
+    W->dkn = AT(L, base, ATTN_DKN);
+    W->s1 = AT(L, base, ATTN_SCORES);
+    W->dO = AT(L, base, ATTN_DO);
+    W->dyd = AT(L, base, ATTN_DYD);
+    W->dq = AT(L, base, ATTN_DQ);
+    W->dk = AT(L, base, ATTN_DK);
+    W->dv = AT(L, base, ATTN_DV);
+    W->dxn = AT(L, base, ATTN_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_attn_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)

@@ -19,20 +19,21 @@
 
 /* ---------------------------------------------------------------- embed */
 
-/* act: exactly ir/cost.c's embedding list: the token ids and, with dropout, the 1-byte mask. No
- * work buffer. */
+/* act: plan_tensors.h's embedding rows: the token ids and, with dropout, the 1-byte mask
+ * (under sequence parallelism of the device's own rows only, real.h). No work buffer. */
 typedef struct embed_act {
     int32_t *tokens;
     uint8_t *mask;
 } embed_act;
 
-static size_t embed_layout(const exec_cfg *c, const exec_shard *sh, void *base, embed_act *A)
+static size_t embed_layout(const exec_cfg *c, const exec_shard *sh, void *b, embed_act *A)
 {
-    carver cv = carver_act(base, NULL);
-    A->tokens = carve_i(&cv, c->b * c->s);
-    /* under sequence parallelism the mask of the device's own rows only (real.h) */
-    A->mask = c->dropout > 0 ? carve_b(&cv, sp_rows(c, sh) * c->h) : NULL;
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_EMBED, EXEC_ACT_ALL, &L);
+    void *const base[2] = {b, NULL};
+    A->tokens = AT(L, base, EMBED_TOKENS);
+    A->mask = AT(L, base, EMBED_MASK);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_embed_act_bytes)(const exec_cfg *c, const exec_shard *s)
@@ -128,22 +129,23 @@ int FN(exec_embed_bw)(const exec_call *c, base_error *e)
 
 /* ---------------------------------------------------------------- head */
 
-/* act: exactly ir/cost.c's head list: the final norm's input x and output xn (the LM-head
- * input) and the slice's [T][nvocab] logits' gradient loss_scale * (softmax - onehot), which F
- * computes once the loss is known (fused cross-entropy: no targets kept). */
+/* act: plan_tensors.h's head rows: the final norm's input x and output xn (the LM-head input)
+ * and the slice's [T][nvocab] logits' gradient loss_scale * (softmax - onehot), which F computes
+ * once the loss is known (fused cross-entropy: no targets kept). */
 typedef struct head_act {
     real *x, *xn;
     real *probs;             /* [T][nvocab]: after F, dz */
 } head_act;
 
-static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
+static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *b, head_act *A)
 {
-    carver cv = carver_act(base, NULL);
-    const int64_t T = c->b * c->s, h = c->h, tl = sp_rows(c, sh);
-    A->x = carve_r(&cv, tl * h);
-    A->xn = carve_r(&cv, tl * h);
-    A->probs = carve_r(&cv, T * sh->nvocab);
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_HEAD, EXEC_ACT_ALL, &L);
+    void *const base[2] = {b, NULL};
+    A->x = AT(L, base, HEAD_X);
+    A->xn = AT(L, base, HEAD_XN);
+    A->probs = AT(L, base, HEAD_PROBS);
+    return (size_t)L.bytes[0];
 }
 
 /* work: the norm statistics, the softmax statistics of F ([3T]: max, sum of exp, target
@@ -152,16 +154,21 @@ typedef struct head_work {
     real *mean, *rstd, *stats, *dxn;
 } head_work;
 
-static size_t head_work_layout(const exec_cfg *c, void *base, head_work *W, size_t *fbytes)
+static size_t head_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, head_work *W,
+                               size_t *fbytes)
 {
-    carver cv = carver_work(base);
-    const int64_t T = c->b * c->s, h = c->h;
-    W->mean = carve_r(&cv, T);
-    W->rstd = carve_r(&cv, T);
-    W->stats = carve_r(&cv, 3 * T);
-    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
-    W->dxn = carve_r(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    if (fbytes) {
+        work_walk(c, sh, EXEC_HEAD, true, &L); /* what F uses */
+        *fbytes = (size_t)L.bytes[0];
+    }
+    work_walk(c, sh, EXEC_HEAD, false, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, HEAD_MEAN);
+    W->rstd = AT(L, base, HEAD_RSTD);
+    W->stats = AT(L, base, HEAD_STATS);
+    W->dxn = AT(L, base, HEAD_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_head_act_bytes)(const exec_cfg *c, const exec_shard *s)
@@ -172,9 +179,8 @@ int64_t FN(exec_head_act_bytes)(const exec_cfg *c, const exec_shard *s)
 
 int64_t FN(exec_head_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    (void)s;
     head_work W;
-    size_t f = 0, all = head_work_layout(c, NULL, &W, &f);
+    size_t f = 0, all = head_work_layout(c, s, NULL, &W, &f);
     return pass_f ? (int64_t)f : (int64_t)all;
 }
 
@@ -217,7 +223,7 @@ int FN(exec_head_f_begin)(const exec_call *c, real *stats, base_error *e)
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, NULL);
+    head_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     for (int64_t t = 0; t < T; t++) {
         int32_t id = c->targets[t];
@@ -304,7 +310,7 @@ int FN(exec_head_f)(const exec_call *c, base_error *e)
                            sh->tp);
     NEED(c->work, "the work buffer");
     head_work W;
-    head_work_layout(cfg, c->work, &W, NULL);
+    head_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s;
     if (FN(exec_head_f_begin)(c, W.stats, e)) return -1;
     if (c->reduce && c->reduce(c->reduce_ctx, W.stats, T, REAL_DTYPE, EXEC_REDUCE_MAX, e))
@@ -330,7 +336,7 @@ int FN(exec_head_bi)(const exec_call *c, base_error *e)
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, NULL);
+    head_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");
     FN(exec_gemm)(false, false, T, h, nv, 1, A.probs, nv, w.lm, h, 0, W.dxn, h);
@@ -352,7 +358,7 @@ int FN(exec_head_bw)(const exec_call *c, base_error *e)
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, NULL);
+    head_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t h = cfg->h, nv = sh->nvocab;
     const int64_t tl = sp_rows(cfg, sh), nb = sp_blocks(sh);
     if (sh->sp) NEED(c->xg, "the gathered norm inputs and outputs xg");

@@ -50,7 +50,7 @@ void FN(exec_swiglu_bi)(const real *da, const real *g, const real *u, real *dg, 
 
 /* ---------------------------------------------------------------- the act and work buffers */
 
-/* act: exactly ir/cost.c's MLP list: the norm input x and output xn (the fc1 / gate-up input),
+/* act: plan_tensors.h's MLP rows: the norm input x and output xn (the fc1 / gate-up input),
  * then GPT: the fc1 output (GELU input) and the GELU output (fc2 input), and the output dropout's
  * 1-byte mask; Llama: the gate and up projections and the SwiGLU output (down input). */
 typedef struct mlp_act {
@@ -64,20 +64,17 @@ typedef struct mlp_act {
 static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0, void *b1,
                          mlp_act *A, size_t *rebuilt)
 {
-    carver cv = carver_act(b0, b1);
-    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
-    const int64_t tl = sp_rows(c, sh); /* the tokens whose norm input, output and mask are kept */
-    memset(A, 0, sizeof *A);
-    cv.part = act_part(mode, ACT_INPUT);
-    A->x = carve_r(&cv, tl * h);
-    cv.part = act_part(mode, ACT_OTHER);
-    A->xn = carve_r(&cv, tl * h);
-    A->h1 = carve_r(&cv, T * f);
-    if (!c->gpt) A->u = carve_r(&cv, T * f);
-    A->a = carve_r(&cv, T * f);
-    if (c->dropout > 0) A->mout = carve_b(&cv, tl * h);
-    if (rebuilt) *rebuilt = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MLP, mode, &L);
+    void *const base[2] = {b0, b1};
+    A->x = AT(L, base, MLP_X);
+    A->xn = AT(L, base, MLP_XN);
+    A->h1 = AT(L, base, MLP_H1);
+    A->u = AT(L, base, MLP_UP);
+    A->a = AT(L, base, MLP_A);
+    A->mout = AT(L, base, MLP_OUT_MASK);
+    if (rebuilt) *rebuilt = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
 /* work: the norm statistics and what BI leaves for BW (the output gradient through dropout,
@@ -87,20 +84,23 @@ typedef struct mlp_work {
     real *dyd, *dh1, *du, *dxn;
 } mlp_work;
 
-static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_work *W,
+static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, mlp_work *W,
                               size_t *fbytes)
 {
-    carver cv = carver_work(base);
-    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
-    memset(W, 0, sizeof *W);
-    W->mean = carve_r(&cv, T);
-    W->rstd = carve_r(&cv, T);
-    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
-    W->dyd = carve_r(&cv, T * h);
-    W->dh1 = carve_r(&cv, T * f);
-    if (!c->gpt) W->du = carve_r(&cv, T * f);
-    W->dxn = carve_r(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    if (fbytes) {
+        work_walk(c, sh, EXEC_MLP, true, &L); /* what F uses */
+        *fbytes = (size_t)L.bytes[0];
+    }
+    work_walk(c, sh, EXEC_MLP, false, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, MLP_MEAN);
+    W->rstd = AT(L, base, MLP_RSTD);
+    W->dyd = AT(L, base, MLP_DYD);
+    W->dh1 = AT(L, base, MLP_DH1);
+    W->du = AT(L, base, MLP_DUP);
+    W->dxn = AT(L, base, MLP_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_mlp_act_split)(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)

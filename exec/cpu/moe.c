@@ -38,29 +38,28 @@ void FN(exec_route_view)(const exec_cfg *c, void *route, real **resid, real **w,
 
 /* ---------------------------------------------------------------- gate */
 
-/* act: exactly ir/cost.c's gate list: the norm input x and output xn (router input), the
- * router probabilities [T][E] and the expert of each choice [T][k] (int32). Which slot each
- * choice got and the fractions f_e are a pure function of the choices (route_assign), so the
- * backward rebuilds them. */
+/* act: plan_tensors.h's gate rows: the norm input x and output xn (router input), the router
+ * probabilities [T][E] and the expert of each choice [T][k] (int32). Which slot each choice got
+ * and the fractions f_e are a pure function of the choices (route_assign), so the backward
+ * rebuilds them. */
 typedef struct gate_act {
     real *x, *xn;
     real *probs;             /* [T][E] */
     int32_t *choice;         /* [T][k] */
 } gate_act;
 
-static size_t gate_layout(const exec_cfg *c, int mode, void *b0, void *b1, gate_act *A,
-                          size_t *rebuilt)
+static size_t gate_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0, void *b1,
+                          gate_act *A, size_t *rebuilt)
 {
-    carver cv = carver_act(b0, b1);
-    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
-    cv.part = act_part(mode, ACT_INPUT);
-    A->x = carve_r(&cv, T * h);
-    cv.part = act_part(mode, ACT_OTHER);
-    A->xn = carve_r(&cv, T * h);
-    A->probs = carve_r(&cv, T * E);
-    A->choice = carve_i(&cv, T * k);
-    if (rebuilt) *rebuilt = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_GATE, mode, &L);
+    void *const base[2] = {b0, b1};
+    A->x = AT(L, base, MOE_GATE_X);
+    A->xn = AT(L, base, MOE_GATE_XN);
+    A->probs = AT(L, base, MOE_GATE_PROBS);
+    A->choice = AT(L, base, MOE_GATE_CHOICE);
+    if (rebuilt) *rebuilt = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
 /* work: the RMSNorm statistics, the slots and fractions, and what BI leaves for BW (the router
@@ -70,26 +69,30 @@ typedef struct gate_work {
     int32_t *slot;           /* [T][k]: slot in [E*C) or -1 */
 } gate_work;
 
-static size_t gate_work_layout(const exec_cfg *c, void *base, gate_work *W, size_t *fbytes)
+static size_t gate_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, gate_work *W,
+                               size_t *fbytes)
 {
-    carver cv = carver_work(base);
-    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
-    W->rstd = carve_r(&cv, T);
-    W->frac = carve_r(&cv, E);
-    W->slot = carve_i(&cv, T * k);
-    if (fbytes) *fbytes = cv.off[0]; /* what F uses */
-    W->dz = carve_r(&cv, T * E);
-    W->dxn = carve_r(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    if (fbytes) {
+        work_walk(c, sh, EXEC_MOE_GATE, true, &L); /* what F uses */
+        *fbytes = (size_t)L.bytes[0];
+    }
+    work_walk(c, sh, EXEC_MOE_GATE, false, &L);
+    void *const base[2] = {b, NULL};
+    W->rstd = AT(L, base, MOE_GATE_RSTD);
+    W->frac = AT(L, base, MOE_GATE_FRAC);
+    W->slot = AT(L, base, MOE_GATE_SLOT);
+    W->dz = AT(L, base, MOE_GATE_DZ);
+    W->dxn = AT(L, base, MOE_GATE_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_moe_gate_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
                                      int64_t *rebuilt)
 {
-    (void)s;
     gate_act A;
     size_t r = 0;
-    size_t k = gate_layout(c, mode, NULL, NULL, &A, &r);
+    size_t k = gate_layout(c, s, mode, NULL, NULL, &A, &r);
     if (rebuilt) *rebuilt = (int64_t)r;
     return (int64_t)k;
 }
@@ -101,9 +104,8 @@ int64_t FN(exec_moe_gate_act_bytes)(const exec_cfg *c, const exec_shard *s)
 
 int64_t FN(exec_moe_gate_work_bytes)(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    (void)s;
     gate_work W;
-    size_t f = 0, all = gate_work_layout(c, NULL, &W, &f);
+    size_t f = 0, all = gate_work_layout(c, s, NULL, &W, &f);
     return pass_f ? (int64_t)f : (int64_t)all;
 }
 
@@ -155,10 +157,10 @@ int FN(exec_moe_gate_f)(const exec_call *c, base_error *e)
     const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
                   C = cfg->capacity;
 
@@ -214,10 +216,10 @@ int FN(exec_moe_gate_bi)(const exec_call *c, base_error *e)
     const real *ng = param_at(&rp, c->param, "norm.g"), *wr = param_at(&rp, c->param, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
     const real *dbuf = c->dy;
     route_view dr;
@@ -261,10 +263,10 @@ int FN(exec_moe_gate_bw)(const exec_call *c, base_error *e)
     real *gng = param_at(&rp, c->grad, "norm.g"), *gwr = param_at(&rp, c->grad, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
     FN(exec_gemm)(true, false, h, E, T, 1, A.xn, h, W.dz, E, 1, gwr, E);
     FN(exec_rmsnorm_bw)(W.dxn, A.x, W.rstd, gng, T, h);
@@ -273,7 +275,7 @@ int FN(exec_moe_gate_bw)(const exec_call *c, base_error *e)
 
 /* ---------------------------------------------------------------- experts */
 
-/* act: exactly ir/cost.c's experts list: the received buffer and the gate, up and down inputs. */
+/* act: plan_tensors.h's experts rows: the received buffer and the gate, up and down inputs. */
 typedef struct experts_act {
     real *x;                 /* the received buffer [rows][h] */
     real *g, *u, *a;         /* [rows][f] */
@@ -292,27 +294,27 @@ static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
 static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0,
                              void *b1, experts_act *A, size_t *rebuilt)
 {
-    carver cv = carver_act(b0, b1);
-    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
-    cv.part = act_part(mode, ACT_INPUT);
-    A->x = carve_r(&cv, R * h);
-    cv.part = act_part(mode, ACT_OTHER);
-    A->g = carve_r(&cv, R * f);
-    A->u = carve_r(&cv, R * f);
-    A->a = carve_r(&cv, R * f);
-    if (rebuilt) *rebuilt = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_EXPERTS, mode, &L);
+    void *const base[2] = {b0, b1};
+    A->x = AT(L, base, MOE_EXPERTS_X);
+    A->g = AT(L, base, MOE_EXPERTS_G);
+    A->u = AT(L, base, MOE_EXPERTS_UP);
+    A->a = AT(L, base, MOE_EXPERTS_A);
+    if (rebuilt) *rebuilt = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *base,
+static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *b,
                                   experts_work *W)
 {
-    carver cv = carver_work(base);
-    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
-    W->dy = carve_r(&cv, R * h);
-    W->dg = carve_r(&cv, R * f);
-    W->du = carve_r(&cv, R * f);
-    return cv.off[0];
+    plan_tensor_layout L;
+    work_walk(c, sh, EXEC_MOE_EXPERTS, false, &L);
+    void *const base[2] = {b, NULL};
+    W->dy = AT(L, base, MOE_EXPERTS_DY);
+    W->dg = AT(L, base, MOE_EXPERTS_DG);
+    W->du = AT(L, base, MOE_EXPERTS_DUP);
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_moe_experts_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
@@ -457,7 +459,7 @@ int FN(exec_moe_experts_bw)(const exec_call *c, base_error *e)
 
 /* ---------------------------------------------------------------- combine */
 
-/* act: exactly ir/cost.c's combine list: the expert outputs, the routing weights and each
+/* act: plan_tensors.h's combine rows: the expert outputs, the routing weights and each
  * choice's slot (the unpermute's index map). No work buffer. */
 typedef struct combine_act {
     real *eo;                /* expert outputs [E*C][h] */
@@ -474,31 +476,30 @@ int64_t FN(exec_moe_combine_work_bytes)(const exec_cfg *c, const exec_shard *s, 
     return 0;
 }
 
-static size_t combine_layout(const exec_cfg *c, int mode, void *b0, void *b1, combine_act *A,
-                             size_t *rebuilt)
+static size_t combine_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *b0,
+                             void *b1, combine_act *A, size_t *rebuilt)
 {
     /* all of it is the region's input. Under full recompute F keeps the whole input, the
      * residual too, so that R rebuilds the output from it: then resid, w and slot are laid out
      * as a route tensor (route_layout) right after the expert outputs, which R reads as its x
      * and x2 (the runtime passes them) */
-    carver cv = carver_act(b0, b1);
-    const int64_t T = c->b * c->s, k = c->top_k;
-    cv.part = act_part(mode, ACT_INPUT);
-    A->eo = carve_r(&cv, c->experts * c->capacity * c->h);
-    A->resid = mode == EXEC_ACT_INPUT ? carve_r(&cv, T * c->h) : NULL;
-    A->w = carve_r(&cv, T * k);
-    A->slot = carve_i(&cv, T * k);
-    if (rebuilt) *rebuilt = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_COMBINE, mode, &L);
+    void *const base[2] = {b0, b1};
+    A->eo = AT(L, base, MOE_COMBINE_EO);
+    A->resid = AT(L, base, MOE_COMBINE_RESID);
+    A->w = AT(L, base, MOE_COMBINE_W);
+    A->slot = AT(L, base, MOE_COMBINE_SLOT);
+    if (rebuilt) *rebuilt = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
 int64_t FN(exec_moe_combine_act_split)(const exec_cfg *c, const exec_shard *s, int mode,
                                         int64_t *rebuilt)
 {
-    (void)s;
     combine_act A;
     size_t r = 0;
-    size_t k = combine_layout(c, mode, NULL, NULL, &A, &r);
+    size_t k = combine_layout(c, s, mode, NULL, NULL, &A, &r);
     if (rebuilt) *rebuilt = (int64_t)r;
     return (int64_t)k;
 }
@@ -517,7 +518,7 @@ int FN(exec_moe_combine_f)(const exec_call *c, base_error *e)
     const exec_cfg *cfg = c->cfg;
     combine_act A;
     size_t rebuilt;
-    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    combine_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     route_view rv;
     route_layout(cfg, (void *)c->x2, &rv);
@@ -554,7 +555,7 @@ int FN(exec_moe_combine_bi)(const exec_call *c, base_error *e)
     const exec_cfg *cfg = c->cfg;
     combine_act A;
     size_t rebuilt;
-    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    combine_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     route_view dr;
     route_layout(cfg, c->dx2, &dr);

@@ -2,8 +2,8 @@
  * attention.c, mlp.c, moe.c, embed_head.c and optim.c is compiled twice, with
  * EXEC_REAL_BITS=32 and =64 (exec/cpu/CMakeLists.txt); `real` and FN(name) (name_f32 /
  * name_f64) make one source serve both, so the fp32 and fp64 kernels cannot drift apart.
- * Also the helpers every region shares: carving the act buffer, the MoE route tensor, dropout,
- * parameter lookup, call checks. */
+ * Also the helpers every region shares: laying out its act and work buffers from
+ * plan_tensors.h's table, the MoE route tensor, dropout, parameter lookup, call checks. */
 #ifndef PIPER_EXEC_CPU_REAL_H
 #define PIPER_EXEC_CPU_REAL_H
 
@@ -30,44 +30,45 @@ typedef float real;
 #error "EXEC_REAL_BITS must be 32 or 64"
 #endif
 
-/* ---------------------------------------------------------------- act buffer layout */
+/* ---------------------------------------------------------------- act and work buffer layouts */
 
-/* The act buffer of a region is carved into tensors by one layout function per region, run
- * with base == NULL to measure it and with the buffer to get the pointers, so the size and the
- * use can never disagree. The act buffer holds exactly the tensors ir/cost.c's
- * ir_region_activation_bytes lists, byte for byte, so pieces are packed: each is aligned to its
- * own element size only, and layouts carve the real tensors first, then int32, then the 1-byte
- * dropout masks, so that no padding appears between them (calloc's alignment covers the base).
- * The work buffer (exec_call.work: workspaces, norm statistics, and what BI leaves for BW) is
- * carved the same way: it is the plan's workspace of the pass, byte for byte the list of
- * ir/cost.c's ir_region_work_bytes, each piece aligned to its element size. Under recompute an
- * act buffer has two parts (act_part): each is packed the same way. */
+/* A region's act buffer (what F keeps for the backward) and its work buffer (exec_call.work:
+ * workspaces, norm statistics, and what BI leaves for BW) hold plan/plan_tensors.h's tensors,
+ * laid out by walking that table (exec_act_layout, exec_work_layout), the table the cost model
+ * sums into the plan's sizes. Each region's layout function runs the walk with base NULL to
+ * measure and with the buffers to get the pointers, so the size and the use cannot disagree.
+ * The CPU's rule: e and w are `real` (fp32 or wider, so w = max(e, 4) is `real`), each tensor at
+ * a multiple of its own element size (the table orders act tensors so that none pads: the act
+ * buffer is byte for byte the plan's sum; calloc's alignment covers the base), and the exact
+ * softmax, which keeps the s x s probabilities and masks whatever the model's flash flag. */
+static const exec_tensor_rule cpu_tensor_rule = {
+    {sizeof(real), sizeof(real), 1, 4}, 0, 0, PLAN_TF_FLASH};
+
+static inline void act_walk(const exec_cfg *c, const exec_shard *sh, exec_region_kind k, int mode,
+                            plan_tensor_layout *L)
+{
+    exec_act_layout(c, sh, k, &cpu_tensor_rule, mode, L);
+}
+static inline void work_walk(const exec_cfg *c, const exec_shard *sh, exec_region_kind k,
+                             bool pass_f, plan_tensor_layout *L)
+{
+    exec_work_layout(c, sh, k, &cpu_tensor_rule, pass_f, L);
+}
+/* Tensor PLAN_T_<id> of a walked layout in buffers base ({act, act2}, or {work, NULL}). */
+#define AT(L, base, id) plan_tensor_ptr(&(L), (base), PLAN_T_##id)
+
+/* The MoE route tensor is no region's act or work buffer: it is carved in order, each piece at a
+ * multiple of its element size. */
 typedef struct carver {
-    char *base[2];
-    size_t off[2];
-    size_t align; /* 0: each piece aligned to its element size; else to this */
-    int part;     /* the part the next pieces go to (act buffers under recompute: see act_part) */
+    char *base;
+    size_t off;
 } carver;
-
-/* An act buffer in two parts: what F keeps (b0, exec_call.act) and what R rebuilds (b1,
- * exec_call.act2); a work buffer. */
-static inline carver carver_act(void *b0, void *b1)
-{
-    carver c = {{b0, b1}, {0, 0}, 0, 0};
-    return c;
-}
-static inline carver carver_work(void *b)
-{
-    carver c = {{b, NULL}, {0, 0}, 0, 0};
-    return c;
-}
 
 static inline void *carve_a(carver *cv, size_t bytes, size_t elem)
 {
-    size_t a = cv->align ? cv->align : elem, *off = &cv->off[cv->part];
-    *off = (*off + a - 1) / a * a;
-    void *p = cv->base[cv->part] ? cv->base[cv->part] + *off : NULL;
-    *off += bytes;
+    cv->off = (cv->off + elem - 1) / elem * elem;
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += bytes;
     return p;
 }
 static inline real *carve_r(carver *cv, int64_t n)
@@ -78,13 +79,6 @@ static inline int32_t *carve_i(carver *cv, int64_t n)
 {
     return carve_a(cv, (size_t)n * sizeof(int32_t), sizeof(int32_t));
 }
-static inline uint8_t *carve_b(carver *cv, int64_t n) { return carve_a(cv, (size_t)n, 1); }
-
-/* Which part of the act buffer a tensor lives in under a recompute mode (exec_act_mode):
- * the region input (ACT_INPUT), the attention core (ACT_CORE) or anything else (ACT_OTHER).
- * Part 0 is what F keeps; part 1 what R rebuilds (ir/cost.c's IR_T_SAVED and IR_T_RECOMP). */
-enum { ACT_INPUT = EXEC_ACT_PIECE_INPUT, ACT_CORE = EXEC_ACT_PIECE_CORE, ACT_OTHER = EXEC_ACT_PIECE_OTHER };
-static inline int act_part(int mode, int what) { return exec_act_part(mode, (exec_act_piece)what); }
 
 /* Names a missing rebuilt part: under recompute the backward reads act (F's) and act2 (R's). */
 #define NEED_ACT2(rebuilt)                                                                      \
@@ -109,14 +103,14 @@ typedef struct route_view {
 
 static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
 {
-    carver cv = carver_act(base, NULL);
+    carver cv = {base, 0};
     int64_t T = c->b * c->s;
     route_view r;
     r.resid = carve_r(&cv, T * c->h);
     r.w = carve_r(&cv, T * c->top_k);
     r.slot = carve_i(&cv, T * c->top_k);
     if (v) *v = r;
-    return cv.off[0];
+    return cv.off;
 }
 
 /* ---------------------------------------------------------------- sequence parallelism */

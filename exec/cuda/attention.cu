@@ -438,7 +438,7 @@ static int attn_core_b(exec_cuda_ctx *x, const attn_dims &a, const bf16 *q, cons
 
 /* ---------------------------------------------------------------- the act and work buffers */
 
-/* act: what F keeps, exactly ir/cost.c's attention list with flash attention: the norm input x
+/* act: what F keeps, plan_tensors.h's attention rows with flash attention: the norm input x
  * and output xn (the QKV input), the Q, K, V the core used (after QK-norm and RoPE), the QK-norm
  * inputs, the core's output (the output projection's input) and the log-sum-exp of each row.
  * The dropout masks are regenerated from their counters, not kept. */
@@ -454,30 +454,23 @@ typedef struct attn_act {
 static size_t attn_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
                           void *rebuilt, attn_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = carver_act(kept, rebuilt);
-    const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
-    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
-    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
-    memset(A, 0, sizeof *A);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
-    A->x = carve_b(&cv, tl * h);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
-    A->xn = carve_b(&cv, tl * h);
-    A->q = carve_b(&cv, T * qw);
-    A->k = carve_b(&cv, T * kw);
-    A->v = carve_b(&cv, T * kw);
-    if (c->qk_norm) {
-        A->q_raw = carve_b(&cv, T * qw);
-        A->k_raw = carve_b(&cv, T * kw);
-    }
-    A->o = carve_b(&cv, T * qw);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_CORE); /* selective recompute rebuilds the core */
-    A->lse = carve_f(&cv, c->b * sh->nheads * c->s);
-    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_ATTN, mode, &L);
+    void *const base[2] = {kept, rebuilt};
+    A->x = AT(L, base, ATTN_X);
+    A->xn = AT(L, base, ATTN_XN);
+    A->q = AT(L, base, ATTN_Q);
+    A->k = AT(L, base, ATTN_K);
+    A->v = AT(L, base, ATTN_V);
+    A->q_raw = AT(L, base, ATTN_Q_RAW);
+    A->k_raw = AT(L, base, ATTN_K_RAW);
+    A->o = AT(L, base, ATTN_O);
+    A->lse = AT(L, base, ATTN_LSE); /* selective recompute rebuilds the core */
+    if (rebuilt_bytes) *rebuilt_bytes = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-/* work, in ir_region_work_bytes's order: F's part, the statistics (recomputed by the backward
+/* work, in plan_tensors.h's order: F's part, the statistics (recomputed by the backward
  * from the kept inputs) and the RoPE table; the backward's part, what BI leaves for BW (the
  * gradients of the projections' outputs, of the output through dropout, of the norm output) and
  * the core's row sums D = dO . O. */
@@ -493,33 +486,27 @@ typedef struct attn_work {
     float *dxn;              /* gradient of the norm output: three GEMMs sum into it */
 } attn_work;
 
-static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, attn_work *W,
+static size_t attn_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, attn_work *W,
                                bool pass_f)
 {
-    carver cv = carver_one(base);
-    const int64_t T = c->b * c->s, h = c->h, d = c->head_dim;
-    const int64_t qw = sh->nheads * d, kw = sh->nkv * d;
-    memset(W, 0, sizeof *W);
-    W->mean = carve_f(&cv, T);
-    W->rstd = carve_f(&cv, T);
-    if (c->qk_norm) {
-        W->q_rstd = carve_f(&cv, T * sh->nheads);
-        W->k_rstd = carve_f(&cv, T * sh->nkv);
-    }
-    if (!c->gpt) W->rope = carve_f(&cv, c->s * d);
-    if (pass_f) return cv.off[0];
-    if (c->qk_norm) {
-        W->dqn = carve_b(&cv, T * qw);
-        W->dkn = carve_b(&cv, T * kw);
-    }
-    W->dsum = carve_f(&cv, T * sh->nheads);
-    W->dO = carve_b(&cv, T * qw);
-    W->dyd = carve_b(&cv, T * h);
-    W->dq = carve_b(&cv, T * qw);
-    W->dk = carve_b(&cv, T * kw);
-    W->dv = carve_b(&cv, T * kw);
-    W->dxn = carve_f(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    work_walk(c, sh, EXEC_ATTN, pass_f, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, ATTN_MEAN);
+    W->rstd = AT(L, base, ATTN_RSTD);
+    W->q_rstd = AT(L, base, ATTN_Q_RSTD);
+    W->k_rstd = AT(L, base, ATTN_K_RSTD);
+    W->rope = AT(L, base, ATTN_ROPE);
+    W->dqn = AT(L, base, ATTN_DQN);
+    W->dkn = AT(L, base, ATTN_DKN);
+    W->dsum = AT(L, base, ATTN_DSUM);
+    W->dO = AT(L, base, ATTN_DO);
+    W->dyd = AT(L, base, ATTN_DYD);
+    W->dq = AT(L, base, ATTN_DQ);
+    W->dk = AT(L, base, ATTN_DK);
+    W->dv = AT(L, base, ATTN_DV);
+    W->dxn = AT(L, base, ATTN_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t attn_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)

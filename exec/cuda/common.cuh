@@ -115,40 +115,56 @@ static inline unsigned grid_for(int64_t n, int threads)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (int64_t)gridDim.x * blockDim.x)
 
-/* ---------------------------------------------------------------- act buffers */
+/* ---------------------------------------------------------------- act and work buffers */
 
-/* As the CPU kernels: one layout function per region, run with base NULL to measure and with
- * the buffer to get the pointers, so the size and the use cannot disagree. Pieces are 16-byte
- * aligned: cuBLAS's tensor-core paths want 16-byte aligned operands, and the cost model
- * (ir/cost.c) aligns each piece to its element size only, so the two layouts have the same bytes
- * whenever every piece is a multiple of 16 bytes (every model of the zoo: widths are multiples
- * of 8), and the CUDA one is at most 15 bytes a piece larger otherwise. */
+/* As the CPU kernels: a region's act and work buffers hold plan/plan_tensors.h's tensors, laid
+ * out by walking that table (exec_act_layout, exec_work_layout), the table the cost model sums;
+ * each region's layout function runs the walk with base NULL to measure and with the buffers to
+ * get the pointers, so the size and the use cannot disagree. The CUDA rule: e is bf16, w fp32;
+ * pieces are 16-byte aligned, because cuBLAS's tensor-core paths want 16-byte aligned operands
+ * (the cost model aligns each piece to its element size only, so the two layouts have the same
+ * bytes whenever every piece is a multiple of 16 bytes, every model of the zoo: widths are
+ * multiples of 8, and the CUDA one is at most 15 bytes a piece larger otherwise); the attention
+ * is flash-style (it keeps the log-sum-exp) and dropout masks are regenerated from their
+ * counters, never kept. */
+static const exec_tensor_rule cuda_tensor_rule = {{2, 4, 1, 4}, 16, PLAN_TF_FLASH, PLAN_TF_DROPOUT};
+
+static inline void act_walk(const exec_cfg *c, const exec_shard *sh, exec_region_kind k, int mode,
+                            plan_tensor_layout *L)
+{
+    exec_act_layout(c, sh, k, &cuda_tensor_rule, mode, L);
+}
+static inline void work_walk(const exec_cfg *c, const exec_shard *sh, exec_region_kind k,
+                             bool pass_f, plan_tensor_layout *L)
+{
+    exec_work_layout(c, sh, k, &cuda_tensor_rule, pass_f, L);
+}
+
+/* A tensor's address, converting to the pointer type it is assigned to. */
+struct tensor_at {
+    void *p;
+    template <class T> operator T *() const { return (T *)p; }
+};
+static inline tensor_at tensor_at_(const plan_tensor_layout *L, void *const base[2], plan_tensor t)
+{
+    tensor_at a = {plan_tensor_ptr(L, base, t)};
+    return a;
+}
+/* Tensor PLAN_T_<id> of a walked layout in buffers base ({act, act2}, or {work, NULL}). */
+#define AT(L, base, id) tensor_at_(&(L), (base), PLAN_T_##id)
+
+/* The MoE route tensor is no region's act or work buffer: it is carved in order, each piece
+ * 16-byte aligned. */
 typedef struct carver {
-    char *base[2];
-    size_t off[2];
-    int part;       /* where the next pieces go: 0, or 1 for what R rebuilds under recompute */
+    char *base;
+    size_t off;
 } carver;
-
-/* A work buffer, or an act buffer without recompute. */
-static inline carver carver_one(void *base)
-{
-    carver c = {{(char *)base, NULL}, {0, 0}, 0};
-    return c;
-}
-/* An act buffer in two parts under a recompute mode (exec_act_part): what F keeps (exec_call.act)
- * and what R rebuilds (exec_call.act2); each part is packed on its own. */
-static inline carver carver_act(void *kept, void *rebuilt)
-{
-    carver c = {{(char *)kept, (char *)rebuilt}, {0, 0}, 0};
-    return c;
-}
 
 static inline void *carve(carver *cv, size_t bytes)
 {
-    size_t *off = &cv->off[cv->part];
-    *off = (*off + 15) & ~(size_t)15;
-    void *p = cv->base[cv->part] ? cv->base[cv->part] + *off : NULL;
-    *off += bytes;
+    cv->off = (cv->off + 15) & ~(size_t)15;
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += bytes;
     return p;
 }
 
@@ -176,14 +192,14 @@ typedef struct route_view {
 
 static inline size_t route_layout(const exec_cfg *c, void *base, route_view *v)
 {
-    carver cv = carver_one(base);
+    carver cv = {(char *)base, 0};
     const int64_t T = c->b * c->s;
     route_view r;
     r.resid = carve_b(&cv, T * c->h);
     r.w = carve_f(&cv, T * c->top_k);
     r.slot = carve_i(&cv, T * c->top_k);
     if (v) *v = r;
-    return cv.off[0];
+    return cv.off;
 }
 
 /* ---------------------------------------------------------------- parameters */
@@ -298,8 +314,8 @@ int sumsq(exec_cuda_ctx *x, const float *in, int64_t n, double *out, bool accumu
           base_error *e);
 
 /* Bytes of each region's work buffer, the pass's workspace (the region files' layouts; pass_f:
- * the prefix F and R use, else B's and BI's, which BI leaves to BW): exactly ir/cost.c's
- * ir_region_work_bytes at bf16 (up to the 16-byte alignment above). */
+ * the prefix F and R use, else B's and BI's, which BI leaves to BW): plan_tensors.h's work rows,
+ * which ir/cost.c sums into ir_region_work_bytes, at bf16 (up to the 16-byte alignment above). */
 int64_t embed_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
 int64_t attn_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
 int64_t mlp_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
@@ -310,7 +326,7 @@ int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f);
 
 /* Under a recompute mode (exec_act_mode, exec_act_part): the bytes F keeps (returned) and R
  * rebuilds (*rebuilt) of each region's act buffer; EXEC_ACT_ALL keeps everything. The region
- * files' layouts, carved with carver_act. */
+ * files' layouts, walked from plan_tensors.h's table. */
 int64_t embed_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
 int64_t attn_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
 int64_t mlp_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
@@ -320,8 +336,8 @@ int64_t moe_combine_act_split(const exec_cfg *c, const exec_shard *s, int mode, 
 int64_t head_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt);
 
 /* Bytes of each region's act buffer, what F keeps for the backward (the region files' layouts):
- * exactly ir/cost.c's ir_region_activation_bytes at bf16 with flash attention, less the
- * dropout masks, which these kernels regenerate from their counters. */
+ * plan_tensors.h's act rows, which ir/cost.c sums into ir_region_activation_bytes, at bf16 with
+ * flash attention, less the dropout masks, which these kernels regenerate from their counters. */
 int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s);
 int64_t attn_act_bytes(const exec_cfg *c, const exec_shard *s);
 int64_t mlp_act_bytes(const exec_cfg *c, const exec_shard *s);

@@ -19,22 +19,24 @@
 
 /* ---------------------------------------------------------------- embed */
 
+/* act: plan_tensors.h's embedding rows: the token ids (the dropout mask is regenerated). */
 typedef struct embed_act {
     int32_t *tokens;
 } embed_act;
 
-static size_t embed_layout(const exec_cfg *c, void *base, embed_act *A)
+static size_t embed_layout(const exec_cfg *c, const exec_shard *sh, void *b, embed_act *A)
 {
-    carver cv = carver_one(base);
-    A->tokens = carve_i(&cv, c->b * c->s);
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_EMBED, EXEC_ACT_ALL, &L);
+    void *const base[2] = {b, NULL};
+    A->tokens = AT(L, base, EMBED_TOKENS);
+    return (size_t)L.bytes[0];
 }
 
 int64_t embed_act_bytes(const exec_cfg *c, const exec_shard *s)
 {
-    (void)s;
     embed_act A;
-    return (int64_t)embed_layout(c, NULL, &A);
+    return (int64_t)embed_layout(c, s, NULL, &A);
 }
 
 /* The embedding and the head are not layer regions: no recompute rebuilds them (ir/cost.c), so
@@ -88,7 +90,7 @@ extern "C" int exec_cuda_embed_f(const exec_cuda_call *cc, base_error *e)
     region_params rp;
     TRY(region_params_get(c, EXEC_EMBED, &rp, e));
     embed_act A;
-    embed_layout(cfg, c->act, &A);
+    embed_layout(cfg, c->shard, c->act, &A);
     const int64_t T = cfg->b * cfg->s, h = cfg->h;
     const double p = cfg->dropout;
     k_embed_f<<<grid_for(T * h, 256), 256, 0, x->stream>>>(
@@ -129,7 +131,7 @@ extern "C" int exec_cuda_embed_bw(const exec_cuda_call *cc, base_error *e)
     region_params rp;
     TRY(region_params_get(c, EXEC_EMBED, &rp, e));
     embed_act A;
-    embed_layout(cfg, c->act, &A);
+    embed_layout(cfg, c->shard, c->act, &A);
     const int64_t T = cfg->b * cfg->s, h = cfg->h;
     const double p = cfg->dropout;
     k_embed_bw<<<grid_for(T * h, 256), 256, 0, x->stream>>>(
@@ -143,42 +145,42 @@ extern "C" int exec_cuda_embed_bw(const exec_cuda_call *cc, base_error *e)
 
 /* ---------------------------------------------------------------- head */
 
-/* act: what F keeps, exactly ir/cost.c's head list: the norm input x and output xn (the LM
+/* act: what F keeps, plan_tensors.h's head rows: the norm input x and output xn (the LM
  * head's input) and the probabilities of the shard's vocabulary slice in fp32. */
 typedef struct head_act {
     bf16 *x, *xn;
     float *probs;   /* [T][nvocab]: the logits, then (F's end) the probabilities, then (BI) dz */
 } head_act;
 
-static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *base, head_act *A)
+static size_t head_layout(const exec_cfg *c, const exec_shard *sh, void *b, head_act *A)
 {
-    carver cv = carver_one(base);
-    const int64_t T = c->b * c->s, h = c->h;
-    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
-    A->x = carve_b(&cv, tl * h);
-    A->xn = carve_b(&cv, tl * h);
-    A->probs = carve_f(&cv, T * sh->nvocab);
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_HEAD, EXEC_ACT_ALL, &L);
+    void *const base[2] = {b, NULL};
+    A->x = AT(L, base, HEAD_X);
+    A->xn = AT(L, base, HEAD_XN);
+    A->probs = AT(L, base, HEAD_PROBS);
+    return (size_t)L.bytes[0];
 }
 
-/* work, in ir_region_work_bytes's order: the norm statistics and the softmax statistics of F
+/* work, in plan_tensors.h's order: the norm statistics and the softmax statistics of F
  * ([3T]: max, sum of exp, target logit), then the norm output's gradient BI leaves for BW (fp32,
  * as the other regions'). */
 typedef struct head_work {
     float *mean, *rstd, *stats, *dxn;
 } head_work;
 
-static size_t head_work_layout(const exec_cfg *c, void *base, head_work *W, bool pass_f)
+static size_t head_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, head_work *W,
+                               bool pass_f)
 {
-    carver cv = carver_one(base);
-    const int64_t T = c->b * c->s, h = c->h;
-    memset(W, 0, sizeof *W);
-    W->mean = carve_f(&cv, T);
-    W->rstd = carve_f(&cv, T);
-    W->stats = carve_f(&cv, 3 * T);
-    if (pass_f) return cv.off[0];
-    W->dxn = carve_f(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    work_walk(c, sh, EXEC_HEAD, pass_f, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, HEAD_MEAN);
+    W->rstd = AT(L, base, HEAD_RSTD);
+    W->stats = AT(L, base, HEAD_STATS);
+    W->dxn = AT(L, base, HEAD_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t head_act_bytes(const exec_cfg *c, const exec_shard *s)
@@ -196,9 +198,8 @@ int64_t head_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t
 
 int64_t head_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    (void)s;
     head_work W;
-    return (int64_t)head_work_layout(c, NULL, &W, pass_f);
+    return (int64_t)head_work_layout(c, s, NULL, &W, pass_f);
 }
 
 typedef struct head_w {
@@ -328,7 +329,7 @@ extern "C" int exec_cuda_head_f_begin(const exec_cuda_call *cc, float *stats, ba
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, true);
+    head_work_layout(cfg, c->shard, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     if (T > 2147483647) return base_errorf(e, "head: %lld tokens exceed the grid", (long long)T);
     /* the norm and the logits block by block of tokens (one block without sequence
@@ -399,7 +400,7 @@ extern "C" int exec_cuda_head_f(const exec_cuda_call *cc, base_error *e)
                               "exec_cuda_head_f_begin/sums/end",
                            sh->tp);
     head_work W;
-    head_work_layout(cfg, c->work, &W, true);
+    head_work_layout(cfg, c->shard, c->work, &W, true);
     const int64_t T = cfg->b * cfg->s;
     /* the reduce callback gets device memory (fp32) and orders itself after the stream's work */
     TRY(exec_cuda_head_f_begin(cc, W.stats, e));
@@ -448,7 +449,7 @@ extern "C" int exec_cuda_head_bi(const exec_cuda_call *cc, base_error *e)
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, false);
+    head_work_layout(cfg, c->shard, c->work, &W, false);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, nv = sh->nvocab;
     k_head_dz<<<(unsigned)T, 256, 0, x->stream>>>(A.probs, nv, c->targets, sh->vocab0,
                                                   (float)cfg->loss_scale);
@@ -480,7 +481,7 @@ extern "C" int exec_cuda_head_bw(const exec_cuda_call *cc, base_error *e)
     head_act A;
     head_layout(cfg, sh, c->act, &A);
     head_work W;
-    head_work_layout(cfg, c->work, &W, false);
+    head_work_layout(cfg, c->shard, c->work, &W, false);
     const int64_t h = cfg->h, nv = sh->nvocab;
     const bf16 *dz = (const bf16 *)A.probs;
     /* under sequence parallelism the norm outputs of every block come from the gathered pairs */

@@ -29,7 +29,8 @@
  * (exec_call.work) for its workspaces: the norm statistics, the attention's row sums, the
  * intermediate gradients. BI leaves in its work buffer what BW reads, so BW may run much later
  * (zero-bubble schedules) as long as both buffers live; the plan sizes them as workspaces. Both
- * have the CUDA layouts (exec_cuda_region_sizes), which are ir/cost.c's closed forms at bf16, so
+ * have the CUDA layouts (exec_cuda_region_sizes), plan/plan_tensors.h's rows at bf16, which the
+ * cost model sums, so
  * that the device holds what piper-sim predicts; a region's buffers are only read by the same
  * backend's passes of that region.
  *

@@ -5,7 +5,7 @@
  * products, then a norm backward that subtracts means), which is fp32. */
 #include "common.cuh"
 
-/* act: what F keeps, exactly ir/cost.c's MLP list: the norm input x and output xn (the
+/* act: what F keeps, plan_tensors.h's MLP rows: the norm input x and output xn (the
  * fc1 / gate-up input), then GPT: the fc1 output (GELU input) and the GELU output (fc2 input);
  * Llama: the gate and up projections and the SwiGLU output (down input). The output dropout's
  * mask is regenerated from its counter. */
@@ -19,22 +19,19 @@ typedef struct mlp_act {
 static size_t mlp_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
                          void *rebuilt, mlp_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = carver_act(kept, rebuilt);
-    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
-    const int64_t tl = exec_sp_rows(c, sh); /* the tokens whose norm input and output are kept */
-    memset(A, 0, sizeof *A);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
-    A->x = carve_b(&cv, tl * h);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
-    A->xn = carve_b(&cv, tl * h);
-    A->h1 = carve_b(&cv, T * f);
-    if (!c->gpt) A->u = carve_b(&cv, T * f);
-    A->a = carve_b(&cv, T * f);
-    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MLP, mode, &L);
+    void *const base[2] = {kept, rebuilt};
+    A->x = AT(L, base, MLP_X);
+    A->xn = AT(L, base, MLP_XN);
+    A->h1 = AT(L, base, MLP_H1);
+    A->u = AT(L, base, MLP_UP);
+    A->a = AT(L, base, MLP_A);
+    if (rebuilt_bytes) *rebuilt_bytes = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-/* work, in ir_region_work_bytes's order: the norm statistics (F's part; the backward recomputes
+/* work, in plan_tensors.h's order: the norm statistics (F's part; the backward recomputes
  * them from the kept input), then what BI leaves for BW: the output gradient through dropout,
  * the gradients of the fc1 / gate and up outputs, and of the norm output (fp32: two GEMMs sum
  * into it in Llama's MLP). */
@@ -44,20 +41,19 @@ typedef struct mlp_work {
     float *dxn;
 } mlp_work;
 
-static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *base, mlp_work *W,
+static size_t mlp_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, mlp_work *W,
                               bool pass_f)
 {
-    carver cv = carver_one(base);
-    const int64_t T = c->b * c->s, h = c->h, f = sh->nffn;
-    memset(W, 0, sizeof *W);
-    W->mean = carve_f(&cv, T);
-    W->rstd = carve_f(&cv, T);
-    if (pass_f) return cv.off[0];
-    W->dyd = carve_b(&cv, T * h);
-    W->dh1 = carve_b(&cv, T * f);
-    if (!c->gpt) W->du = carve_b(&cv, T * f);
-    W->dxn = carve_f(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    work_walk(c, sh, EXEC_MLP, pass_f, &L);
+    void *const base[2] = {b, NULL};
+    W->mean = AT(L, base, MLP_MEAN);
+    W->rstd = AT(L, base, MLP_RSTD);
+    W->dyd = AT(L, base, MLP_DYD);
+    W->dh1 = AT(L, base, MLP_DH1);
+    W->du = AT(L, base, MLP_DUP);
+    W->dxn = AT(L, base, MLP_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t mlp_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)

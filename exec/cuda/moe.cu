@@ -17,9 +17,9 @@
  *
  * moe_combine: y[t] = residual[t] + sum over kept choices w[t][k] expert_out[slot].
  *
- * Buffers are ir/cost.c's at bf16, piece by piece (as exec/cpu/moe.c for fp32): the act buffer
- * holds what ir_region_activation_bytes lists, the work buffer what ir_region_work_bytes lists,
- * in its order. What neither keeps the backward recomputes from the act: the gate's RMS
+ * Buffers are plan/plan_tensors.h's rows at bf16, piece by piece (as exec/cpu/moe.c for fp32),
+ * the rows the cost model sums: the act buffer holds the act rows, the work buffer the work rows,
+ * in their order. What neither keeps the backward recomputes from the act: the gate's RMS
  * statistics from the kept norm input, its slots and fractions from the kept choices.
  *
  * Under recompute (exec_act_mode) each act buffer splits as exec/cpu/moe.c's: F keeps the
@@ -47,7 +47,7 @@ extern "C" void exec_cuda_route_view(const exec_cfg *c, void *route, uint16_t **
 
 /* ---------------------------------------------------------------- gate */
 
-/* act: exactly ir/cost.c's gate list at bf16: the norm input x and output xn (the router's
+/* act: plan_tensors.h's gate rows at bf16: the norm input x and output xn (the router's
  * input), the fp32 router probabilities [T][E] and the expert of each choice [T][k]. The slots
  * and the fractions f_e are a pure function of the choices (k_gate_capacity), and the RMS
  * statistics of x, so the backward rebuilds them (as exec/cpu/moe.c). */
@@ -57,22 +57,21 @@ typedef struct gate_act {
     int32_t *choice;         /* [T][k] */
 } gate_act;
 
-static size_t gate_layout(const exec_cfg *c, int mode, void *kept, void *rebuilt, gate_act *A,
-                          size_t *rebuilt_bytes)
+static size_t gate_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
+                          void *rebuilt, gate_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = carver_act(kept, rebuilt);
-    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
-    A->x = carve_b(&cv, T * h);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
-    A->xn = carve_b(&cv, T * h);
-    A->probs = carve_f(&cv, T * E);
-    A->choice = carve_i(&cv, T * k);
-    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_GATE, mode, &L);
+    void *const base[2] = {kept, rebuilt};
+    A->x = AT(L, base, MOE_GATE_X);
+    A->xn = AT(L, base, MOE_GATE_XN);
+    A->probs = AT(L, base, MOE_GATE_PROBS);
+    A->choice = AT(L, base, MOE_GATE_CHOICE);
+    if (rebuilt_bytes) *rebuilt_bytes = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-/* work, in ir_region_work_bytes's order: F's prefix (the RMS statistics, the fractions, the
+/* work, in plan_tensors.h's order: F's prefix (the RMS statistics, the fractions, the
  * slots), then what BI leaves for BW: the router logits' gradient dz (bf16, the operand of the
  * two GEMMs that read it) and the norm output's gradient dxn (fp32: the router's GEMM and the
  * kept slots' gradients sum into it). */
@@ -84,25 +83,29 @@ typedef struct gate_work {
     float *dxn;              /* [T][h] */
 } gate_work;
 
-static size_t gate_work_layout(const exec_cfg *c, void *base, gate_work *W, size_t *f_bytes)
+static size_t gate_work_layout(const exec_cfg *c, const exec_shard *sh, void *b, gate_work *W,
+                               size_t *f_bytes)
 {
-    carver cv = carver_one(base);
-    const int64_t T = c->b * c->s, h = c->h, E = c->experts, k = c->top_k;
-    W->rstd = carve_f(&cv, T);
-    W->frac = carve_f(&cv, E);
-    W->slot = carve_i(&cv, T * k);
-    if (f_bytes) *f_bytes = cv.off[0]; /* what F and R use */
-    W->dz = carve_b(&cv, T * E);
-    W->dxn = carve_f(&cv, T * h);
-    return cv.off[0];
+    plan_tensor_layout L;
+    if (f_bytes) {
+        work_walk(c, sh, EXEC_MOE_GATE, true, &L); /* what F and R use */
+        *f_bytes = (size_t)L.bytes[0];
+    }
+    work_walk(c, sh, EXEC_MOE_GATE, false, &L);
+    void *const base[2] = {b, NULL};
+    W->rstd = AT(L, base, MOE_GATE_RSTD);
+    W->frac = AT(L, base, MOE_GATE_FRAC);
+    W->slot = AT(L, base, MOE_GATE_SLOT);
+    W->dz = AT(L, base, MOE_GATE_DZ);
+    W->dxn = AT(L, base, MOE_GATE_DXN);
+    return (size_t)L.bytes[0];
 }
 
 int64_t moe_gate_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
 {
-    (void)s;
     gate_act A;
     size_t r = 0;
-    size_t k = gate_layout(c, mode, NULL, NULL, &A, &r);
+    size_t k = gate_layout(c, s, mode, NULL, NULL, &A, &r);
     if (rebuilt) *rebuilt = (int64_t)r;
     return (int64_t)k;
 }
@@ -114,9 +117,8 @@ int64_t moe_gate_act_bytes(const exec_cfg *c, const exec_shard *s)
 
 int64_t moe_gate_work_bytes(const exec_cfg *c, const exec_shard *s, bool pass_f)
 {
-    (void)s;
     gate_work W;
-    size_t f = 0, all = gate_work_layout(c, NULL, &W, &f);
+    size_t f = 0, all = gate_work_layout(c, s, NULL, &W, &f);
     return (int64_t)(pass_f ? f : all);
 }
 
@@ -246,10 +248,10 @@ extern "C" int exec_cuda_moe_gate_f(const exec_cuda_call *cc, base_error *e)
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k,
                   C = cfg->capacity;
     if (E > 2147483647) return base_errorf(e, "moe_gate: too many experts");
@@ -335,10 +337,10 @@ extern "C" int exec_cuda_moe_gate_bi(const exec_cuda_call *cc, base_error *e)
     const bf16 *ng = pb(&rp, c->param, "norm.g"), *wr = pb(&rp, c->param, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts, k = cfg->top_k;
     route_view dr;
     route_layout(cfg, (void *)c->dy2, &dr);
@@ -370,10 +372,10 @@ extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
     float *gng = gf(&rp, c->grad, "norm.g"), *gwr = gf(&rp, c->grad, "router");
     gate_act A;
     size_t rebuilt;
-    gate_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    gate_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     gate_work W;
-    gate_work_layout(cfg, c->work, &W, NULL);
+    gate_work_layout(cfg, c->shard, c->work, &W, NULL);
     const int64_t T = cfg->b * cfg->s, h = cfg->h, E = cfg->experts;
     TRY(gemm(x, true, false, h, E, T, 1, A.xn, h, W.dz, E, 1, gwr, NULL, E, e));
     return norm_bw(x, false, W.dxn, NULL, A.x, NULL, W.rstd, gng, NULL, T, h, e);
@@ -381,7 +383,7 @@ extern "C" int exec_cuda_moe_gate_bw(const exec_cuda_call *cc, base_error *e)
 
 /* ---------------------------------------------------------------- experts */
 
-/* act: exactly ir/cost.c's experts list: the received buffer and the gate, up and down inputs. */
+/* act: plan_tensors.h's experts rows: the received buffer and the gate, up and down inputs. */
 typedef struct experts_act {
     bf16 *x;                 /* the received buffer [rows][h] */
     bf16 *g, *u, *a;         /* [rows][f] */
@@ -402,27 +404,27 @@ static int64_t expert_rows(const exec_cfg *c, const exec_shard *sh)
 static size_t experts_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
                              void *rebuilt, experts_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = carver_act(kept, rebuilt);
-    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
-    A->x = carve_b(&cv, R * h);
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_OTHER);
-    A->g = carve_b(&cv, R * f);
-    A->u = carve_b(&cv, R * f);
-    A->a = carve_b(&cv, R * f);
-    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_EXPERTS, mode, &L);
+    void *const base[2] = {kept, rebuilt};
+    A->x = AT(L, base, MOE_EXPERTS_X);
+    A->g = AT(L, base, MOE_EXPERTS_G);
+    A->u = AT(L, base, MOE_EXPERTS_UP);
+    A->a = AT(L, base, MOE_EXPERTS_A);
+    if (rebuilt_bytes) *rebuilt_bytes = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
-static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *base,
+static size_t experts_work_layout(const exec_cfg *c, const exec_shard *sh, void *b,
                                   experts_work *W)
 {
-    carver cv = carver_one(base);
-    const int64_t R = expert_rows(c, sh), h = c->h, f = sh->neffn;
-    W->dy = carve_b(&cv, R * h);
-    W->dg = carve_b(&cv, R * f);
-    W->du = carve_b(&cv, R * f);
-    return cv.off[0];
+    plan_tensor_layout L;
+    work_walk(c, sh, EXEC_MOE_EXPERTS, false, &L);
+    void *const base[2] = {b, NULL};
+    W->dy = AT(L, base, MOE_EXPERTS_DY);
+    W->dg = AT(L, base, MOE_EXPERTS_DG);
+    W->du = AT(L, base, MOE_EXPERTS_DUP);
+    return (size_t)L.bytes[0];
 }
 
 int64_t moe_experts_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
@@ -562,7 +564,7 @@ extern "C" int exec_cuda_moe_experts_bw(const exec_cuda_call *cc, base_error *e)
 
 /* ---------------------------------------------------------------- combine */
 
-/* act: exactly ir/cost.c's combine list: the expert outputs, the fp32 routing weights and each
+/* act: plan_tensors.h's combine rows: the expert outputs, the fp32 routing weights and each
  * choice's slot (the unpermute's index map). No work buffer. */
 typedef struct combine_act {
     bf16 *eo;                /* expert outputs [E*C][h] */
@@ -572,31 +574,30 @@ typedef struct combine_act {
 } combine_act;
 
 /* Everything the combine keeps is its input. Under full recompute F keeps the whole input, the
- * residual too (ir/cost.c's region_input_bytes), so that R rebuilds the output from what F kept
+ * residual too (plan_tensors.h's restart row), so that R rebuilds the output from what F kept
  * alone: resid, w and slot then lie as a route tensor (route_layout: the same 16-byte aligned
  * pieces, from a 16-byte aligned start) right after the expert outputs, and R gets that place
  * as its x2, the expert outputs as its x. Otherwise the residual is not needed by the
  * backward, and is not kept. */
-static size_t combine_layout(const exec_cfg *c, int mode, void *kept, void *rebuilt,
-                             combine_act *A, size_t *rebuilt_bytes)
+static size_t combine_layout(const exec_cfg *c, const exec_shard *sh, int mode, void *kept,
+                             void *rebuilt, combine_act *A, size_t *rebuilt_bytes)
 {
-    carver cv = carver_act(kept, rebuilt);
-    const int64_t T = c->b * c->s, k = c->top_k;
-    cv.part = exec_act_part(mode, EXEC_ACT_PIECE_INPUT);
-    A->eo = carve_b(&cv, c->experts * c->capacity * c->h);
-    A->resid = mode == EXEC_ACT_INPUT ? carve_b(&cv, T * c->h) : NULL;
-    A->w = carve_f(&cv, T * k);
-    A->slot = carve_i(&cv, T * k);
-    if (rebuilt_bytes) *rebuilt_bytes = cv.off[1];
-    return cv.off[0];
+    plan_tensor_layout L;
+    act_walk(c, sh, EXEC_MOE_COMBINE, mode, &L);
+    void *const base[2] = {kept, rebuilt};
+    A->eo = AT(L, base, MOE_COMBINE_EO);
+    A->resid = AT(L, base, MOE_COMBINE_RESID);
+    A->w = AT(L, base, MOE_COMBINE_W);
+    A->slot = AT(L, base, MOE_COMBINE_SLOT);
+    if (rebuilt_bytes) *rebuilt_bytes = (size_t)L.bytes[1];
+    return (size_t)L.bytes[0];
 }
 
 int64_t moe_combine_act_split(const exec_cfg *c, const exec_shard *s, int mode, int64_t *rebuilt)
 {
-    (void)s;
     combine_act A;
     size_t r = 0;
-    size_t k = combine_layout(c, mode, NULL, NULL, &A, &r);
+    size_t k = combine_layout(c, s, mode, NULL, NULL, &A, &r);
     if (rebuilt) *rebuilt = (int64_t)r;
     return (int64_t)k;
 }
@@ -646,7 +647,7 @@ extern "C" int exec_cuda_moe_combine_f(const exec_cuda_call *cc, base_error *e)
     const exec_cfg *cfg = c->cfg;
     combine_act A;
     size_t rebuilt;
-    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    combine_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     route_view rv;
     route_layout(cfg, (void *)c->x2, &rv);
@@ -702,7 +703,7 @@ extern "C" int exec_cuda_moe_combine_bi(const exec_cuda_call *cc, base_error *e)
     const exec_cfg *cfg = c->cfg;
     combine_act A;
     size_t rebuilt;
-    combine_layout(cfg, c->act_mode, c->act, c->act2, &A, &rebuilt);
+    combine_layout(cfg, c->shard, c->act_mode, c->act, c->act2, &A, &rebuilt);
     NEED_ACT2(rebuilt);
     route_view dr;
     route_layout(cfg, c->dx2, &dr);
