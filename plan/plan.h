@@ -402,6 +402,22 @@ typedef void (*plan_timing_fn)(void *ctx, int dev, int instr, double start, doub
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e);
 
+/* The issuing host. plan_check runs every stream from the start, as the executors do (their
+ * interpreter issues without blocking). The simulator's host issues each device's launch order
+ * and, at the blocking points of the kinds `host` selects (PLAN_BLOCK_*, plan_index.block: the
+ * one rule of where a host blocks), waits until the device has finished everything launched so
+ * far. plan_check_host is plan_check's run with that host: it fails, naming each stuck device's
+ * instructions and the sync point its host waits at, where a blocking host deadlocks.
+ * Blocking only adds dependencies (transfers match by tag, collectives by sequence number), so a
+ * plan that completes with a host completes with any host that blocks at a subset of its points,
+ * and without one. */
+int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e);
+/* The blocking points a runtime's host may keep on this plan: the first of all kinds,
+ * NORM + BATCH, NORM, BATCH under which plan_check_host passes, else 0 (the host posts p2p
+ * asynchronously and never waits). why (may be NULL) gets the deadlock of the host that blocks
+ * at all kinds when that one fails, and is cleared otherwise. */
+unsigned plan_host_blocks(const plan_set *p, base_error *why);
+
 /* ---------------------------------------------------------------- index of a list */
 
 /* Where the host that issues a list in launch order blocks until its GPU has done everything
@@ -414,7 +430,7 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
  *  - BATCH: the instruction before a micro-batch's first forward compute (micro-batches begin in
  *    order from 0): the host loads the batch's input.
  * A consumer selects the kinds it models. */
-enum { PLAN_BLOCK_P2P = 1u, PLAN_BLOCK_NORM = 2u, PLAN_BLOCK_BATCH = 4u };
+enum { PLAN_BLOCK_P2P = 1u, PLAN_BLOCK_NORM = 2u, PLAN_BLOCK_BATCH = 4u, PLAN_BLOCK_ALL = 7u };
 
 /* One index of one instruction list, built once in time linear in the list (plus its stream,
  * event and slot counts) and read by the static check, the simulator and the interpreter, so that

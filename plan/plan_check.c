@@ -17,7 +17,8 @@
 #define LISTED_DEVICES 8 /* a deadlock report names the stuck instructions of this many devices */
 #define LISTED_STREAMS 3 /* ... and at most this many streams of each */
 
-enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_DONE };
+/* ST_HOLD: the head is not issued yet (the host model, plan_check_host) */
+enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_HOLD, ST_DONE };
 
 /* What the devices sharing a list share: the list's stream orders and static facts. */
 typedef struct list_info {
@@ -44,6 +45,10 @@ typedef struct dev_state {
     int nwaiting;         /* streams blocked on a WAIT */
     posted *post;         /* p2p operations posted and not yet matched, in posting order */
     int npost, cappost;
+    /* the issuing host (plan_check_host): launch indices [0, issued) are issued; when blocked,
+     * at sync point `blocked` until stream s has passed need[s] instructions */
+    int32_t issued, blocked;
+    int32_t *need;
 } dev_state;
 
 typedef struct stream_state {
@@ -83,6 +88,7 @@ typedef struct checker {
     int nwork, capwork;
     double now;
     int failed;
+    unsigned host;        /* PLAN_BLOCK_* kinds at which the modelled host blocks; 0: no host */
     plan_timing_fn timing; /* optional: told when each instruction ran */
     void *timing_ctx;
 } checker;
@@ -489,9 +495,13 @@ static void timed(const checker *c, int d, int i, double start)
     if (c->timing) c->timing(c->timing_ctx, d, i, start, c->now);
 }
 
+static void host_poll(checker *c, int d);
+
+/* A stream of device d moved past an instruction: the device's end, and maybe its host's sync. */
 static void touch_end(checker *c, int d)
 {
     if (c->now > c->ds[d].end_seconds) c->ds[d].end_seconds = c->now;
+    if (c->dv[d].blocked >= 0) host_poll(c, d);
 }
 
 static int use_buf(checker *c, int d, int i, int b, const char *how)
@@ -675,8 +685,55 @@ static void wake_waits(checker *c, int d)
             ss->cur++;
             dv->nwaiting--;
             work_push(c, dv->slot0 + s);
+            touch_end(c, d);
         }
     }
+}
+
+/* The issuing host (plan_check_host): it issues the device's launch order until it has issued a
+ * blocking point of a kind it models (plan_index's PLAN_BLOCK_* bits, the rule the simulator's
+ * host follows), then waits until every stream has finished what was issued up to it; issuing
+ * takes no time here. Streams whose head it has just issued may start. */
+static void host_go(checker *c, int d)
+{
+    dev_state *dv = &c->dv[d];
+    const plan_list *L = dev_list(c, d);
+    const plan_index *ix = &c->li[c->p->devices[d].list].ix;
+    dv->blocked = -1;
+    while (dv->issued < L->n) {
+        int i = dv->issued++;
+        if (ix->block[i] & c->host) {
+            dv->blocked = i;
+            break;
+        }
+    }
+    for (int s = 0; s < L->nstreams && dv->blocked >= 0; s++) {
+        int len, lo = 0, hi;
+        const int32_t *q = plan_index_stream(ix, s, &len);
+        for (hi = len; lo < hi;) { /* stream s's instructions launched up to the blocking point */
+            int mid = (lo + hi) / 2;
+            if (q[mid] <= dv->blocked) lo = mid + 1;
+            else hi = mid;
+        }
+        dv->need[s] = lo;
+    }
+    for (int s = 0; s < L->nstreams; s++) {
+        stream_state *ss = &c->ss[dv->slot0 + s];
+        if (ss->state == ST_HOLD) {
+            ss->state = ST_IDLE;
+            work_push(c, dv->slot0 + s);
+        }
+    }
+}
+
+/* The blocked host of device d goes on once every stream has passed what it launched. */
+static void host_poll(checker *c, int d)
+{
+    dev_state *dv = &c->dv[d];
+    int ns = dev_list(c, d)->nstreams;
+    for (int s = 0; s < ns; s++)
+        if (c->ss[dv->slot0 + s].cur < dv->need[s]) return;
+    host_go(c, d);
 }
 
 /* Starts what the stream's head allows: instantaneous instructions run on, the first one that
@@ -697,6 +754,10 @@ static int advance(checker *c, int32_t slot)
         }
         int i = order[ss->cur];
         const plan_instr *in = &L->ins[i];
+        if (i >= dv->issued) { /* the host has not issued it: host_go wakes the stream */
+            ss->state = ST_HOLD;
+            break;
+        }
         switch (in->op) {
         case PLAN_COMPUTE: {
             for (int q = 0; q < in->nreads; q++)
@@ -813,6 +874,8 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
                             o->send ? "recv" : "send", o->tag, o->peer);
             break;
         }
+    } else if (ss->state == ST_HOLD) {
+        base_buf_printf(b, " [not issued: the host waits at #%d]", c->dv[d].blocked);
     } else if (ss->state == ST_COLL) {
         const plan_instr *in = &L->ins[i];
         int g = plan_dev_group(p, d, in);
@@ -847,23 +910,23 @@ static int report_deadlock(checker *c)
     base_buf_printf(&b, "deadlock: at t=%.6g s nothing can progress and %d of %d devices are not finished; stuck:",
                     c->now, blocked, p->ndevices);
     uint8_t *mark = base_xcalloc((size_t)p->ndevices, 1);
-    int listed = 0;
+    int listed = 0, hosts = 0;
     for (int d = 0; d < p->ndevices && listed < LISTED_DEVICES; d++) {
         const plan_list *L = dev_list(c, d);
         const list_info *li = &c->li[p->devices[d].list];
         int primary = 0, waits = 0;
         for (int s = 0; s < L->nstreams; s++) {
             int st = c->ss[c->dv[d].slot0 + s].state;
-            primary += st != ST_DONE && st != ST_WAIT;
-            waits += st == ST_WAIT;
+            primary += st != ST_DONE && st != ST_WAIT && st != ST_HOLD;
+            waits += st == ST_WAIT || st == ST_HOLD;
         }
         if (!primary && !waits) continue;
         base_buf_printf(&b, "%s device %d (list %d):", listed ? ";" : "", d, p->devices[d].list);
-        int shown = 0, want = primary ? ST_WAIT : -1; /* the state to leave out */
+        int shown = 0;
         for (int s = 0; s < L->nstreams; s++) {
             int32_t slot = c->dv[d].slot0 + s;
             int st = c->ss[slot].state;
-            if (st == ST_DONE || st == want) continue;
+            if (st == ST_DONE || (primary && (st == ST_WAIT || st == ST_HOLD))) continue;
             if (shown == LISTED_STREAMS) {
                 base_buf_puts(&b, ", ...");
                 break;
@@ -875,6 +938,15 @@ static int report_deadlock(checker *c)
         }
         if (primary && waits) base_buf_printf(&b, " (and %d stream%s waiting for %s)", waits, waits > 1 ? "s" : "",
                                               primary > 1 ? "these" : "it");
+        if (c->dv[d].blocked >= 0) {
+            int k = c->dv[d].blocked;
+            unsigned bits = li->ix.block[k] & c->host;
+            base_buf_puts(&b, "; its host blocks at ");
+            describe(&b, c, d, k);
+            base_buf_printf(&b, " (%s sync point) until every instruction it launched so far has finished",
+                            bits & PLAN_BLOCK_P2P ? "p2p" : bits & PLAN_BLOCK_NORM ? "gradient-norm" : "micro-batch");
+            hosts++;
+        }
         listed++;
     }
     free(mark);
@@ -882,12 +954,19 @@ static int report_deadlock(checker *c)
     base_buf_puts(&b, ". Post each send's receive at the head of the peer's stream (exchanges in both directions "
                       "go in one sendrecv group), reach every group's collectives in one order on all members, and "
                       "record each event before the wait that needs it");
+    if (hosts)
+        base_buf_puts(&b, "; a host that blocks there never issues what the others wait for: launch that work, or "
+                          "the collective the host waits for, on the other side of the sync point in the order, or "
+                          "run with a host that posts p2p asynchronously (piper-sim --costs host_sync=norm)");
     fail(c, "%s", b.s);
     base_buf_free(&b);
     return -1;
 }
 
 /* ---------------------------------------------------------------- entry point */
+
+static int check_with(const plan_set *p, unsigned host, plan_stats *st, plan_timing_fn timing, void *ctx,
+                      base_error *e);
 
 static int run(checker *c)
 {
@@ -922,7 +1001,11 @@ static int run(checker *c)
             ss->dev = d, ss->s = s, ss->next = -1;
             work_push(c, dv->slot0 + s);
         }
+        dv->blocked = -1;
+        dv->issued = c->host ? 0 : L->n; /* without a host, everything is issued at the start */
+        dv->need = base_xcalloc((size_t)L->nstreams + 1, sizeof *dv->need);
     }
+    for (int d = 0; d < p->ndevices && c->host; d++) host_go(c, d);
     /* stream 0 of device 0 first: the work list is a stack */
     for (int a = 0, b = c->nwork - 1; a < b; a++, b--) {
         int32_t t = c->work[a];
@@ -948,7 +1031,33 @@ int plan_check(const plan_set *p, plan_stats *st, base_error *e)
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e)
 {
-    checker c = {.p = p, .e = e, .timing = timing, .timing_ctx = ctx};
+    return check_with(p, 0, st, timing, ctx, e);
+}
+
+int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e)
+{
+    return check_with(p, host & PLAN_BLOCK_ALL, st, NULL, NULL, e);
+}
+
+unsigned plan_host_blocks(const plan_set *p, base_error *why)
+{
+    /* by monotonicity (plan.h) the first host that passes allows every host that blocks at less */
+    static const unsigned tries[] = {PLAN_BLOCK_ALL, PLAN_BLOCK_NORM | PLAN_BLOCK_BATCH, PLAN_BLOCK_NORM,
+                                     PLAN_BLOCK_BATCH};
+    base_error e;
+    base_error_clear(&e);
+    if (why) base_error_clear(why);
+    for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
+        if (check_with(p, tries[k], NULL, NULL, NULL, k == 0 && why ? why : &e) == 0) return tries[k];
+        base_error_clear(&e);
+    }
+    return 0;
+}
+
+static int check_with(const plan_set *p, unsigned host, plan_stats *st, plan_timing_fn timing, void *ctx,
+                      base_error *e)
+{
+    checker c = {.p = p, .e = e, .host = host, .timing = timing, .timing_ctx = ctx};
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
     c.li = base_xcalloc((size_t)p->nlists + 1, sizeof *c.li);
     c.dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.dv);
@@ -971,7 +1080,7 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
         list_info *li = &c.li[l];
         plan_index_free(&li->ix), free(li->slot_used);
     }
-    for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post);
+    for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post), free(c.dv[d].need);
     free(c.li), free(c.dv), free(c.ss), free(c.kl_dur), free(c.gsorted), free(c.gmoff), free(c.goff);
     free(c.gcount), free(c.ghead), free(c.heap), free(c.work);
     if (st) {

@@ -528,6 +528,13 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
     else if (c->p2p_per_channel)
         fprintf(f, "  p2p: one stream per peer and direction (asked for, or one shared p2p "
                    "stream could deadlock under this schedule)\n");
+    base_error why;
+    unsigned host = plan_host_blocks(p, &why);
+    if (host != PLAN_BLOCK_ALL)
+        fprintf(f, "  host: a host that blocks at every sync point (p2p, norm, batch) cannot run this plan, so "
+                   "runtimes keep only%s%s%s%s: %s\n", host & PLAN_BLOCK_NORM ? " norm" : "",
+                host & PLAN_BLOCK_BATCH ? " batch" : "", host ? "" : " none", host ? "" : " (asynchronous p2p)",
+                why.msg);
     if (c->default_schedule)
         fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
                 c->default_schedule);
