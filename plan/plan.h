@@ -418,6 +418,12 @@ int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error
  * at all kinds when that one fails, and is cleared otherwise. */
 unsigned plan_host_blocks(const plan_set *p, base_error *why);
 
+/* The abstract run without a host under unit costs (plan_unit_durations with F = 1, B = 2,
+ * BI = BW = 1, other passes 0) and free communication: the step's makespan in units, or -1 if
+ * the plan does not pass plan_check. What an order costs, whatever the model's sizes: the
+ * compiler compares p2p stream layouts by it. */
+double plan_unit_makespan(const plan_set *p);
+
 /* ---------------------------------------------------------------- index of a list */
 
 /* Where the host that issues a list in launch order blocks until its GPU has done everything
@@ -463,6 +469,12 @@ typedef struct plan_index {
  * harmless). */
 int plan_index_build(plan_index *ix, const plan_set *p, int list, base_error *e);
 void plan_index_free(plan_index *ix);
+
+/* Unit costs (closed-form what-ifs: piper-sim --costs unit:..., the compiler's choice of p2p
+ * streams): out[i] is the seconds instruction i of list `list` takes when a stage's pass P costs
+ * unit[P] (PLAN_NPASS entries) per micro-batch, shared equally by the list's computes of that
+ * pass, stage and micro-batch (a stage's regions); 0 for every other instruction. */
+void plan_unit_durations(const plan_set *p, int list, const double *unit, double *out);
 
 /* Stream s's queue: *len launch indices, in launch order. */
 static inline const int32_t *plan_index_stream(const plan_index *ix, int s, int *len)

@@ -24,6 +24,7 @@ enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_HOLD, ST_DONE };
 typedef struct list_info {
     int first_dev;        /* a device using the list (for messages); -1 when unused */
     plan_index ix;        /* stream queues, wait targets, p2p runs, collective numbers */
+    double *udur;         /* unit costs (plan_unit_makespan): seconds per instruction */
     uint8_t *slot_used;   /* per group slot: named by a collective or a compute's tp/ep group */
     double busy;          /* compute seconds */
     int64_t count[PLAN_NOP + 1];
@@ -89,6 +90,7 @@ typedef struct checker {
     double now;
     int failed;
     unsigned host;        /* PLAN_BLOCK_* kinds at which the modelled host blocks; 0: no host */
+    bool unit;            /* unit costs and free communication instead of the header's GPU */
     plan_timing_fn timing; /* optional: told when each instruction ran */
     void *timing_ctx;
 } checker;
@@ -296,6 +298,12 @@ static int prepare_list(checker *c, int l)
     if (plan_index_build(&li->ix, p, l, c->e)) {
         c->failed = 1;
         return -1;
+    }
+    if (c->unit) {
+        static const double unit[PLAN_NPASS] = {[PLAN_PASS_F] = 1, [PLAN_PASS_B] = 2, [PLAN_PASS_BI] = 1,
+                                                [PLAN_PASS_BW] = 1};
+        li->udur = base_xcalloc((size_t)L->n + 1, sizeof *li->udur);
+        plan_unit_durations(p, l, unit, li->udur);
     }
     if (li->ix.early_wait >= 0) {
         /* the run blocks there, waiting for the first record (plan_index's rule) */
@@ -641,7 +649,7 @@ static int post_p2p(checker *c, int32_t slot, const int32_t *order)
             base_buf_free(&other);
             return -1;
         }
-        double t = c->now + p2p_seconds(in->bytes);
+        double t = c->now + (c->unit ? 0 : p2p_seconds(in->bytes));
         p2p_matched(c, slot, t);
         p2p_matched(c, o.slot, t);
     }
@@ -663,7 +671,7 @@ static int post_coll(checker *c, int32_t slot, int i)
     ss->next = c->ghead[inst];
     c->ghead[inst] = slot;
     if (++c->gcount[inst] == p->groups[g].n) {
-        double t = c->now + coll_seconds(in->coll, p->groups[g].n, in->bytes);
+        double t = c->now + (c->unit ? 0 : coll_seconds(in->coll, p->groups[g].n, in->bytes));
         for (int32_t w = c->ghead[inst]; w >= 0; w = c->ss[w].next) heap_push(c, t, w);
     }
     return 0;
@@ -764,7 +772,7 @@ static int advance(checker *c, int32_t slot)
                 if (use_buf(c, d, i, in->reads[q], "reads")) return -1;
             for (int q = 0; q < in->nwrites; q++)
                 if (use_buf(c, d, i, in->writes[q], "writes")) return -1;
-            double t = in->kernels >= 0 ? c->kl_dur[in->kernels] : 0;
+            double t = c->unit ? li->udur[i] : in->kernels >= 0 ? c->kl_dur[in->kernels] : 0;
             if (t > 0) {
                 ss->state = ST_RUNNING;
                 ss->batch = 1;
@@ -965,7 +973,7 @@ static int report_deadlock(checker *c)
 
 /* ---------------------------------------------------------------- entry point */
 
-static int check_with(const plan_set *p, unsigned host, plan_stats *st, plan_timing_fn timing, void *ctx,
+static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
                       base_error *e);
 
 static int run(checker *c)
@@ -1031,12 +1039,12 @@ int plan_check(const plan_set *p, plan_stats *st, base_error *e)
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e)
 {
-    return check_with(p, 0, st, timing, ctx, e);
+    return check_with(p, 0, false, st, timing, ctx, e);
 }
 
 int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e)
 {
-    return check_with(p, host & PLAN_BLOCK_ALL, st, NULL, NULL, e);
+    return check_with(p, host & PLAN_BLOCK_ALL, false, st, NULL, NULL, e);
 }
 
 unsigned plan_host_blocks(const plan_set *p, base_error *why)
@@ -1048,16 +1056,27 @@ unsigned plan_host_blocks(const plan_set *p, base_error *why)
     base_error_clear(&e);
     if (why) base_error_clear(why);
     for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
-        if (check_with(p, tries[k], NULL, NULL, NULL, k == 0 && why ? why : &e) == 0) return tries[k];
+        if (check_with(p, tries[k], false, NULL, NULL, NULL, k == 0 && why ? why : &e) == 0) return tries[k];
         base_error_clear(&e);
     }
     return 0;
 }
 
-static int check_with(const plan_set *p, unsigned host, plan_stats *st, plan_timing_fn timing, void *ctx,
+double plan_unit_makespan(const plan_set *p)
+{
+    base_error e;
+    base_error_clear(&e);
+    plan_stats st;
+    if (check_with(p, 0, true, &st, NULL, NULL, &e)) return -1;
+    double t = st.makespan_seconds;
+    plan_stats_free(&st);
+    return t;
+}
+
+static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
                       base_error *e)
 {
-    checker c = {.p = p, .e = e, .host = host, .timing = timing, .timing_ctx = ctx};
+    checker c = {.p = p, .e = e, .host = host, .unit = unit, .timing = timing, .timing_ctx = ctx};
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
     c.li = base_xcalloc((size_t)p->nlists + 1, sizeof *c.li);
     c.dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.dv);
@@ -1078,7 +1097,7 @@ static int check_with(const plan_set *p, unsigned host, plan_stats *st, plan_tim
         }
     for (int l = 0; l < p->nlists && c.li; l++) {
         list_info *li = &c.li[l];
-        plan_index_free(&li->ix), free(li->slot_used);
+        plan_index_free(&li->ix), free(li->slot_used), free(li->udur);
     }
     for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post), free(c.dv[d].need);
     free(c.li), free(c.dv), free(c.ss), free(c.kl_dur), free(c.gsorted), free(c.gmoff), free(c.goff);

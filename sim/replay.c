@@ -222,12 +222,6 @@ static void stream_main(int argc, char **argv)
 
 /* ---------------------------------------------------------------- preparation */
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int stream_key(sim_state *st, const char *name)
 {
     const char *n = name ? name : "";
@@ -273,40 +267,18 @@ static int prepare_list(sim_state *st, int l, const double *kl_dur, const double
 
     if (host_model(&st->o->costs)) prepare_host(st, L, li, kl_lead);
 
-    /* compute durations; with unit costs, P / (instructions of pass P for the same stage and
-     * micro-batch on this list) */
+    /* compute durations; with unit costs, plan_unit_durations' rule (a stage's pass costs its
+     * unit, shared by the stage's computes of that pass and micro-batch) */
     const sim_costs *c = &st->o->costs;
-    int64_t *keys = NULL;
-    size_t nkeys = 0;
-    if (c->unit) {
-        keys = base_xmalloc(n * sizeof *keys);
-        for (int i = 0; i < L->n; i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op == PLAN_COMPUTE)
-                keys[nkeys++] = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
-                                (int64_t)(uint32_t)(in->mb + 1);
-        }
-        qsort(keys, nkeys, sizeof *keys, cmp_i64);
-    }
+    if (c->unit) plan_unit_durations(p, l, c->unit_pass, li->dur);
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         double gf = sim_kernel_list_gemm_flops(p, in->kernels);
         li->hw_flops += gf;
         if (sim_pass_is_model(in->pass)) li->model_flops += gf;
-        if (c->unit) {
-            int64_t key = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
-                          (int64_t)(uint32_t)(in->mb + 1);
-            int64_t *at = bsearch(&key, keys, nkeys, sizeof *keys, cmp_i64);
-            size_t lo = (size_t)(at - keys), hi = lo;
-            while (lo > 0 && keys[lo - 1] == key) lo--;
-            while (hi < nkeys && keys[hi] == key) hi++;
-            li->dur[i] = c->unit_pass[in->pass] / (double)(hi - lo);
-        } else {
-            li->dur[i] = in->kernels >= 0 ? kl_dur[in->kernels] : 0;
-        }
+        if (!c->unit) li->dur[i] = in->kernels >= 0 ? kl_dur[in->kernels] : 0;
     }
-    free(keys);
     return 0;
 }
 
