@@ -113,7 +113,8 @@ static const sched_pass PASSES[] = {
      "one plan per device: streams, instructions, buffers and events (lower.c)"},
     {"check", pass_check, SCHED_IR_PLANS,
      "the static check: no deadlock, buffers live when used, each device's peak within its "
-     "memory (a deadlock on the one p2p stream lowers again with a stream per channel)"},
+     "memory; picks the p2p streams (one shared, or one per channel where the shared one deadlocks "
+     "or makes the order's unit-cost step longer)"},
 };
 enum { NPASSES = (int)BASE_COUNT(PASSES) };
 
