@@ -405,6 +405,28 @@ typedef void (*plan_timing_fn)(void *ctx, int dev, int instr, double start, doub
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e);
 
+/* The issuing host. plan_check runs every stream from the start, as the executors do (their
+ * interpreter issues without blocking). The simulator's host issues each device's launch order
+ * and, at the blocking points of the kinds `host` selects (PLAN_BLOCK_*, plan_index.block: the
+ * one rule of where a host blocks), waits until the device has finished everything launched so
+ * far. plan_check_host is plan_check's run with that host: it fails, naming each stuck device's
+ * instructions and the sync point its host waits at, where a blocking host deadlocks.
+ * Blocking only adds dependencies (transfers match by tag, collectives by sequence number), so a
+ * plan that completes with a host completes with any host that blocks at a subset of its points,
+ * and without one. */
+int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e);
+/* The blocking points a runtime's host may keep on this plan: the first of all kinds,
+ * NORM + BATCH, NORM, BATCH under which plan_check_host passes, else 0 (the host posts p2p
+ * asynchronously and never waits). why (may be NULL) gets the deadlock of the host that blocks
+ * at all kinds when that one fails, and is cleared otherwise. */
+unsigned plan_host_blocks(const plan_set *p, base_error *why);
+
+/* The abstract run without a host under unit costs (plan_unit_durations with F = 1, B = 2,
+ * BI = BW = 1, other passes 0) and free communication: the step's makespan in units, or -1 if
+ * the plan does not pass plan_check. What an order costs, whatever the model's sizes: the
+ * compiler compares p2p stream layouts by it. */
+double plan_unit_makespan(const plan_set *p);
+
 /* ---------------------------------------------------------------- index of a list */
 
 /* Where the host that issues a list in launch order blocks until its GPU has done everything
@@ -417,7 +439,7 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
  *  - BATCH: the instruction before a micro-batch's first forward compute (micro-batches begin in
  *    order from 0): the host loads the batch's input.
  * A consumer selects the kinds it models. */
-enum { PLAN_BLOCK_P2P = 1u, PLAN_BLOCK_NORM = 2u, PLAN_BLOCK_BATCH = 4u };
+enum { PLAN_BLOCK_P2P = 1u, PLAN_BLOCK_NORM = 2u, PLAN_BLOCK_BATCH = 4u, PLAN_BLOCK_ALL = 7u };
 
 /* One index of one instruction list, built once in time linear in the list (plus its stream,
  * event and slot counts) and read by the static check, the simulator and the interpreter, so that
@@ -450,6 +472,12 @@ typedef struct plan_index {
  * harmless). */
 int plan_index_build(plan_index *ix, const plan_set *p, int list, base_error *e);
 void plan_index_free(plan_index *ix);
+
+/* Unit costs (closed-form what-ifs: piper-sim --costs unit:..., the compiler's choice of p2p
+ * streams): out[i] is the seconds instruction i of list `list` takes when a stage's pass P costs
+ * unit[P] (PLAN_NPASS entries) per micro-batch, shared equally by the list's computes of that
+ * pass, stage and micro-batch (a stage's regions); 0 for every other instruction. */
+void plan_unit_durations(const plan_set *p, int list, const double *unit, double *out);
 
 /* Stream s's queue: *len launch indices, in launch order. */
 static inline const int32_t *plan_index_stream(const plan_index *ix, int s, int *len)

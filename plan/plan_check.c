@@ -17,12 +17,14 @@
 #define LISTED_DEVICES 8 /* a deadlock report names the stuck instructions of this many devices */
 #define LISTED_STREAMS 3 /* ... and at most this many streams of each */
 
-enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_DONE };
+/* ST_HOLD: the head is not issued yet (the host model, plan_check_host) */
+enum { ST_IDLE, ST_RUNNING, ST_WAIT, ST_P2P, ST_COLL, ST_HOLD, ST_DONE };
 
 /* What the devices sharing a list share: the list's stream orders and static facts. */
 typedef struct list_info {
     int first_dev;        /* a device using the list (for messages); -1 when unused */
     plan_index ix;        /* stream queues, wait targets, p2p runs, collective numbers */
+    double *udur;         /* unit costs (plan_unit_makespan): seconds per instruction */
     uint8_t *slot_used;   /* per group slot: named by a collective or a compute's tp/ep group */
     double busy;          /* compute seconds */
     int64_t count[PLAN_NOP + 1];
@@ -44,6 +46,10 @@ typedef struct dev_state {
     int nwaiting;         /* streams blocked on a WAIT */
     posted *post;         /* p2p operations posted and not yet matched, in posting order */
     int npost, cappost;
+    /* the issuing host (plan_check_host): launch indices [0, issued) are issued; when blocked,
+     * at sync point `blocked` until stream s has passed need[s] instructions */
+    int32_t issued, blocked;
+    int32_t *need;
 } dev_state;
 
 typedef struct stream_state {
@@ -83,6 +89,8 @@ typedef struct checker {
     int nwork, capwork;
     double now;
     int failed;
+    unsigned host;        /* PLAN_BLOCK_* kinds at which the modelled host blocks; 0: no host */
+    bool unit;            /* unit costs and free communication instead of the header's GPU */
     plan_timing_fn timing; /* optional: told when each instruction ran */
     void *timing_ctx;
 } checker;
@@ -291,6 +299,12 @@ static int prepare_list(checker *c, int l)
         c->failed = 1;
         return -1;
     }
+    if (c->unit) {
+        static const double unit[PLAN_NPASS] = {[PLAN_PASS_F] = 1, [PLAN_PASS_B] = 2, [PLAN_PASS_BI] = 1,
+                                                [PLAN_PASS_BW] = 1};
+        li->udur = base_xcalloc((size_t)L->n + 1, sizeof *li->udur);
+        plan_unit_durations(p, l, unit, li->udur);
+    }
     if (li->ix.early_wait >= 0) {
         /* the run blocks there, waiting for the first record (plan_index's rule) */
         int i = li->ix.early_wait;
@@ -489,9 +503,13 @@ static void timed(const checker *c, int d, int i, double start)
     if (c->timing) c->timing(c->timing_ctx, d, i, start, c->now);
 }
 
+static void host_poll(checker *c, int d);
+
+/* A stream of device d moved past an instruction: the device's end, and maybe its host's sync. */
 static void touch_end(checker *c, int d)
 {
     if (c->now > c->ds[d].end_seconds) c->ds[d].end_seconds = c->now;
+    if (c->dv[d].blocked >= 0) host_poll(c, d);
 }
 
 static int use_buf(checker *c, int d, int i, int b, const char *how)
@@ -631,7 +649,7 @@ static int post_p2p(checker *c, int32_t slot, const int32_t *order)
             base_buf_free(&other);
             return -1;
         }
-        double t = c->now + p2p_seconds(in->bytes);
+        double t = c->now + (c->unit ? 0 : p2p_seconds(in->bytes));
         p2p_matched(c, slot, t);
         p2p_matched(c, o.slot, t);
     }
@@ -653,7 +671,7 @@ static int post_coll(checker *c, int32_t slot, int i)
     ss->next = c->ghead[inst];
     c->ghead[inst] = slot;
     if (++c->gcount[inst] == p->groups[g].n) {
-        double t = c->now + coll_seconds(in->coll, p->groups[g].n, in->bytes);
+        double t = c->now + (c->unit ? 0 : coll_seconds(in->coll, p->groups[g].n, in->bytes));
         for (int32_t w = c->ghead[inst]; w >= 0; w = c->ss[w].next) heap_push(c, t, w);
     }
     return 0;
@@ -675,8 +693,55 @@ static void wake_waits(checker *c, int d)
             ss->cur++;
             dv->nwaiting--;
             work_push(c, dv->slot0 + s);
+            touch_end(c, d);
         }
     }
+}
+
+/* The issuing host (plan_check_host): it issues the device's launch order until it has issued a
+ * blocking point of a kind it models (plan_index's PLAN_BLOCK_* bits, the rule the simulator's
+ * host follows), then waits until every stream has finished what was issued up to it; issuing
+ * takes no time here. Streams whose head it has just issued may start. */
+static void host_go(checker *c, int d)
+{
+    dev_state *dv = &c->dv[d];
+    const plan_list *L = dev_list(c, d);
+    const plan_index *ix = &c->li[c->p->devices[d].list].ix;
+    dv->blocked = -1;
+    while (dv->issued < L->n) {
+        int i = dv->issued++;
+        if (ix->block[i] & c->host) {
+            dv->blocked = i;
+            break;
+        }
+    }
+    for (int s = 0; s < L->nstreams && dv->blocked >= 0; s++) {
+        int len, lo = 0, hi;
+        const int32_t *q = plan_index_stream(ix, s, &len);
+        for (hi = len; lo < hi;) { /* stream s's instructions launched up to the blocking point */
+            int mid = (lo + hi) / 2;
+            if (q[mid] <= dv->blocked) lo = mid + 1;
+            else hi = mid;
+        }
+        dv->need[s] = lo;
+    }
+    for (int s = 0; s < L->nstreams; s++) {
+        stream_state *ss = &c->ss[dv->slot0 + s];
+        if (ss->state == ST_HOLD) {
+            ss->state = ST_IDLE;
+            work_push(c, dv->slot0 + s);
+        }
+    }
+}
+
+/* The blocked host of device d goes on once every stream has passed what it launched. */
+static void host_poll(checker *c, int d)
+{
+    dev_state *dv = &c->dv[d];
+    int ns = dev_list(c, d)->nstreams;
+    for (int s = 0; s < ns; s++)
+        if (c->ss[dv->slot0 + s].cur < dv->need[s]) return;
+    host_go(c, d);
 }
 
 /* Starts what the stream's head allows: instantaneous instructions run on, the first one that
@@ -697,13 +762,17 @@ static int advance(checker *c, int32_t slot)
         }
         int i = order[ss->cur];
         const plan_instr *in = &L->ins[i];
+        if (i >= dv->issued) { /* the host has not issued it: host_go wakes the stream */
+            ss->state = ST_HOLD;
+            break;
+        }
         switch (in->op) {
         case PLAN_COMPUTE: {
             for (int q = 0; q < in->nreads; q++)
                 if (use_buf(c, d, i, in->reads[q], "reads")) return -1;
             for (int q = 0; q < in->nwrites; q++)
                 if (use_buf(c, d, i, in->writes[q], "writes")) return -1;
-            double t = in->kernels >= 0 ? c->kl_dur[in->kernels] : 0;
+            double t = c->unit ? li->udur[i] : in->kernels >= 0 ? c->kl_dur[in->kernels] : 0;
             if (t > 0) {
                 ss->state = ST_RUNNING;
                 ss->batch = 1;
@@ -813,6 +882,8 @@ static void why_stuck(base_buf *b, checker *c, int32_t slot, uint8_t *mark)
                             o->send ? "recv" : "send", o->tag, o->peer);
             break;
         }
+    } else if (ss->state == ST_HOLD) {
+        base_buf_printf(b, " [not issued: the host waits at #%d]", c->dv[d].blocked);
     } else if (ss->state == ST_COLL) {
         const plan_instr *in = &L->ins[i];
         int g = plan_dev_group(p, d, in);
@@ -847,23 +918,23 @@ static int report_deadlock(checker *c)
     base_buf_printf(&b, "deadlock: at t=%.6g s nothing can progress and %d of %d devices are not finished; stuck:",
                     c->now, blocked, p->ndevices);
     uint8_t *mark = base_xcalloc((size_t)p->ndevices, 1);
-    int listed = 0;
+    int listed = 0, hosts = 0;
     for (int d = 0; d < p->ndevices && listed < LISTED_DEVICES; d++) {
         const plan_list *L = dev_list(c, d);
         const list_info *li = &c->li[p->devices[d].list];
         int primary = 0, waits = 0;
         for (int s = 0; s < L->nstreams; s++) {
             int st = c->ss[c->dv[d].slot0 + s].state;
-            primary += st != ST_DONE && st != ST_WAIT;
-            waits += st == ST_WAIT;
+            primary += st != ST_DONE && st != ST_WAIT && st != ST_HOLD;
+            waits += st == ST_WAIT || st == ST_HOLD;
         }
         if (!primary && !waits) continue;
         base_buf_printf(&b, "%s device %d (list %d):", listed ? ";" : "", d, p->devices[d].list);
-        int shown = 0, want = primary ? ST_WAIT : -1; /* the state to leave out */
+        int shown = 0;
         for (int s = 0; s < L->nstreams; s++) {
             int32_t slot = c->dv[d].slot0 + s;
             int st = c->ss[slot].state;
-            if (st == ST_DONE || st == want) continue;
+            if (st == ST_DONE || (primary && (st == ST_WAIT || st == ST_HOLD))) continue;
             if (shown == LISTED_STREAMS) {
                 base_buf_puts(&b, ", ...");
                 break;
@@ -875,6 +946,15 @@ static int report_deadlock(checker *c)
         }
         if (primary && waits) base_buf_printf(&b, " (and %d stream%s waiting for %s)", waits, waits > 1 ? "s" : "",
                                               primary > 1 ? "these" : "it");
+        if (c->dv[d].blocked >= 0) {
+            int k = c->dv[d].blocked;
+            unsigned bits = li->ix.block[k] & c->host;
+            base_buf_puts(&b, "; its host blocks at ");
+            describe(&b, c, d, k);
+            base_buf_printf(&b, " (%s sync point) until every instruction it launched so far has finished",
+                            bits & PLAN_BLOCK_P2P ? "p2p" : bits & PLAN_BLOCK_NORM ? "gradient-norm" : "micro-batch");
+            hosts++;
+        }
         listed++;
     }
     free(mark);
@@ -882,12 +962,19 @@ static int report_deadlock(checker *c)
     base_buf_puts(&b, ". Post each send's receive at the head of the peer's stream (exchanges in both directions "
                       "go in one sendrecv group), reach every group's collectives in one order on all members, and "
                       "record each event before the wait that needs it");
+    if (hosts)
+        base_buf_puts(&b, "; a host that blocks there never issues what the others wait for: launch that work, or "
+                          "the collective the host waits for, on the other side of the sync point in the order, or "
+                          "run with a host that posts p2p asynchronously (piper-sim --costs host_sync=norm)");
     fail(c, "%s", b.s);
     base_buf_free(&b);
     return -1;
 }
 
 /* ---------------------------------------------------------------- entry point */
+
+static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
+                      base_error *e);
 
 static int run(checker *c)
 {
@@ -922,7 +1009,11 @@ static int run(checker *c)
             ss->dev = d, ss->s = s, ss->next = -1;
             work_push(c, dv->slot0 + s);
         }
+        dv->blocked = -1;
+        dv->issued = c->host ? 0 : L->n; /* without a host, everything is issued at the start */
+        dv->need = base_xcalloc((size_t)L->nstreams + 1, sizeof *dv->need);
     }
+    for (int d = 0; d < p->ndevices && c->host; d++) host_go(c, d);
     /* stream 0 of device 0 first: the work list is a stack */
     for (int a = 0, b = c->nwork - 1; a < b; a++, b--) {
         int32_t t = c->work[a];
@@ -948,7 +1039,44 @@ int plan_check(const plan_set *p, plan_stats *st, base_error *e)
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e)
 {
-    checker c = {.p = p, .e = e, .timing = timing, .timing_ctx = ctx};
+    return check_with(p, 0, false, st, timing, ctx, e);
+}
+
+int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e)
+{
+    return check_with(p, host & PLAN_BLOCK_ALL, false, st, NULL, NULL, e);
+}
+
+unsigned plan_host_blocks(const plan_set *p, base_error *why)
+{
+    /* by monotonicity (plan.h) the first host that passes allows every host that blocks at less */
+    static const unsigned tries[] = {PLAN_BLOCK_ALL, PLAN_BLOCK_NORM | PLAN_BLOCK_BATCH, PLAN_BLOCK_NORM,
+                                     PLAN_BLOCK_BATCH};
+    base_error e;
+    base_error_clear(&e);
+    if (why) base_error_clear(why);
+    for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
+        if (check_with(p, tries[k], false, NULL, NULL, NULL, k == 0 && why ? why : &e) == 0) return tries[k];
+        base_error_clear(&e);
+    }
+    return 0;
+}
+
+double plan_unit_makespan(const plan_set *p)
+{
+    base_error e;
+    base_error_clear(&e);
+    plan_stats st;
+    if (check_with(p, 0, true, &st, NULL, NULL, &e)) return -1;
+    double t = st.makespan_seconds;
+    plan_stats_free(&st);
+    return t;
+}
+
+static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
+                      base_error *e)
+{
+    checker c = {.p = p, .e = e, .host = host, .unit = unit, .timing = timing, .timing_ctx = ctx};
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
     c.li = base_xcalloc((size_t)p->nlists + 1, sizeof *c.li);
     c.dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.dv);
@@ -969,9 +1097,9 @@ int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, v
         }
     for (int l = 0; l < p->nlists && c.li; l++) {
         list_info *li = &c.li[l];
-        plan_index_free(&li->ix), free(li->slot_used);
+        plan_index_free(&li->ix), free(li->slot_used), free(li->udur);
     }
-    for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post);
+    for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post), free(c.dv[d].need);
     free(c.li), free(c.dv), free(c.ss), free(c.kl_dur), free(c.gsorted), free(c.gmoff), free(c.goff);
     free(c.gcount), free(c.ghead), free(c.heap), free(c.work);
     if (st) {

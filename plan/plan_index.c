@@ -316,3 +316,36 @@ int32_t *plan_index_device_coll_seq(const plan_index *ix, const plan_set *p, int
     free(cnt);
     return seq;
 }
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t unit_key(const plan_instr *in)
+{
+    return ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) | (int64_t)(uint32_t)(in->mb + 1);
+}
+
+void plan_unit_durations(const plan_set *p, int list, const double *unit, double *out)
+{
+    const plan_list *L = &p->lists[list];
+    int64_t *keys = base_xmalloc(((size_t)L->n + 1) * sizeof *keys);
+    size_t nkeys = 0;
+    for (int i = 0; i < L->n; i++)
+        if (L->ins[i].op == PLAN_COMPUTE) keys[nkeys++] = unit_key(&L->ins[i]);
+    qsort(keys, nkeys, sizeof *keys, cmp_i64);
+    for (int i = 0; i < L->n; i++) {
+        const plan_instr *in = &L->ins[i];
+        out[i] = 0;
+        if (in->op != PLAN_COMPUTE || in->pass >= PLAN_NPASS) continue;
+        int64_t key = unit_key(in);
+        int64_t *at = bsearch(&key, keys, nkeys, sizeof *keys, cmp_i64);
+        size_t lo = (size_t)(at - keys), hi = lo;
+        while (lo > 0 && keys[lo - 1] == key) lo--;
+        while (hi < nkeys && keys[hi] == key) hi++;
+        out[i] = unit[in->pass] / (double)(hi - lo);
+    }
+    free(keys);
+}

@@ -113,7 +113,8 @@ static const sched_pass PASSES[] = {
      "one plan per device: streams, instructions, buffers and events (lower.c)"},
     {"check", pass_check, SCHED_IR_PLANS,
      "the static check: no deadlock, buffers live when used, each device's peak within its "
-     "memory (a deadlock on the one p2p stream lowers again with a stream per channel)"},
+     "memory; picks the p2p streams (one shared, or one per channel where the shared one deadlocks "
+     "or makes the order's unit-cost step longer)"},
 };
 enum { NPASSES = (int)BASE_COUNT(PASSES) };
 
@@ -428,40 +429,68 @@ static int check_memory(sched_compilation *c, const sched_options *o, base_error
     return 0;
 }
 
+/* Keeps the warnings of *e and clears its error. */
+static void clear_keeping_warnings(base_error *e)
+{
+    char warn[BASE_WARN_MAX];
+    memcpy(warn, e->warnings, sizeof warn);
+    int nwarn = e->nwarn;
+    base_error_clear(e);
+    memcpy(e->warnings, warn, sizeof warn);
+    e->nwarn = nwarn;
+}
+
 /* The plans' verifier, as the last pass: it runs once, because its verdict picks the p2p streams
- * and its statistics (peak memory) are what the summary and the memory limit read. */
+ * and its statistics (peak memory) are what the summary and the memory limit read.
+ *
+ * The p2p streams follow from the order by one rule: the plan is lowered with one shared p2p
+ * stream per device (what a 1F1B runtime has: sendrecv pairs, which a blocking host can follow)
+ * and with one stream per peer, direction and flow (activations vs gradients: "p2p.send+1.F"),
+ * and the channels are kept when the shared stream deadlocks, or when they make the order's step
+ * shorter under unit costs (plan_unit_makespan: what the order costs, whatever the model's sizes),
+ * i.e. when a transfer whose partner is ready would queue behind one whose partner is not
+ * (interleaved and ZB-V at m = p, ZB-H2's sends ahead). Ties keep the shared stream, whose
+ * sendrecv pairs a blocking host can follow. `--p2p-per-channel` asks for the channels outright;
+ * `--no-sendrecv-groups` keeps the shared stream (so that its 1F1B deadlock stays visible). */
 static int pass_check(sched_ctx *x, base_error *e)
 {
     sched_compilation *c = x->c;
     const sched_options *o = &x->opt;
     if (o->no_check) return 0;
-    if (plan_check(&c->plan, &c->stats, e)) {
-        /* One p2p stream per device with every neighbour's sends and receives on it deadlocks
-         * for schedules with several stages per rank (interleaved, V shapes): each rank's lone
-         * send waits for a receive its neighbour queued behind its own. With one stream per peer
-         * and direction, each channel only needs both ends to agree on its order. Try that
-         * before giving up; the first error stands if it does not help. */
-        base_error again;
-        base_error_clear(&again);
-        sched_options o2 = *o;
-        o2.p2p_per_channel = true;
-        plan_stats_free(&c->stats);
-        plan_free(&c->plan);
-        plan_init(&c->plan);
-        if (!o->no_sendrecv_groups && !o->p2p_per_channel && strstr(e->msg, "deadlock") &&
-            sched_lower_plan(x, &x->order, &o2, &again) == 0 &&
-            plan_check(&c->plan, &c->stats, &again) == 0) {
-            char warn[BASE_WARN_MAX];
-            memcpy(warn, e->warnings, sizeof warn);
-            int nwarn = e->nwarn;
-            base_error_clear(e);
-            memcpy(e->warnings, warn, sizeof warn);
-            e->nwarn = nwarn;
-            c->p2p_per_channel = true;
-        } else {
-            base_error_prefix(e, "the plan cannot run: ");
-            return -1;
-        }
+    int rc = plan_check(&c->plan, &c->stats, e);
+    if (o->p2p_per_channel || o->no_sendrecv_groups || (rc && !strstr(e->msg, "deadlock"))) {
+        if (rc) base_error_prefix(e, "the plan cannot run: ");
+        return rc ? -1 : check_memory(c, o, e);
+    }
+    bool p2p = false; /* without transfers there is no stream to choose */
+    for (int l = 0; l < c->plan.nlists && !p2p; l++)
+        for (int i = 0; i < c->plan.lists[l].n && !p2p; i++)
+            p2p = c->plan.lists[l].ins[i].op == PLAN_SEND || c->plan.lists[l].ins[i].op == PLAN_RECV;
+    if (!p2p) return rc ? -1 : check_memory(c, o, e);
+    plan_set shared = c->plan;
+    plan_stats shared_st = c->stats;
+    plan_init(&c->plan);
+    memset(&c->stats, 0, sizeof c->stats);
+    base_error again;
+    base_error_clear(&again);
+    sched_options o2 = *o;
+    o2.p2p_per_channel = true;
+    bool channels = sched_lower_plan(x, &x->order, &o2, &again) == 0 && plan_check(&c->plan, &c->stats, &again) == 0;
+    if (channels && !rc) channels = plan_unit_makespan(&c->plan) < plan_unit_makespan(&shared) - 1e-9;
+    if (channels) {
+        plan_free(&shared);
+        plan_stats_free(&shared_st);
+        clear_keeping_warnings(e);
+        c->p2p_per_channel = true;
+        return check_memory(c, o, e);
+    }
+    plan_stats_free(&c->stats);
+    plan_free(&c->plan);
+    c->plan = shared;
+    c->stats = shared_st;
+    if (rc) {
+        base_error_prefix(e, "the plan cannot run: ");
+        return -1;
     }
     return check_memory(c, o, e);
 }
@@ -490,13 +519,7 @@ int sched_lower(sched_compilation *c, const sched_options *o, base_error *e)
     sched_ctx x;
     ctx_init(&x, c);
     x.opt = o ? *o : defaults;
-    /* a schedule that assumes asynchronous sends gets one p2p stream per channel from the start
-     * (sched_dir_schedule says which); the single shared stream would serialise them */
     if (x.opt.p2p_per_channel) c->p2p_per_channel = true;
-    if (c->p2p_channels_for && !x.opt.p2p_per_channel && !x.opt.no_sendrecv_groups) {
-        x.opt.p2p_per_channel = true;
-        c->p2p_per_channel = true;
-    }
     int rc = run_passes(&x, dag_passes(), NPASSES, e);
     sched_costs_free(x.costs);
     return rc;
@@ -525,12 +548,16 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
             (long long)c->dag.num_microbatches, (long long)c->dp_degree);
     fprintf(f, "  DAG %d nodes; %d distinct instruction lists; %d communication groups\n",
             ir_dag_live_nodes(&c->dag), p->nlists, p->ngroups);
-    if (c->p2p_per_channel && c->p2p_channels_for)
-        fprintf(f, "  p2p: one stream per peer and direction (%s sends ahead of its neighbours' "
-                   "receives; one shared p2p stream would serialise them)\n", c->p2p_channels_for);
-    else if (c->p2p_per_channel)
-        fprintf(f, "  p2p: one stream per peer and direction (asked for, or one shared p2p "
-                   "stream could deadlock under this schedule)\n");
+    if (c->p2p_per_channel)
+        fprintf(f, "  p2p: one stream per peer, direction and flow (asked for, or the order runs faster "
+                   "or only so than on one shared p2p stream)\n");
+    base_error why;
+    unsigned host = plan_host_blocks(p, &why);
+    if (host != PLAN_BLOCK_ALL)
+        fprintf(f, "  host: a host that blocks at every sync point (p2p, norm, batch) cannot run this plan, so "
+                   "runtimes keep only%s%s%s%s: %s\n", host & PLAN_BLOCK_NORM ? " norm" : "",
+                host & PLAN_BLOCK_BATCH ? " batch" : "", host ? "" : " none", host ? "" : " (asynchronous p2p)",
+                why.msg);
     if (c->default_schedule)
         fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
                 c->default_schedule);

@@ -34,9 +34,8 @@ typedef struct sched_compilation {
     plan_stats stats;    /* from the static check */
     int64_t dp_degree;         /* data-parallel degree the batch is split over */
     const char *default_schedule; /* set when the compiler chose the pipeline schedule */
-    bool p2p_per_channel;      /* the plan uses one p2p stream per peer and direction */
-    const char *p2p_channels_for; /* set by a schedule whose warm-up sends run ahead of the
-                                  neighbour's receives (zb-h2): its name; lowered per channel */
+    bool p2p_per_channel;      /* the plan uses one p2p stream per peer, direction and flow
+                                  (asked for, or derived from the order: compile.c, pass_check) */
     /* Members of overlapped order groups (several filters in one group: an F&B pair): node,
      * group (numbered in order of appearance) and member (the filter it matched, 0-based); the
      * launch order interleaves a group's members at their collectives (ordering.c). Arena-owned. */

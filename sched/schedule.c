@@ -702,12 +702,6 @@ int sched_dir_schedule(sched_ctx *x, const ir_directive *d, base_error *e)
         if (b->build(&sp, &t, why, sizeof why))
             return sched_dir_error(d, e, "%s", why);
         for (int s = 0; s < S; s++) chunk_of[s] = sched_layout_chunk(b->layout, p, s);
-        /* ZB-H2's warm-up sends 2(p-r-1) forwards while the next rank takes fewer before it
-         * sends its first gradient back: with one shared, blocking p2p stream the early sends
-         * hold the stream and the returning gradients queue behind them (idle grows to several
-         * times the closed form). The schedule assumes asynchronous sends, as its runtime
-         * has: one stream per peer, direction and flow gives exactly that. */
-        if (b->flags & SCHED_NEEDS_P2P_CHANNELS) x->c->p2p_channels_for = b->name;
         if (sched_table_validate(&t, NULL, S, mb_per_stage, e)) {
             base_error_prefix(e, "%s: the %s builder made an invalid order (a bug in piper): ",
                               where, what);

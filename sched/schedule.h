@@ -96,8 +96,6 @@ typedef int (*sched_build_fn)(const sched_params *sp, sched_table *t, char *why,
 enum {
     SCHED_NEEDS_MIRROR = 1,        /* DualPipe's second pipeline (dualpipe_mirror.c) is made
                                       before the sends and receives: stages p..2p-1 */
-    SCHED_NEEDS_P2P_CHANNELS = 2,  /* sends ahead of the neighbour's receives: one p2p stream
-                                      per peer, direction and flow (see schedule.c) */
 };
 
 /* The schedule builders, one row each: the only list of them. A new schedule is its builder's
@@ -122,7 +120,7 @@ enum {
       O("chunks", v, "v, checked against the placement"))                                        \
     X(ZBH1, "zb-h1", ONE, sched_build_zbh1, 0,                                                   \
       "Zero Bubble H1: backward split into I and W, W deferred into the bubbles", )              \
-    X(ZBH2, "zb-h2", ONE, sched_build_zbh2, SCHED_NEEDS_P2P_CHANNELS,                            \
+    X(ZBH2, "zb-h2", ONE, sched_build_zbh2, 0,                                                   \
       "Zero Bubble H2: twice H1's warm-up forwards, sent ahead", )                               \
     X(ZBV, "zbv", V, sched_build_zbv, 0,                                                         \
       "Zero Bubble V: two chunks per rank in a V, I and W", )                                    \

@@ -6,7 +6,7 @@
  * its issue times are a running sum fixed before the run (replay.c, prepare_host), so no actor
  * plays the host: a stream waits for the host to reach the instruction's segment (a per-device
  * counter the streams advance when the synchronisation's instructions are done), then sleeps
- * until the issue time. Whether the host may block at p2p at all is host_block.c's question,
+ * until the issue time. Where the host may block at all is plan_host_blocks' answer (plan.h),
  * asked before the run. */
 #include "sim_internal.h"
 

@@ -247,12 +247,6 @@ static void stream_main(int argc, char **argv)
 
 /* ---------------------------------------------------------------- preparation */
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int stream_key(sim_state *st, const char *name)
 {
     const char *n = name ? name : "";
@@ -298,40 +292,18 @@ static int prepare_list(sim_state *st, int l, const double *kl_dur, const double
 
     if (host_model(&st->o->costs)) prepare_host(st, L, li, kl_lead);
 
-    /* compute durations; with unit costs, P / (instructions of pass P for the same stage and
-     * micro-batch on this list) */
+    /* compute durations; with unit costs, plan_unit_durations' rule (a stage's pass costs its
+     * unit, shared by the stage's computes of that pass and micro-batch) */
     const sim_costs *c = &st->o->costs;
-    int64_t *keys = NULL;
-    size_t nkeys = 0;
-    if (c->unit) {
-        keys = base_xmalloc(n * sizeof *keys);
-        for (int i = 0; i < L->n; i++) {
-            const plan_instr *in = &L->ins[i];
-            if (in->op == PLAN_COMPUTE)
-                keys[nkeys++] = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
-                                (int64_t)(uint32_t)(in->mb + 1);
-        }
-        qsort(keys, nkeys, sizeof *keys, cmp_i64);
-    }
+    if (c->unit) plan_unit_durations(p, l, c->unit_pass, li->dur);
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (in->op != PLAN_COMPUTE) continue;
         double gf = sim_kernel_list_gemm_flops(p, in->kernels);
         li->hw_flops += gf;
         if (sim_pass_is_model(in->pass)) li->model_flops += gf;
-        if (c->unit) {
-            int64_t key = ((int64_t)in->pass << 56) | ((int64_t)(uint32_t)(in->stage + 1) << 28) |
-                          (int64_t)(uint32_t)(in->mb + 1);
-            int64_t *at = bsearch(&key, keys, nkeys, sizeof *keys, cmp_i64);
-            size_t lo = (size_t)(at - keys), hi = lo;
-            while (lo > 0 && keys[lo - 1] == key) lo--;
-            while (hi < nkeys && keys[hi] == key) hi++;
-            li->dur[i] = c->unit_pass[in->pass] / (double)(hi - lo);
-        } else {
-            li->dur[i] = in->kernels >= 0 ? kl_dur[in->kernels] : 0;
-        }
+        if (!c->unit) li->dur[i] = in->kernels >= 0 ? kl_dur[in->kernels] : 0;
     }
-    free(keys);
     return 0;
 }
 
@@ -406,14 +378,24 @@ static int prepare(sim_state *st, base_error *e)
      * start (prepare_host), the per-list model the launches (sim_kernel_list_seconds) */
     const sim_costs *c = &st->o->costs;
     st->host_sync = c->host_sync;
-    /* a plan whose p2p a blocking host cannot follow (receives posted ahead: asynchronous p2p) would
-     * deadlock at those waits, and at the micro-batch ones too (a pending receive's sender may be
-     * a host waiting in turn); the gradient norm's wait comes after every transfer, always safe */
-    if (host_model(c) && (st->host_sync & (SIM_SYNC_P2P | SIM_SYNC_BATCH)) && !sim_host_can_block_at_p2p(p)) {
-        st->host_sync &= ~(SIM_SYNC_P2P | SIM_SYNC_BATCH);
-        snprintf(st->host_note, sizeof st->host_note, "the host waits neither at p2p transfers nor before "
-                 "micro-batches: the plan posts receives ahead of the work feeding their sends (asynchronous "
-                 "p2p), which a blocking host would deadlock on");
+    /* the host blocks only where the plan's check proves a blocking host completes the step
+     * (plan_host_blocks, the static check's run with the same host): a plan that posts receives
+     * ahead of the work feeding their sends, or whose host would wait at a p2p transfer for a
+     * collective its peers reach only later, runs with an asynchronous host there */
+    if (host_model(c) && (st->host_sync & (SIM_SYNC_P2P | SIM_SYNC_NORM | SIM_SYNC_BATCH))) {
+        unsigned ok = plan_host_blocks(p, NULL), want = st->host_sync;
+        if (!(ok & PLAN_BLOCK_P2P)) st->host_sync &= ~SIM_SYNC_P2P;
+        if (!(ok & PLAN_BLOCK_NORM)) st->host_sync &= ~SIM_SYNC_NORM;
+        if (!(ok & PLAN_BLOCK_BATCH)) st->host_sync &= ~SIM_SYNC_BATCH;
+        unsigned gone = want & ~st->host_sync;
+        if (gone) {
+            char what[96] = "";
+            if (gone & SIM_SYNC_P2P) strcat(what, ", at p2p transfers");
+            if (gone & SIM_SYNC_BATCH) strcat(what, ", before micro-batches");
+            if (gone & SIM_SYNC_NORM) strcat(what, ", at the gradient norm");
+            snprintf(st->host_note, sizeof st->host_note, "the host does not wait%s: a host blocking there "
+                     "deadlocks this plan (plan_check_host), so it posts p2p asynchronously", what + 1);
+        }
     }
     double *kl_dur = base_xcalloc((size_t)p->nkernel_lists + 1, sizeof *kl_dur);
     /* kl_lead[2k], kl_lead[2k + 1]: the lead of list k at the forward's and the backward's launch */

@@ -237,7 +237,7 @@ typedef struct sim_result {
     int folded_replicas;           /* data-parallel replicas folded into one (1: not folded) */
     int simulated_devices;         /* devices the replay ran (the others copy one of them) */
     char fold_note[200];           /* why the plan was not folded ("" when folded or folding is off) */
-    char host_note[200];           /* why the host model left out a synchronisation ("" when none) */
+    char host_note[320];           /* why the host model left out a synchronisation ("" when none) */
     double wall_seconds;           /* of the simulation (not part of any deterministic output) */
 } sim_result;
 

@@ -3,7 +3,7 @@
  * the report both need, the folding of data-parallel replicas (fold.c), the platform with loop
  * routes for it (platform.c), and the replay's state and the parts of it that live in their own
  * files: p2p matching (p2p.c), the collectives (coll.c and one coll_<name>.c per algorithm), the
- * host model (host.c, host_block.c) and the trace (replay_trace.c). */
+ * host model (host.c) and the trace (replay_trace.c). */
 #ifndef PIPER_SIM_INTERNAL_H
 #define PIPER_SIM_INTERNAL_H
 
@@ -37,11 +37,6 @@ typedef struct sim_group_grid {
 } sim_group_grid;
 void sim_group_grid_init(const plan_set *p, int g, sim_group_grid *gg);
 void sim_group_grid_free(sim_group_grid *gg);
-
-/* Can every device's host block at its p2p runs until they complete (host_sync=p2p) without the
- * step deadlocking (host_block.c)? False for plans that post receives ahead of the work feeding
- * the matching sends (DualPipe's overlapped pairs); the replay then leaves out those waits. */
-bool sim_host_can_block_at_p2p(const plan_set *p);
 
 /* Folding of data-parallel replicas (fold.c): which devices the replay simulates. */
 typedef struct sim_fold {
@@ -192,7 +187,7 @@ typedef struct sim_state {
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
-    char host_note[200];         /* why one was left out */
+    char host_note[320];         /* why one was left out */
     int64_t ticks;
     double wall0, wall_last;
     char dummy;

@@ -8,9 +8,13 @@
 
 /* ---------------------------------------------------------------- streams and events */
 
-int exec_cuda_streams_init(exec_cuda_streams *s, const plan_list *L, base_error *e)
+int exec_cuda_streams_init(exec_cuda_streams *s, const plan_set *p, int list, base_error *e)
 {
     memset(s, 0, sizeof *s);
+    /* the list's index (plan.h) says which record each wait waits on and where sendrecv groups
+     * are: the rule the interpreter, the simulator and the static check follow */
+    if (plan_index_build(&s->ix, p, list, e)) return -1;
+    const plan_list *L = &p->lists[list];
     const int n = L->n > 0 ? L->n : 1;
     s->nstreams = L->nstreams > 0 ? L->nstreams : 1;
     s->record_of = base_xcalloc((size_t)n, sizeof(int));
@@ -24,12 +28,6 @@ int exec_cuda_streams_init(exec_cuda_streams *s, const plan_list *L, base_error 
     for (int i = 0; i < L->n; i++) {
         s->record_of[i] = s->wait_on[i] = -1;
         const plan_instr *in = &L->ins[i];
-        if (in->stream < 0 || in->stream >= s->nstreams) {
-            exec_cuda_streams_free(s);
-            return base_errorf(e, "instruction #%d names stream %d of %d; the plan is corrupt, "
-                                  "compile it again",
-                               i, in->stream, s->nstreams);
-        }
         if (in->op == PLAN_RECORD) {
             s->record_of[i] = s->nrecords++;
             s->nrecs[in->stream]++;
@@ -47,20 +45,7 @@ int exec_cuda_streams_init(exec_cuda_streams *s, const plan_list *L, base_error 
         if (in->op == PLAN_RECORD) s->recs[in->stream][s->nrecs[in->stream]++] = i;
         if (in->op != PLAN_WAIT) continue;
         s->waits[in->stream][s->nwaits[in->stream]++] = i;
-        /* the interpreter's rule: the latest record of the event before the wait, else the
-         * first after it */
-        int t = -1;
-        for (int j = i - 1; j >= 0 && t < 0; j--)
-            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) t = j;
-        for (int j = i + 1; j < L->n && t < 0; j++)
-            if (L->ins[j].op == PLAN_RECORD && L->ins[j].event == in->event) t = j;
-        if (t < 0) {
-            exec_cuda_streams_free(s);
-            return base_errorf(e, "instruction #%d waits for event %d, which no instruction "
-                                  "records; the plan is inconsistent, compile it again",
-                               i, in->event);
-        }
-        s->wait_on[i] = s->record_of[t];
+        s->wait_on[i] = s->record_of[s->ix.wait[i]];
     }
     return 0;
 }
@@ -79,6 +64,7 @@ void exec_cuda_streams_free(exec_cuda_streams *s)
     free(s->wait_cur);
     free(s->record_of);
     free(s->wait_on);
+    plan_index_free(&s->ix);
     memset(s, 0, sizeof *s);
 }
 
@@ -286,35 +272,18 @@ fail:
 
 /* ---------------------------------------------------------------- sendrecv groups */
 
-void exec_cuda_sendrecv_spans(const plan_list *L, int *first, int *last)
+void exec_cuda_sendrecv_spans(const plan_index *ix, int *first, int *last)
 {
-    for (int i = 0; i < L->n; i++) first[i] = last[i] = -1;
-    const int ns = L->nstreams > 0 ? L->nstreams : 1;
-    /* per stream: the previous p2p instruction and the group it started */
-    int *prev = base_xcalloc((size_t)ns, sizeof(int));
-    for (int s = 0; s < ns; s++) prev[s] = -1;
-    for (int i = 0; i < L->n; i++) {
-        const plan_instr *in = &L->ins[i];
-        int s = in->stream >= 0 && in->stream < ns ? in->stream : 0;
-        bool p2p = in->op == PLAN_SEND || in->op == PLAN_RECV;
-        int pv = prev[s];
-        if (!p2p) {
-            /* any other instruction on the stream ends a group (the interpreter requires the
-             * members to be consecutive on their stream) */
-            prev[s] = -1;
-            continue;
+    for (int i = 0; i < ix->n; i++) first[i] = last[i] = -1;
+    /* a run (plan_index: a sendrecv group, or a lone transfer) starts at its head in stream order */
+    for (int s = 0; s < ix->nstreams; s++) {
+        int len;
+        const int32_t *q = plan_index_stream(ix, s, &len);
+        for (int k = 0; k < len; k++) {
+            int run = ix->run[q[k]];
+            for (int j = 0; j < run; j++) first[q[k + j]] = q[k], last[q[k + j]] = q[k + run - 1];
         }
-        if (in->sendrecv && pv >= 0 && L->ins[pv].sendrecv == in->sendrecv) {
-            first[i] = first[pv];
-            for (int j = first[i]; j < i; j++)
-                if (L->ins[j].stream == in->stream && first[j] == first[i]) last[j] = i;
-            last[i] = i;
-        } else {
-            first[i] = last[i] = i;
-        }
-        prev[s] = i;
     }
-    free(prev);
 }
 
 /* ---------------------------------------------------------------- the caching allocator */

@@ -2,8 +2,8 @@
  * CUDA or NCCL types, so that tests/exec_cuda checks it on a machine without a GPU:
  *
  *  - streams and events: every plan stream is one CUDA stream; every RECORD instruction gets a
- *    CUDA event of its own, and a WAIT waits on the event of the record the interpreter's rule
- *    names (the latest record of its event before it in launch order, else the first after it).
+ *    CUDA event of its own, and a WAIT waits on the event of the record the list's index names
+ *    (plan_index.wait: the latest record of its event before it in launch order, else the first).
  *    One event per record, not per plan event id, because cudaStreamWaitEvent waits for the most
  *    recent record *on the host*, and the host may already have run a later record of the same
  *    id on another stream. The exec_backend's record/wait callbacks are given (stream, event),
@@ -19,7 +19,8 @@
  *    with their color, the others with NCCL_SPLIT_NOCOLOR).
  *  - sendrecv groups: the members of a sendrecv group, consecutive on their stream, are launched
  *    between one ncclGroupStart and ncclGroupEnd; exec_cuda_sendrecv_spans gives each p2p
- *    instruction the first and last member of its group (itself for a lone transfer).
+ *    instruction the first and last member of its group (itself for a lone transfer), from the
+ *    list's index.
  *  - the caching allocator: size classes over a raw allocator (cudaMalloc), free lists per class,
  *    blocks freed by a stream kept pending behind a fence (a CUDA event) until the device has
  *    passed the free, peaks reported.
@@ -38,6 +39,7 @@
 /* ---------------------------------------------------------------- streams and events */
 
 typedef struct exec_cuda_streams {
+    plan_index ix;       /* the list's index: wait targets, sendrecv groups (plan.h) */
     int nstreams;
     int nrecords;        /* RECORD instructions of the list: one CUDA event each */
     int *record_of;      /* [instr]: the event index of a RECORD instruction, -1 */
@@ -48,8 +50,9 @@ typedef struct exec_cuda_streams {
     int *rec_cur, *wait_cur;
 } exec_cuda_streams;
 
-/* Reads the list's streams and events; fails on a wait whose event is never recorded. */
-int exec_cuda_streams_init(exec_cuda_streams *s, const plan_list *L, base_error *e);
+/* Reads the streams and events of list `list` through its index (plan_index_build); fails as
+ * the index does, e.g. on a wait whose event is never recorded. */
+int exec_cuda_streams_init(exec_cuda_streams *s, const plan_set *p, int list, base_error *e);
 void exec_cuda_streams_free(exec_cuda_streams *s);
 /* Sets the cursors back for a new run of the list. */
 void exec_cuda_streams_reset(exec_cuda_streams *s);
@@ -98,9 +101,10 @@ const char *exec_cuda_p2p_peer_stream(const plan_set *p, int device, int i);
 
 /* ---------------------------------------------------------------- sendrecv groups */
 
-/* For every SEND/RECV of the list: first[i] and last[i], the first and last members of its
- * sendrecv group on its stream (i itself for a transfer outside any group); -1 elsewhere. */
-void exec_cuda_sendrecv_spans(const plan_list *L, int *first, int *last);
+/* For every SEND/RECV of the indexed list: first[i] and last[i], the first and last members of
+ * its p2p run (plan_index.run: its sendrecv group, or i itself for a lone transfer); -1
+ * elsewhere. */
+void exec_cuda_sendrecv_spans(const plan_index *ix, int *first, int *last);
 
 /* ---------------------------------------------------------------- the caching allocator */
 

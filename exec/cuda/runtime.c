@@ -296,10 +296,10 @@ int exec_cuda_rt_open(exec_cuda_rt **out, const plan_set *p, int device, int wor
     r->slot = base_xcalloc((size_t)((int64_t)r->bd.nreg * r->nmb * EXEC_NSLOT) + 1, sizeof *r->slot);
     r->cfg.loss_scale = 1.0 / (double)(p->model.global_batch * r->cfg.s);
     r->cfg.aux_weight = 1.0 / (double)(r->nmb * r->dp_size);
-    if ((rc = exec_cuda_streams_init(&r->sm, L, e))) goto done;
+    if ((rc = exec_cuda_streams_init(&r->sm, p, p->devices[device].list, e))) goto done;
     r->sr_first = base_xcalloc((size_t)(L->n + 1), sizeof(int));
     r->sr_last = base_xcalloc((size_t)(L->n + 1), sizeof(int));
-    exec_cuda_sendrecv_spans(L, r->sr_first, r->sr_last);
+    exec_cuda_sendrecv_spans(&r->sm.ix, r->sr_first, r->sr_last);
     if ((rc = exec_cuda_comm_keys(p, r->bd.head_region, &r->keys, &r->nkeys, e))) goto done;
     rc = create_cuda(r, e);
 done:

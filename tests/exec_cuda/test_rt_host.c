@@ -37,7 +37,8 @@ static void test_streams_events(void)
     exec_cuda_streams s;
     base_error e;
     base_error_clear(&e);
-    CU_ASSERT_FATAL(exec_cuda_streams_init(&s, &L, &e) == 0);
+    plan_set ps = {.nlists = 1, .lists = &L};
+    CU_ASSERT_FATAL(exec_cuda_streams_init(&s, &ps, 0, &e) == 0);
     CU_ASSERT_EQUAL(s.nrecords, 3);
     CU_ASSERT_EQUAL(s.record_of[0], 0);
     CU_ASSERT_EQUAL(s.record_of[2], 1);
@@ -72,8 +73,9 @@ static void test_streams_events(void)
     /* a wait without any record is refused */
     plan_instr w[1] = {ins(PLAN_WAIT, 0, 3)};
     plan_list L2 = {.n = 1, .ins = w, .nstreams = 1, .streams = names, .nevents = 4};
-    CU_ASSERT(exec_cuda_streams_init(&s, &L2, &e) == -1);
-    CU_ASSERT(strstr(e.msg, "no instruction records") != NULL);
+    plan_set ps2 = {.nlists = 1, .lists = &L2};
+    CU_ASSERT(exec_cuda_streams_init(&s, &ps2, 0, &e) == -1);
+    CU_ASSERT(strstr(e.msg, "which no instruction of the list records") != NULL);
 }
 
 static plan_instr p2p(plan_op op, int stream, int sendrecv)
@@ -92,9 +94,15 @@ static void test_sendrecv_spans(void)
                         p2p(PLAN_RECV, 0, 2), ins(PLAN_COMPUTE, 0, -1), p2p(PLAN_RECV, 0, 3),
                         p2p(PLAN_SEND, 1, 3)};
     const char *names[2] = {"pp", "other"};
-    plan_list L = {.n = 10, .ins = v, .nstreams = 2, .streams = names};
+    plan_list L = {.n = 10, .ins = v, .nstreams = 2, .streams = names, .nevents = 1};
     int first[10], last[10];
-    exec_cuda_sendrecv_spans(&L, first, last);
+    plan_set ps = {.nlists = 1, .lists = &L};
+    plan_index ix;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_FATAL(plan_index_build(&ix, &ps, 0, &e) == 0);
+    exec_cuda_sendrecv_spans(&ix, first, last);
+    plan_index_free(&ix);
     const int wf[10] = {0, 0, 2, 3, -1, 3, 3, -1, 8, 9}, wl[10] = {1, 1, 2, 6, -1, 6, 6, -1, 8, 9};
     for (int i = 0; i < 10; i++) {
         CU_ASSERT_EQUAL(first[i], wf[i]);
@@ -233,7 +241,12 @@ static void test_comm_keys_tp_and_1f1b(void)
         for (int d = 0; d < c.plan.ndevices; d++) {
             const plan_list *L = plan_dev_list(&c.plan, d);
             int *first = calloc((size_t)L->n + 1, sizeof(int)), *last = calloc((size_t)L->n + 1, sizeof(int));
-            exec_cuda_sendrecv_spans(L, first, last);
+            plan_index ix;
+            base_error ie;
+            base_error_clear(&ie);
+            CU_ASSERT_FATAL(plan_index_build(&ix, &c.plan, c.plan.devices[d].list, &ie) == 0);
+            exec_cuda_sendrecv_spans(&ix, first, last);
+            plan_index_free(&ix);
             for (int i = 0; i < L->n; i++) {
                 const plan_instr *in = &L->ins[i];
                 if (in->op != PLAN_SEND && in->op != PLAN_RECV) {

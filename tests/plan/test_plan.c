@@ -789,6 +789,73 @@ static void build_exchange(plan_builder *b, plan_set *p, int sendrecv)
     pb_device(b, 1, 0, -1, 0, NULL);
 }
 
+/* The issuing host (plan_check_host): device 1 launches a collective, then receives from device
+ * 0; device 0 sends, receives device 1's reply, and only then reaches the collective. Without a
+ * host (the executors) every stream starts at once and the step completes; a host that blocks
+ * after each p2p transfer until its device is done waits on device 1 for the collective, so it
+ * never issues the reply device 0 waits for. Launching device 1's collective after its
+ * transfers removes the wait. */
+static void host_plan(plan_set *p, plan_builder *b, int coll_first)
+{
+    pb_init(b, p, 2, 2);
+    int32_t both[2] = {0, 1}, slot0 = 0;
+    int g = pb_group(b, "pair", 2, both);
+    (void)g;
+    for (int d = 0; d < 2; d++) {
+        pb_device(b, d, d, 0, 1, &slot0);
+        int pp = pb_stream(b, d, "pp"), dp = pb_stream(b, d, "dp");
+        if (d == 0) {
+            pb_send(b, 0, pp, 1, 1, 4096, -1);
+            pb_recv(b, 0, pp, 1, 2, 4096, -1);
+            pb_coll(b, 0, dp, PLAN_ALL_REDUCE, 0, 4096, -1);
+        } else {
+            if (coll_first) pb_coll(b, 1, dp, PLAN_ALL_REDUCE, 0, 4096, -1);
+            pb_recv(b, 1, pp, 0, 1, 4096, -1);
+            pb_send(b, 1, pp, 0, 2, 4096, -1);
+            if (!coll_first) pb_coll(b, 1, dp, PLAN_ALL_REDUCE, 0, 4096, -1);
+        }
+    }
+}
+
+static void test_check_host(void)
+{
+    plan_set p;
+    plan_builder b;
+    base_error e;
+    base_error_clear(&e);
+    host_plan(&p, &b, 1);
+    CU_ASSERT_EQUAL(plan_check(&p, NULL, &e), 0);
+    CU_ASSERT_EQUAL(plan_check_host(&p, PLAN_BLOCK_NORM | PLAN_BLOCK_BATCH, NULL, &e), 0);
+    CU_ASSERT_EQUAL(plan_check_host(&p, PLAN_BLOCK_P2P, NULL, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "deadlock");
+    TEST_ASSERT_CONTAINS(e.msg, "device 0 (list 0): #1 recv s=pp peer=1 tag=2 [no send with tag 2 posted by device 1]");
+    TEST_ASSERT_CONTAINS(e.msg, "device 1 (list 1): #0 coll s=dp kind=all_reduce group=0 (pair)");
+    TEST_ASSERT_CONTAINS(e.msg, "[collective 0 of the group: 1 of 2 members arrived; device 0 has not]");
+    TEST_ASSERT_CONTAINS(e.msg, "its host blocks at #1 recv s=pp peer=0 tag=1 (p2p sync point)");
+    TEST_ASSERT_CONTAINS(e.msg, "host_sync=norm");
+    base_error why;
+    CU_ASSERT_EQUAL(plan_host_blocks(&p, &why), PLAN_BLOCK_NORM | PLAN_BLOCK_BATCH);
+    TEST_ASSERT_CONTAINS(why.msg, "its host blocks at #1 recv");
+    pb_done(&b);
+    plan_free(&p);
+
+    host_plan(&p, &b, 0);
+    CU_ASSERT_EQUAL(plan_check_host(&p, PLAN_BLOCK_ALL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(plan_host_blocks(&p, &why), PLAN_BLOCK_ALL);
+    CU_ASSERT_EQUAL(why.msg[0], 0);
+    pb_done(&b);
+    plan_free(&p);
+
+    /* Megatron's 1F1B pattern (sendrecv pairs, gradient all-reduces after the last backward)
+     * is what a blocking host runs, with shared and with own lists */
+    for (int shared = 0; shared < 2; shared++) {
+        pb_pipeline_1f1b(&b, &p, 4, 2, 8, 2, shared);
+        CU_ASSERT_EQUAL(plan_host_blocks(&p, NULL), PLAN_BLOCK_ALL);
+        pb_done(&b);
+        plan_free(&p);
+    }
+}
+
 static void test_check_exchange_deadlocks_without_sendrecv(void)
 {
     plan_builder b;
@@ -1215,6 +1282,7 @@ int piper_tests_register(void)
         {NULL, NULL}};
     static const test_case checks[] = {
         {"exchange deadlocks without sendrecv", test_check_exchange_deadlocks_without_sendrecv},
+        {"a blocking host deadlocks where streams alone do not", test_check_host},
         {"cross-stream wait cycle", test_check_wait_cycle},
         {"collective order across groups", test_check_collective_order_across_groups},
         {"collective sequences differ", test_check_collective_sequences_differ},

@@ -249,7 +249,7 @@ static void check_host_block(int ahead, int expect_note)
     sim_result r;
     CU_ASSERT_EQUAL_FATAL(simulate(&p, &o, &r), 0);
     CU_ASSERT_EQUAL(r.host_note[0] != 0, expect_note);
-    if (expect_note) TEST_ASSERT_CONTAINS(r.host_note, "posts receives ahead");
+    if (expect_note) TEST_ASSERT_CONTAINS(r.host_note, "deadlocks this plan");
     sim_result_free(&r);
     pb_done(&b);
     plan_free(&p);
