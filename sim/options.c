@@ -123,6 +123,8 @@ static int parse_quantity(const char *s, const unit_entry *units, double *out)
     }
     for (const unit_entry *u = units; u && u->suffix; u++)
         if (!strcmp(end, u->suffix)) {
+            /* the scale may carry a finite number past DBL_MAX ("1e300TB/s") */
+            if (!isfinite(v * u->scale)) return -1;
             *out = v * u->scale;
             return 0;
         }

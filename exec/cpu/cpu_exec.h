@@ -233,6 +233,23 @@ int exec_ckpt_write_latest(const char *dir, const char *name, base_error *e);
 const char *exec_ckpt_resolve(const char *dir, char *buf, size_t n);
 /* Reads and checks DIR's manifest; exec_ckpt_free releases it. */
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
+/* The same from the manifest's text (PATH names it in errors): what exec_ckpt_read does once it
+ * has read the file, apart so that the fuzzer (tests/fuzz/fuzz_ckpt.c) reaches it. */
+int exec_ckpt_parse(exec_ckpt *ck, const char *dir, const char *path, const char *text, size_t len,
+                    base_error *e);
+/* A shard's record: a run of consecutive global elements of one tensor, then as many first and
+ * second moments (3 * cnt values of the shard's element size). */
+typedef struct exec_ckpt_record {
+    char name[160];
+    uint64_t dim[3], g0, cnt;
+    const char *vals;
+} exec_ckpt_record;
+/* Checks a shard's 32-byte header (magic, version) and gives its element size. */
+int exec_ckpt_shard_header(const char *path, const char *buf, uint64_t n, size_t *es, base_error *e);
+/* The record at *pos of the shard's N bytes (from 32, after the header), moving *pos past it:
+ * 1 for a record, 0 at the end, -1 (with a message naming the byte) for one that does not fit. */
+int exec_ckpt_shard_next(const char *path, const char *buf, uint64_t n, size_t es, uint64_t *pos,
+                         exec_ckpt_record *r, base_error *e);
 void exec_ckpt_free(exec_ckpt *ck);
 /* Fails, naming the first difference, when the checkpoint's model is not the plan's. */
 int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e);
