@@ -685,6 +685,7 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
             if (c->o.data) {
                 c->tokens[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos);
                 c->targets[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos + 1);
+                if (c->tokens[k][t] < 0 || c->targets[k][t] < 0) return exec_data_lost(c->o.data, step, e);
             } else {
                 c->tokens[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos, c->cfg.vocab);
                 c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);
