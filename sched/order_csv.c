@@ -122,6 +122,18 @@ int sched_order_csv_read(const char *name, const char *text, size_t len, sched_t
                          base_error *e)
 {
     memset(t, 0, sizeof *t);
+    /* a NUL byte would end a cell early and hide the rest of it from the checks, as in every
+     * other reader it is refused where it stands */
+    const char *nul = len ? memchr(text, 0, len) : NULL;
+    if (nul) {
+        int ln = 1, col = 1;
+        for (const char *c = text; c < nul; c++) {
+            if (*c == '\n') ln++, col = 1;
+            else col++;
+        }
+        return base_error_at(e, name, ln, col, "the text contains a NUL character; remove it (an "
+                                               "order file is text: one CSV row per rank)");
+    }
     /* rows: every line that is not a comment; trailing empty lines are not ranks */
     BASE_VEC(size_t) starts = {0};
     BASE_VEC(int) lines = {0};

@@ -38,6 +38,19 @@ expect 1 "error: $tmp/missing.yaml: cannot open file" "$tmp/missing.yaml"
 printf 'batch: {global: 1}\ndirectives: []\nmodel: nowhere.yaml\n' >"$tmp/bad.yaml"
 expect 1 "error: $tmp/bad.yaml:3:8:" "$tmp/bad.yaml"
 expect 0 "exit status: 0 on success" --help
+
+# bounded readers (docs/programs.md, "Inputs"): a device without end, a file over the limit (sparse,
+# so the test writes nothing) and a directory are refused by name, at once
+start=$(date +%s)
+expect 1 "error: /dev/zero: more than piper reads from one input (64.00 MiB) and still going" /dev/zero
+[ $(( $(date +%s) - start )) -le 10 ] || { echo "FAIL: /dev/zero took over 10 s to refuse" >&2; failed=$((failed + 1)); }
+truncate -s 100M "$tmp/huge.yaml"
+expect 1 "error: $tmp/huge.yaml: 100.00 MiB, more than piper reads from one input (64.00 MiB); give a smaller file" "$tmp/huge.yaml"
+expect 1 "error: $src/configs: is a directory; give a file" "$src/configs"
+# a cluster beyond IR_CLUSTER_MAX_DEVICES is refused at its nodes key
+printf 'gpu: H100\nnodes: 16384\ngpus_per_node: 8\n' >"$tmp/huge_cluster.yaml"
+printf 'model: %s/configs/models/gpt_1.7b.yaml\ncluster: huge_cluster.yaml\nbatch: {global: 2}\ndirectives: []\n' "$src" >"$tmp/huge_prog.yaml"
+expect 1 "huge_cluster.yaml:2:8: nodes x gpus_per_node = 16384 x 8 = 131072 devices, more than piper handles (65536); use fewer nodes" "$tmp/huge_prog.yaml"
 expect 0 "plan written to $tmp/dp2.plan" "$prog" -o "$tmp/dp2.plan"
 if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 2'; then
   echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 2'" >&2

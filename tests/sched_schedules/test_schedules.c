@@ -518,6 +518,11 @@ static void test_csv_syntax(void)
         CU_ASSERT_NOT_EQUAL(csv_read_str(bad[i].text, &t, &e), 0);
         TEST_ASSERT_CONTAINS(e.msg, bad[i].needle);
     }
+    /* a NUL byte, which would end the cell early, is refused where it stands, like every reader */
+    static const char nul[] = "0F0,0F1\n1F0,1F\0" "1,1B0\n";
+    base_error_clear(&e);
+    CU_ASSERT_NOT_EQUAL(sched_order_csv_read("o.csv", nul, sizeof nul - 1, &t, &e), 0);
+    TEST_ASSERT_CONTAINS(e.msg, "o.csv:2:7: the text contains a NUL character; remove it");
 }
 
 static void assert_invalid(const char *text, int S, int m, const char *needle)
