@@ -137,6 +137,15 @@ typedef struct exec_cpu {
     MPI_Comm fail;
     MPI_Request fail_req;
     char fail_msg[BASE_ERROR_MAX];
+    /* the watchdog's questions (exec_cpu_find_culprit): a rank whose wait times out asks every
+     * other where it stands; each keeps a receive posted and answers from its idle loop */
+    MPI_Comm ask;
+    MPI_Request ask_req;
+    int ask_in;
+    char *answers;                  /* [world][EXEC_CPU_ANSWER]: the answers being sent */
+    const struct exec_interp *it;   /* where this rank's streams stand, for its answers */
+    const char *waiting;            /* what exec_cpu_wait waits for, or NULL */
+    bool timed_out;                 /* exec_cpu_wait's watchdog fired */
     int head_comm;          /* the communicator of the head's vocab-parallel reductions */
     int nreq, capreq;
     cpu_req *req;
@@ -192,6 +201,17 @@ void exec_cpu_print_memory(const exec_cpu *c, FILE *f);
 void exec_cpu_print_accounting(const exec_cpu *c, FILE *f);
 /* Writes every parameter tensor this device updates (its ZeRO shard) to dir/params.dev<d>.txt. */
 int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e);
+
+/* ---------------------------------------------------------------- startup.c */
+
+/* The start-up watchdog (startup.c): begun before MPI_Init with --timeout (0: none), it ends the
+ * process with a message naming the ranks that have not arrived when start-up has not ended in
+ * time. Phases: 2 once MPI is up, 3 on entering the start-up agreement. */
+typedef struct exec_startup exec_startup;
+exec_startup *exec_startup_begin(double timeout_s);
+void exec_startup_phase(exec_startup *s, int phase);
+/* Start-up is over (or failed with a message): stops the watcher, removes this rank's mark. */
+void exec_startup_end(exec_startup *s);
 
 /* ---------------------------------------------------------------- checkpoint.c */
 
@@ -291,5 +311,15 @@ int exec_cpu_check_peers(exec_cpu *c, base_error *e);
 void exec_cpu_notify_failure(exec_cpu *c, const char *msg);
 /* Waits for a request with the watchdog's timeout, naming `what` when it expires. */
 int exec_cpu_wait(exec_cpu *c, MPI_Request *r, const char *what, base_error *e);
+/* The longest answer a rank gives the watchdog's question. */
+#define EXEC_CPU_ANSWER 480
+/* The interpreter whose streams this rank's answers describe. */
+void exec_cpu_attach(exec_cpu *c, const struct exec_interp *it);
+/* After this rank's watchdog fired (e holds its message): asks every other rank where it stands,
+ * waiting at most EXEC_CPU_ASK_S, and rewrites e to name the ranks that did not answer (stopped,
+ * or stuck in one computation) and what the others wait for; or, when every rank answers, says
+ * that none stopped and where each stands. When another rank's failure notice arrives meanwhile,
+ * e becomes that notice ("stopping because ..."). */
+void exec_cpu_find_culprit(exec_cpu *c, base_error *e);
 
 #endif

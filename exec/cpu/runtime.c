@@ -99,6 +99,8 @@ int exec_cpu_open(exec_cpu **out, const plan_set *p, int device, int world,
     c->head_comm = -1;
     c->p2p = c->fail = MPI_COMM_NULL;
     c->fail_req = MPI_REQUEST_NULL;
+    c->ask = MPI_COMM_NULL;
+    c->ask_req = MPI_REQUEST_NULL;
     c->dt = o->dtype >= 0 ? (plan_dtype)o->dtype : (plan_dtype)p->act_dtype;
     int rc = 0;
     if (c->dt != PLAN_FP32 && c->dt != PLAN_FP64) {
