@@ -246,6 +246,9 @@ void sched_order_csv_write(const sched_table *t, FILE *f)
             char buf[64];
             fprintf(f, "%s%s", k ? "," : "", sched_cell_str(&t->rows[r].cells[k], buf, sizeof buf));
         }
+        /* a rank without actions is one empty quoted cell: a blank line at the end of a file is
+         * not a rank, so the rank would be lost when the text is read back */
+        if (t->rows[r].n == 0) fputs("\"\"", f);
         fputc('\n', f);
     }
 }
