@@ -47,6 +47,24 @@ expect 1 "error: /dev/zero: more than piper reads from one input (64.00 MiB) and
 truncate -s 100M "$tmp/huge.yaml"
 expect 1 "error: $tmp/huge.yaml: 100.00 MiB, more than piper reads from one input (64.00 MiB); give a smaller file" "$tmp/huge.yaml"
 expect 1 "error: $src/configs: is a directory; give a file" "$src/configs"
+# unequal stage placement is reported at the placement directive that made it, with a remedy
+sed -e "s|\.\./\.\./\.\./|$src/|" -e 's/devices: \[0\]}/devices: [0, 1]}/' -e 's/devices: \[1\]}/devices: [2]}/' \
+  "$src/tests/exec_mpi/programs/gpt_pp2.yaml" >"$tmp/unequal.yaml"
+expect 1 "error: $tmp/unequal.yaml:10:5: directive 2 (place): after the placement directives, 'F L0.mlp mb0' on 2 devices feeds 'F L1.attn mb0' on 1 devices; piper sends device i to device i, so place both on the same number of devices" "$tmp/unequal.yaml"
+# expert and tensor parallelism on the same two devices: refused at shard_tensor, with a remedy
+cat >"$tmp/ep_tp.yaml" <<EOF
+model: $src/configs/models/moe_tiny.yaml
+cluster: $src/configs/clusters/cpu_8.yaml
+batch: {global: 4, micro: 1}
+dtype: fp32
+annotations: {ep: true, tp: true}
+directives:
+  - {op: split, num_microbatches: 2}
+  - {op: replicate, filter: {}, devices: [0, 1], zero: 0}
+  - {op: shard, filter: {EP: "*"}, devices: [0, 1], stream: ep}
+  - {op: shard_tensor, filter: {TP: "*"}, devices: [0, 1]}
+EOF
+expect 1 "error: $tmp/ep_tp.yaml:10:5: directive 3 (shard_tensor): after the placement directives, 'F embed mb0' runs on 2 devices with expert parallelism of degree 2, and tensor parallelism of degree 2 on the same devices leaves a data-parallel degree of 1 that EP does not divide (EP groups form inside DP); give TP devices of its own" "$tmp/ep_tp.yaml"
 # a cluster beyond IR_CLUSTER_MAX_DEVICES is refused at its nodes key
 printf 'gpu: H100\nnodes: 16384\ngpus_per_node: 8\n' >"$tmp/huge_cluster.yaml"
 printf 'model: %s/configs/models/gpt_1.7b.yaml\ncluster: huge_cluster.yaml\nbatch: {global: 2}\ndirectives: []\n' "$src" >"$tmp/huge_prog.yaml"
