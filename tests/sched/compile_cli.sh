@@ -65,6 +65,11 @@ directives:
   - {op: shard_tensor, filter: {TP: "*"}, devices: [0, 1]}
 EOF
 expect 1 "error: $tmp/ep_tp.yaml:10:5: directive 3 (shard_tensor): after the placement directives, 'F embed mb0' runs on 2 devices with expert parallelism of degree 2, and tensor parallelism of degree 2 on the same devices leaves a data-parallel degree of 1 that EP does not divide (EP groups form inside DP); give TP devices of its own" "$tmp/ep_tp.yaml"
+# an order file that deadlocks: the schedule directive and the CSV cells that cannot proceed
+sed -e "s|\.\./\.\./\.\./|$src/|" "$src/tests/exec_mpi/programs/gpt_pp2.yaml" >"$tmp/dl.yaml"
+echo '  - {op: schedule, file: dl.csv}' >>"$tmp/dl.yaml"
+printf '0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B0,1B1,1B2,1B3\n' >"$tmp/dl.csv"
+expect 1 "error: $tmp/dl.yaml:11:5: directive 3 (schedule): the order file $tmp/dl.csv deadlocks: the stuck actions are $tmp/dl.csv:1:1: rank 0, column 1 ('0F0'); $tmp/dl.csv:2:1: rank 1, column 1 ('1F1'); reorder those cells" "$tmp/dl.yaml"
 # a cluster beyond IR_CLUSTER_MAX_DEVICES is refused at its nodes key
 printf 'gpu: H100\nnodes: 16384\ngpus_per_node: 8\n' >"$tmp/huge_cluster.yaml"
 printf 'model: %s/configs/models/gpt_1.7b.yaml\ncluster: huge_cluster.yaml\nbatch: {global: 2}\ndirectives: []\n' "$src" >"$tmp/huge_prog.yaml"
