@@ -567,7 +567,7 @@ void exec_cpu_find_culprit(exec_cpu *c, base_error *e)
                 continue;
             }
             ans[(size_t)d * EXEC_CPU_ANSWER + EXEC_CPU_ANSWER - 1] = 0;
-            base_buf_printf(&rest, "; rank %d: %s", d, ans + (size_t)d * EXEC_CPU_ANSWER);
+            base_buf_printf(&rest, "%srank %d: %s", rest.n ? "; " : "", d, ans + (size_t)d * EXEC_CPU_ANSWER);
         }
         char mine[BASE_ERROR_MAX];
         snprintf(mine, sizeof mine, "%s", e->msg);
@@ -575,14 +575,14 @@ void exec_cpu_find_culprit(exec_cpu *c, base_error *e)
         if (silent)
             base_errorf(e, "rank%s %s (device%s %s) stopped: %s not answer within %.0f s (a stopped "
                            "process, or one stuck in a computation), and the others wait for %s: "
-                           "%s%s; check that rank's process and host",
+                           "%s%s%s; check that rank's process and host",
                         silent > 1 ? "s" : "", who.s, silent > 1 ? "s" : "", who.s,
                         silent > 1 ? "they do" : "it does", EXEC_CPU_ASK_S, silent > 1 ? "them" : "it",
-                        mine, rest.s ? rest.s : "");
+                        mine, rest.n ? "; " : "", rest.n ? rest.s : "");
         else
             base_errorf(e, "%s; every rank answers, so none has stopped: the plans do not match, or "
-                           "a step is slower than --timeout; where each stands%s",
-                        mine, rest.s ? rest.s : "");
+                           "a step is slower than --timeout; where each stands: %s",
+                        mine, rest.n ? rest.s : "");
         base_buf_free(&who);
         base_buf_free(&rest);
     }
