@@ -270,8 +270,13 @@ void base_buf_printf(base_buf *b, const char *fmt, ...)
 
 int base_read_file(const char *path, base_buf *out, base_error *e)
 {
+    return base_read_file_max(path, out, BASE_READ_MAX, e);
+}
+
+int base_read_file_max(const char *path, base_buf *out, size_t max, base_error *e)
+{
     char limit[32];
-    base_fmt_bytes((double)BASE_READ_MAX, limit, sizeof limit);
+    base_fmt_bytes((double)max, limit, sizeof limit);
     FILE *f = fopen(path, "rb");
     if (!f)
         return base_error_at(e, path, 0, 0, "cannot open file (%s); check the path", strerror(errno));
@@ -283,7 +288,7 @@ int base_read_file(const char *path, base_buf *out, base_error *e)
             fclose(f);
             return base_error_at(e, path, 0, 0, "is a directory; give a file");
         }
-        if (S_ISREG(st.st_mode) && st.st_size > (off_t)BASE_READ_MAX) {
+        if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > (uintmax_t)max) {
             fclose(f);
             char got[32];
             return base_error_at(e, path, 0, 0, "%s, more than piper reads from one input (%s); give a "
@@ -294,7 +299,7 @@ int base_read_file(const char *path, base_buf *out, base_error *e)
     char chunk[65536];
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (out->n + n > BASE_READ_MAX) {
+        if (out->n + n > max) {
             fclose(f);
             base_buf_free(out);
             return base_error_at(e, path, 0, 0, "more than piper reads from one input (%s) and still "
