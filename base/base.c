@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,15 +273,48 @@ void base_buf_printf(base_buf *b, const char *fmt, ...)
 
 int base_read_file(const char *path, base_buf *out, base_error *e)
 {
+    return base_read_file_max(path, out, BASE_READ_MAX, e);
+}
+
+int base_read_file_max(const char *path, base_buf *out, size_t max, base_error *e)
+{
+    char limit[32];
+    base_fmt_bytes((double)max, limit, sizeof limit);
     FILE *f = fopen(path, "rb");
     if (!f)
         return base_error_at(e, path, 0, 0, "cannot open file (%s); check the path", strerror(errno));
+    /* the size is checked before reading a regular file, so that a huge one costs nothing; pipes
+     * and devices (/dev/zero) have no size and are cut off once they pass the limit */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            fclose(f);
+            return base_error_at(e, path, 0, 0, "is a directory; give a file");
+        }
+        if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > (uintmax_t)max) {
+            fclose(f);
+            char got[32];
+            return base_error_at(e, path, 0, 0, "%s, more than piper reads from one input (%s); give a "
+                                 "smaller file (docs/programs.md, \"Inputs\")",
+                                 base_fmt_bytes((double)st.st_size, got, sizeof got), limit);
+        }
+    }
     char chunk[65536];
     size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) base_buf_putn(out, chunk, n);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (out->n + n > max) {
+            fclose(f);
+            base_buf_free(out);
+            return base_error_at(e, path, 0, 0, "more than piper reads from one input (%s) and still "
+                                 "going; give a regular file of at most that size (docs/programs.md, "
+                                 "\"Inputs\")", limit);
+        }
+        base_buf_putn(out, chunk, n);
+    }
     int bad = ferror(f);
+    int err = errno;
     fclose(f);
-    if (bad) return base_error_at(e, path, 0, 0, "read error; check the file");
+    if (bad) return base_error_at(e, path, 0, 0, "read error (%s); check the file", strerror(err));
     if (!out->s) base_buf_putn(out, "", 0);
     return 0;
 }

@@ -77,8 +77,20 @@ void base_buf_free(base_buf *b);
 void base_buf_puts(base_buf *b, const char *s);
 void base_buf_putn(base_buf *b, const char *s, size_t n);
 void base_buf_printf(base_buf *b, const char *fmt, ...) BASE_PRINTF(2, 3);
-/* Read a whole file; returns -1 with an error naming the path on failure. */
+/* The most bytes piper reads from one input file that people write (models, clusters,
+ * programs, order CSVs, calibration tables, checkpoint manifests; docs/programs.md, "Inputs"): a
+ * larger one is refused before it is read, so that a wrong path (/dev/zero, a data set) fails at
+ * once instead of exhausting memory. Parsed documents take some twenty times their size. */
+#define BASE_READ_MAX ((size_t)64 << 20)
+/* The same for files piper writes itself and reads back: plans (a 1,024-GPU plan is some 80 MB)
+ * and Chrome traces. */
+#define BASE_READ_MAX_WRITTEN ((size_t)2 << 30)
+/* Read a whole file of at most BASE_READ_MAX bytes (a regular file, a pipe or a device); returns
+ * -1 with an error naming the path on failure: cannot open, a directory, too large, a read
+ * error. */
 int base_read_file(const char *path, base_buf *out, base_error *e);
+/* The same with another limit (BASE_READ_MAX_WRITTEN). */
+int base_read_file_max(const char *path, base_buf *out, size_t max, base_error *e);
 
 /* Human-readable byte count with binary units ("1.50 GiB"); returns buf. */
 const char *base_fmt_bytes(double bytes, char *buf, size_t n);

@@ -1,9 +1,9 @@
 /* data.c — the token sources of data.h: synthetic tokens, the bundled corpus and pre-tokenised
- * uint16/uint32 files (mapped read-only and checked once against the vocabulary at open). */
+ * uint16/uint32 files (checked once against the vocabulary at open, then read token by token
+ * with pread, so that a file changed under the run is detected, not a fault). */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 int exec_data_open(exec_data *d, const char *spec, int64_t vocab, int64_t seq, base_error *e)
 {
     memset(d, 0, sizeof *d);
+    d->fd = -1;
     snprintf(d->spec, sizeof d->spec, "%s", spec ? spec : "synthetic");
     d->vocab = vocab;
     d->seq = seq;
@@ -58,35 +59,39 @@ int exec_data_open(exec_data *d, const char *spec, int64_t vocab, int64_t seq, b
         return base_errorf(e, "--data %s: %s holds %lld tokens, fewer than a sequence of %lld plus "
                               "its target", d->spec, path, (long long)d->n, (long long)seq);
     }
-    d->map_bytes = (size_t)st.st_size;
-    d->map = mmap(NULL, d->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (d->map == MAP_FAILED) {
-        d->map = NULL;
-        return base_errorf(e, "--data %s: cannot map %s: %s", d->spec, path, strerror(errno));
-    }
-    d->bytes = d->map;
+    d->fd = fd;
+    d->file_bytes = (int64_t)st.st_size;
     /* every token must be a row of the embedding: check once, naming the first bad one */
-    for (int64_t i = 0; i < d->n; i++) {
-        uint32_t t;
-        if (d->width == 2) {
-            t = (uint32_t)d->bytes[2 * i] | (uint32_t)d->bytes[2 * i + 1] << 8;
-        } else {
-            const unsigned char *b = d->bytes + 4 * i;
-            t = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    unsigned char chunk[65536];
+    for (int64_t off = 0; off < d->file_bytes;) {
+        ssize_t got = pread(fd, chunk, sizeof chunk, off);
+        if (got <= 0) {
+            exec_data_close(d);
+            return base_errorf(e, "--data %s: reading %s at byte %lld failed (%s); check the file",
+                               d->spec, path, (long long)off, got < 0 ? strerror(errno) : "it ended early");
         }
-        if ((int64_t)t >= vocab)
-            return base_errorf(e, "--data %s: token %u at index %lld (byte %lld) is outside the "
-                                  "model's vocabulary of %lld",
-                               d->spec, t, (long long)i, (long long)(i * d->width), (long long)vocab);
+        for (ssize_t q = 0; q + d->width <= got; q += d->width) {
+            const unsigned char *b = chunk + q;
+            uint32_t t = d->width == 2 ? (uint32_t)b[0] | (uint32_t)b[1] << 8
+                                       : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                             (uint32_t)b[3] << 24;
+            if ((int64_t)t >= vocab) {
+                int64_t i = (off + q) / d->width;
+                exec_data_close(d);
+                return base_errorf(e, "--data %s: token %u at index %lld (byte %lld) is outside the "
+                                      "model's vocabulary of %lld",
+                                   d->spec, t, (long long)i, (long long)(i * d->width), (long long)vocab);
+            }
+        }
+        off += got - got % d->width; /* a chunk ends on a token (64 KiB is whole tokens) */
     }
     return 0;
 }
 
 void exec_data_close(exec_data *d)
 {
-    if (d->map) munmap(d->map, d->map_bytes);
-    d->map = NULL;
+    if (d->fd >= 0) close(d->fd);
+    d->fd = -1;
     d->bytes = NULL;
 }
 
@@ -98,9 +103,25 @@ int32_t exec_data_token(const exec_data *d, uint64_t seed, int64_t step, int64_t
     int64_t start = (int64_t)(exec_rng_bits(k, 0) % (uint64_t)(d->n - d->seq));
     int64_t i = start + pos;
     if (d->kind == EXEC_DATA_CORPUS) return d->bytes[i];
-    const unsigned char *b = d->bytes + (size_t)i * (size_t)d->width;
-    if (d->width == 2) return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8);
-    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+    unsigned char b[4];
+    if (pread(d->fd, b, (size_t)d->width, (off_t)i * d->width) != d->width) return -1;
+    uint32_t t = d->width == 2 ? (uint32_t)b[0] | (uint32_t)b[1] << 8
+                               : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return (int64_t)t < d->vocab ? (int32_t)t : -1;
+}
+
+int exec_data_lost(const exec_data *d, int64_t step, base_error *e)
+{
+    struct stat st;
+    if (d->fd >= 0 && fstat(d->fd, &st) == 0 && (int64_t)st.st_size < d->file_bytes)
+        return base_errorf(e, "--data %s: the file shrank from %lld to %lld bytes during the run "
+                              "(step %lld reads past its end); keep the token file unchanged while "
+                              "piper-exec runs, then resume from the last checkpoint",
+                           d->spec, (long long)d->file_bytes, (long long)st.st_size, (long long)step);
+    return base_errorf(e, "--data %s: a token of step %lld cannot be read or is outside the "
+                          "vocabulary of %lld: the file changed during the run; keep the token "
+                          "file unchanged while piper-exec runs, then resume from the last checkpoint",
+                       d->spec, (long long)step, (long long)d->vocab);
 }
 
 void exec_data_describe(const exec_data *d, char *buf, size_t n)

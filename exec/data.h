@@ -23,9 +23,9 @@ typedef struct exec_data {
     int64_t vocab, seq;
     int64_t n;              /* tokens of the text or file */
     int width;              /* file: 2 or 4 bytes */
-    const unsigned char *bytes; /* the corpus, or the file's contents */
-    void *map;              /* file: the mapping */
-    size_t map_bytes;
+    const unsigned char *bytes; /* the corpus */
+    int fd;                 /* file: open for the run, read with pread (-1 otherwise) */
+    int64_t file_bytes;     /* file: its size at open */
 } exec_data;
 
 /* Opens a source for a model with this vocabulary and sequence length. Errors name the spec:
@@ -35,8 +35,14 @@ typedef struct exec_data {
 int exec_data_open(exec_data *d, const char *spec, int64_t vocab, int64_t seq, base_error *e);
 void exec_data_close(exec_data *d);
 /* Token (position pos of global sample `sample` in step `step`); pos may be seq (the last
- * target). */
+ * target). -1 when a file's token cannot be read any more or is no longer in the vocabulary
+ * (the file was truncated or rewritten during the run): exec_data_lost says which. Files are
+ * read with pread, not mapped, so that a file cut short under a running job is an error naming
+ * it, not a SIGBUS. */
 int32_t exec_data_token(const exec_data *d, uint64_t seed, int64_t step, int64_t sample, int64_t pos);
+/* The error for a token exec_data_token could not give: names the file, its size now and at
+ * open, and what to do. Returns -1. */
+int exec_data_lost(const exec_data *d, int64_t step, base_error *e);
 /* What a checkpoint records of the source, to refuse resuming on other data: the spec, and for
  * files their token count. */
 void exec_data_describe(const exec_data *d, char *buf, size_t n);

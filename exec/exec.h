@@ -75,6 +75,8 @@ void exec_interp_free(exec_interp *it);
  * nothing has progressed for that long, naming every unfinished stream's instruction: a watchdog
  * for communication that never completes. */
 int exec_interp_run(exec_interp *it, double timeout_s, base_error *e);
+/* Whether the last run ended because the watchdog fired (a backend may then ask its peers). */
+bool exec_interp_timed_out(const exec_interp *it);
 /* Where the last run stands: " [stream NAME: #i ...]" for every unfinished stream's head (with
  * " (posted, not finished)" for communication in flight), appended to msg; the watchdog's
  * message, and what a rank prints when a peer has failed. */

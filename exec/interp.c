@@ -44,6 +44,7 @@ struct exec_interp {
     bool *ran;          /* instruction i has finished in this run */
     exec_interp_observer obs;
     void *obs_ctx;
+    bool timed_out;     /* the last run ended by the watchdog */
 };
 
 void exec_interp_observe(exec_interp *it, exec_interp_observer fn, void *ctx)
@@ -264,6 +265,8 @@ void exec_interp_describe_heads(const exec_interp *it, base_buf *msg)
     }
 }
 
+bool exec_interp_timed_out(const exec_interp *it) { return it->timed_out; }
+
 int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
 {
     memset(it->ran, 0, (size_t)(it->L->n > 0 ? it->L->n : 1) * sizeof *it->ran);
@@ -273,6 +276,7 @@ int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
         q->st.busy_s = 0;
         q->st.instrs = 0;
     }
+    it->timed_out = false;
     double last = exec_now();
     int idle_rounds = 0;
     for (;;) {
@@ -298,6 +302,7 @@ int exec_interp_run(exec_interp *it, double timeout_s, base_error *e)
                                 "ranks' messages, or raise --timeout for slow steps");
             base_errorf(e, "%s", msg.s);
             base_buf_free(&msg);
+            it->timed_out = true;
             return -1;
         }
         if (it->b->idle && it->b->idle(it->b->ctx, idle_rounds, e)) return -1;

@@ -250,15 +250,20 @@ static int save_checkpoint(exec_cpu *c, const plan_set *plan, const args *a, int
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* the options first (no MPI needed), so that --timeout bounds MPI_Init too: a rank that never
+     * arrives would leave the others inside it forever */
     base_error e;
     base_error_clear(&e);
     args a;
     int prc = parse_args(argc, argv, &a, &e);
+    exec_startup *guard = exec_startup_begin(prc ? 0 : a.c.timeout_s);
+    MPI_Init(&argc, &argv);
+    exec_startup_phase(guard, 2);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (prc) {
+        exec_startup_end(guard);
         if (rank == 0) {
             if (prc > 0)
                 usage(stdout);
@@ -310,11 +315,14 @@ int main(int argc, char **argv)
     }
     const int64_t first_step = a.resume && !e.set ? ck.step + 1 : 1;
     char msg[BASE_ERROR_MAX];
+    exec_startup_phase(guard, 3);
     int bad = agree(rank, size, &e, msg, sizeof msg);
     if (bad < 0) {
-        if (exec_cpu_connect(c, &e) == 0) exec_interp_new(&it, &plan, rank, &c->be, &e);
+        if (exec_cpu_connect(c, &e) == 0 && exec_interp_new(&it, &plan, rank, &c->be, &e) == 0)
+            exec_cpu_attach(c, it);
         bad = agree(rank, size, &e, msg, sizeof msg);
     }
+    exec_startup_end(guard);
     if (bad >= 0) {
         if (rank == bad)
             fprintf(stderr, "piper-exec: rank %d (device %d) failed: %s\n", rank, rank, msg);
@@ -439,6 +447,8 @@ int main(int argc, char **argv)
 fail:
     /* a peer's notice is already a "stopping because ..." message; our own failure is told to
      * every other rank before the job is aborted */
+    /* a watchdog that fired asks the others where they stand, to name the rank that stopped */
+    if (c && ((it && exec_interp_timed_out(it)) || c->timed_out)) exec_cpu_find_culprit(c, &e);
     const char *peer = strstr(e.msg, "stopping because rank ");
     if (peer) {
         /* and where this rank's streams stand, so that a stall shows on every rank */

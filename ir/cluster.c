@@ -436,8 +436,15 @@ int ir_cluster_from_doc(const ir_doc *d, base_arena *a, ir_cluster *c, base_erro
     if ((v = ir_doc_get(d, "gpus_per_node")) &&
         read_count(v, "gpus_per_node", 1, 1024, &c->gpus_per_node, e))
         return -1;
-    if (c->nodes * c->gpus_per_node > INT32_MAX)
-        return ir_doc_error(d, e, "the cluster has more than 2^31 devices; make it smaller");
+    if (c->nodes * c->gpus_per_node > IR_CLUSTER_MAX_DEVICES) {
+        const ir_doc *at = ir_doc_get(d, "nodes") ? ir_doc_get(d, "nodes") : ir_doc_get(d, "gpus_per_node");
+        return ir_doc_error(at ? at : d, e,
+                            "nodes x gpus_per_node = %lld x %lld = %lld devices, more than piper "
+                            "handles (%d); use fewer nodes (a strategy's behaviour shows on a "
+                            "slice of the cluster)",
+                            (long long)c->nodes, (long long)c->gpus_per_node,
+                            (long long)(c->nodes * c->gpus_per_node), IR_CLUSTER_MAX_DEVICES);
+    }
 
     c->nvlink_bw = nvlink_default;
     c->nvlink_latency = DEFAULT_NVLINK_LATENCY;

@@ -37,6 +37,11 @@ typedef struct ir_cluster {
     double *calib_values;
 } ir_cluster;
 
+/* The most devices a cluster may have (docs/programs.md, "Cluster files"): every stage of the
+ * compiler and the simulator keeps per-device state, so a cluster far beyond what is simulated
+ * (the examples go to 2,048) is refused at load rather than exhausting memory later. */
+#define IR_CLUSTER_MAX_DEVICES 65536
+
 static inline int64_t ir_cluster_devices(const ir_cluster *c) { return c->nodes * c->gpus_per_node; }
 
 /* Known GPU types: fills g from the built-in table; -1 (with the list of known names) if unknown.

@@ -1065,7 +1065,7 @@ int plan_read(plan_set *p, const char *name, const char *text, size_t len, base_
 int plan_read_file(plan_set *p, const char *path, base_error *e)
 {
     base_buf b = {0};
-    if (base_read_file(path, &b, e)) {
+    if (base_read_file_max(path, &b, BASE_READ_MAX_WRITTEN, e)) {
         plan_init(p);
         return -1;
     }

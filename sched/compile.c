@@ -440,6 +440,62 @@ static void clear_keeping_warnings(base_error *e)
     e->nwarn = nwarn;
 }
 
+/* A deadlock under an order file: names, at the file's cell, the action each stuck device cannot
+ * get past (the compute its stuck transfer feeds or comes from, found in its list next to the
+ * stuck instruction), and the schedule directive, so that the user knows which cells to move.
+ * The stuck instructions are read from the check's message ("device D (list L): #I ..."); when
+ * none is found the message is only prefixed with the directive. */
+static void locate_order_deadlock(const sched_ctx *x, base_error *e)
+{
+    const ir_directive *d = NULL;
+    for (int i = 0; i < x->prog->ndirectives; i++)
+        if (x->prog->directives[i].op == IR_DIR_SCHEDULE && x->prog->directives[i].schedule_file)
+            d = &x->prog->directives[i];
+    if (!d || !strstr(e->msg, "deadlock")) return;
+    sched_table t;
+    base_error ig;
+    base_error_clear(&ig);
+    if (sched_order_csv_read_file(d->schedule_file, &t, &ig)) return;
+    const plan_set *p = &x->c->plan;
+    char where[1024] = "";
+    size_t o = 0;
+    for (const char *at = strstr(e->msg, "device "); at && o + 200 < sizeof where; at = strstr(at + 1, "device ")) {
+        int dev, list, idx;
+        if (sscanf(at, "device %d (list %d): #%d", &dev, &list, &idx) != 3 || dev < 0 || dev >= p->ndevices)
+            continue;
+        const plan_list *L = plan_dev_list(p, dev);
+        if (idx < 0 || idx >= L->n) continue;
+        const plan_instr *in = &L->ins[idx];
+        /* a send comes from the compute before it, a receive feeds the one after it */
+        int pass = -1, step = in->op == PLAN_SEND ? -1 : 1;
+        for (int round = 0; round < 2 && pass < 0; round++, step = -step)
+            for (int k = idx; k >= 0 && k < L->n && pass < 0; k += step)
+                if (L->ins[k].op == PLAN_COMPUTE && L->ins[k].stage == in->stage && L->ins[k].mb == in->mb)
+                    pass = L->ins[k].pass;
+        for (int r = 0; r < t.nranks; r++)
+            for (int c = 0; c < t.rows[r].n; c++)
+                for (int a = 0; a < t.rows[r].cells[c].n; a++) {
+                    const sched_action *A = &t.rows[r].cells[c].a[a];
+                    if (A->stage != in->stage || A->mb != in->mb || A->pass != pass) continue;
+                    char cs[64];
+                    o += (size_t)snprintf(where + o, sizeof where - o, "%s%s:%d:%d: rank %d, column %d ('%s')",
+                                          o ? "; " : "", d->schedule_file, t.rows[r].line,
+                                          t.rows[r].cells[c].text_col, r, t.rows[r].cells[c].col,
+                                          sched_cell_str(&t.rows[r].cells[c], cs, sizeof cs));
+                }
+    }
+    sched_table_free(&t);
+    char msg[BASE_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    base_error_clear(e);
+    if (o)
+        sched_dir_error(d, e, "the order file %s deadlocks: the stuck actions are %s; reorder those "
+                              "cells so that each rank receives in the order its neighbour sends. %s",
+                        d->schedule_file, where, msg);
+    else
+        sched_dir_error(d, e, "the order file %s deadlocks; %s", d->schedule_file, msg);
+}
+
 /* The plans' verifier, as the last pass: it runs once, because its verdict picks the p2p streams
  * and its statistics (peak memory) are what the summary and the memory limit read.
  *
@@ -459,7 +515,10 @@ static int pass_check(sched_ctx *x, base_error *e)
     if (o->no_check) return 0;
     int rc = plan_check(&c->plan, &c->stats, e);
     if (o->p2p_per_channel || o->no_sendrecv_groups || (rc && !strstr(e->msg, "deadlock"))) {
-        if (rc) base_error_prefix(e, "the plan cannot run: ");
+        if (rc) {
+            base_error_prefix(e, "the plan cannot run: ");
+            locate_order_deadlock(x, e);
+        }
         return rc ? -1 : check_memory(c, o, e);
     }
     bool p2p = false; /* without transfers there is no stream to choose */
@@ -490,6 +549,7 @@ static int pass_check(sched_ctx *x, base_error *e)
     c->stats = shared_st;
     if (rc) {
         base_error_prefix(e, "the plan cannot run: ");
+        locate_order_deadlock(x, e);
         return -1;
     }
     return check_memory(c, o, e);

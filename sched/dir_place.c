@@ -24,6 +24,20 @@ static int place_of_devices(sched_ctx *x, const ir_directive *d, base_error *e)
  * placements are only consistent then: while a program places stage after stage, the DAG is
  * half-placed. Remove every SEND/RECV pair (reconnecting producer and consumers), then add one pair per data
  * edge that crosses placements. Cheap and idempotent, so any later place simply re-derives. */
+/* The last directive that put a group on exactly these devices: where a mismatch between two
+ * placements is reported, so that the message points at a line of the program. */
+static const ir_directive *directive_placing(const sched_ctx *x, const ir_place *p)
+{
+    const ir_directive *found = NULL;
+    for (int i = 0; i < x->prog->ndirectives; i++) {
+        const ir_directive *d = &x->prog->directives[i];
+        if (d->op != IR_DIR_PLACE && d->op != IR_DIR_REPLICATE) continue;
+        if (d->ndevices == p->ndev && !memcmp(d->devices, p->devs, (size_t)p->ndev * sizeof *p->devs))
+            found = d;
+    }
+    return found;
+}
+
 int sched_fix_p2p(sched_ctx *x, base_error *e)
 {
     ir_dag *g = x->g;
@@ -64,6 +78,16 @@ int sched_fix_p2p(sched_ctx *x, base_error *e)
         const ir_place *pu = &g->places[u->place], *pv = &g->places[v->place];
         if (pu->ndev != pv->ndev) {
             char a[96], b[96];
+            const ir_directive *d = directive_placing(x, pv);
+            if (!d) d = directive_placing(x, pu);
+            if (d)
+                return sched_dir_error(d, e,
+                                       "after the placement directives, '%s' on %d devices feeds "
+                                       "'%s' on %d devices; piper sends device i to device i, so "
+                                       "place both on the same number of devices (this directive "
+                                       "gives %d)",
+                                       ir_node_label(g, ed.src, a, sizeof a), pu->ndev,
+                                       ir_node_label(g, ed.dst, b, sizeof b), pv->ndev, d->ndevices);
             return base_error_at(e, x->prog->file, 0, 0,
                                  "after the placement directives, '%s' on %d devices feeds '%s' "
                                  "on %d devices; piper sends device i to device i, so place both "

@@ -111,13 +111,35 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
 
     int matched = 0;
     size_t n0 = g->nnodes;
+    /* each placement's expert-parallel degree: EP groups form inside the data-parallel
+     * dimension, so TP on the same devices must leave a DP degree that EP divides */
+    int16_t *place_ep = base_xcalloc((size_t)g->nplaces + 1, sizeof *place_ep);
+    for (size_t vi = 0; vi < n0; vi++)
+        if (!g->nodes[vi].dead && g->nodes[vi].place >= 0 && g->nodes[vi].ep > place_ep[g->nodes[vi].place])
+            place_ep[g->nodes[vi].place] = g->nodes[vi].ep;
     for (size_t vi = 0; vi < n0; vi++) {
         int32_t v = (int32_t)vi;
         if (!sched_filter_match(g, v, &d->filter)) continue;
         ir_node *n = &g->nodes[v];
         if (!(n->flags & IR_NODE_TP) || IR_OP_INFO[n->op].kind == IR_KIND_P2P) continue;
+        const int pep = n->place >= 0 ? place_ep[n->place] : 1, nd = g->places[n->place].ndev;
+        if (pep > 1 && (nd % t || (nd / t) % pep)) {
+            char lbl[96];
+            free(place_ep);
+            return sched_dir_error(d, e,
+                                   "after the placement directives, '%s' runs on %d devices with "
+                                   "expert parallelism of degree %d, and tensor parallelism of "
+                                   "degree %lld on the same devices leaves a data-parallel degree "
+                                   "of %d that EP does not divide (EP groups form inside DP); give "
+                                   "TP devices of its own: replicate over TP x DP x ... devices, "
+                                   "shard_tensor over consecutive ones, shard over every TP-th "
+                                   "(docs/programs.md, \"Devices\")",
+                                   ir_node_label(g, v, lbl, sizeof lbl), nd, pep, (long long)t,
+                                   nd / (int)t);
+        }
         if (n->tp > 1) {
             char lbl[96];
+            free(place_ep);
             return sched_dir_error(d, e, "'%s' is already tensor-parallel", ir_node_label(g, v, lbl, sizeof lbl));
         }
         /* A node on one device becomes tensor-parallel over the group; a node already on
@@ -126,12 +148,14 @@ int sched_dir_shard_tensor(sched_ctx *x, const ir_directive *d, base_error *e)
             if (n->place != own) moved = true;
             n->place = own;
         } else if (sched_check_subgroup(x, d, v, IR_CG_TP, (int)t, 1, e)) {
+            free(place_ep);
             return -1;
         }
         n->tp = (int16_t)t;
         n->sp = d->sequence_parallel;
         matched++;
     }
+    free(place_ep);
     if (!matched)
         return sched_dir_error(d, e, "the filter matches no TP-annotated node; annotate with "
                                      "tp: true and filter e.g. {TP: \"*\"}");

@@ -122,6 +122,18 @@ int sched_order_csv_read(const char *name, const char *text, size_t len, sched_t
                          base_error *e)
 {
     memset(t, 0, sizeof *t);
+    /* a NUL byte would end a cell early and hide the rest of it from the checks, as in every
+     * other reader it is refused where it stands */
+    const char *nul = len ? memchr(text, 0, len) : NULL;
+    if (nul) {
+        int ln = 1, col = 1;
+        for (const char *c = text; c < nul; c++) {
+            if (*c == '\n') ln++, col = 1;
+            else col++;
+        }
+        return base_error_at(e, name, ln, col, "the text contains a NUL character; remove it (an "
+                                               "order file is text: one CSV row per rank)");
+    }
     /* rows: every line that is not a comment; trailing empty lines are not ranks */
     BASE_VEC(size_t) starts = {0};
     BASE_VEC(int) lines = {0};
@@ -234,6 +246,9 @@ void sched_order_csv_write(const sched_table *t, FILE *f)
             char buf[64];
             fprintf(f, "%s%s", k ? "," : "", sched_cell_str(&t->rows[r].cells[k], buf, sizeof buf));
         }
+        /* a rank without actions is one empty quoted cell: a blank line at the end of a file is
+         * not a rank, so the rank would be lost when the text is read back */
+        if (t->rows[r].n == 0) fputs("\"\"", f);
         fputc('\n', f);
     }
 }

@@ -152,13 +152,27 @@ int sched_table_validate(const sched_table *t, const char *file, int nstages, in
     int S = nstages, M = m;
     bool infer_s = S <= 0, infer_m = M <= 0;
     if (infer_s || infer_m) {
+        /* in 64 bits: a stage or micro-batch number may be INT32_MAX */
+        int64_t s64 = infer_s ? 0 : S, m64 = infer_m ? 0 : M, actions = 0;
         for (int r = 0; r < t->nranks; r++)
             for (int k = 0; k < t->rows[r].n; k++)
                 for (int i = 0; i < t->rows[r].cells[k].n; i++) {
                     const sched_action *a = &t->rows[r].cells[k].a[i];
-                    if (infer_s && a->stage + 1 > S) S = a->stage + 1;
-                    if (infer_m && a->mb + 1 > M) M = a->mb + 1;
+                    if (infer_s && (int64_t)a->stage + 1 > s64) s64 = (int64_t)a->stage + 1;
+                    if (infer_m && (int64_t)a->mb + 1 > m64) m64 = (int64_t)a->mb + 1;
+                    actions++;
                 }
+        /* every (stage, micro-batch) needs its forward, so an order naming more of them than it
+         * has actions is refused before tables of that size are made */
+        if (s64 > 0 && m64 > 0 && s64 > actions / m64) {
+            return row_error(&v, -1, "the order names stage %lld and micro-batch %lld, so it needs "
+                                     "%lld x %lld forwards, but it has %lld actions in all; number "
+                                     "stages and micro-batches from 0 without gaps",
+                             (long long)(s64 - 1), (long long)(m64 - 1), (long long)s64,
+                             (long long)m64, (long long)actions);
+        }
+        S = (int)s64;
+        M = (int)m64;
     }
     for (int r = 0; r < t->nranks; r++)
         if (t->rows[r].n == 0)

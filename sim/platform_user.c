@@ -18,8 +18,10 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +31,11 @@
 
 static void check_child(const char *path, int ndevices, int fd)
 {
+    /* SimGrid aborts on a malformed file, which is this child's expected way to fail: handlers
+     * inherited from the parent (a fuzzer's, a sanitizer's) must not report it as the parent's
+     * crash */
+    static const int deadly[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof deadly / sizeof *deadly; i++) signal(deadly[i], SIG_DFL);
     dup2(fd, STDERR_FILENO);
     close(fd);
     int argc = 1;
@@ -156,7 +163,11 @@ int sim_platform_check(const char *path, int ndevices, base_error *e)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return base_error_at(e, path, 0, 0, "cannot open the platform file (%s); check the path", strerror(errno));
+    struct stat st;
+    bool dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
     fclose(f);
+    /* fopen opens a directory; SimGrid's parser would then fail with a message about XML */
+    if (dir) return base_error_at(e, path, 0, 0, "is a directory; give a file");
     int fds[2];
     if (pipe(fds)) return base_errorf(e, "cannot create a pipe to check %s (%s); free some resources", path, strerror(errno));
     fflush(stdout);

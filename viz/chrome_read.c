@@ -249,7 +249,7 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
 int viz_chrome_read_file(viz_chrome *t, const char *path, base_error *e)
 {
     base_buf b = {0};
-    if (base_read_file(path, &b, e)) {
+    if (base_read_file_max(path, &b, BASE_READ_MAX_WRITTEN, e)) {
         viz_chrome_init(t);
         return -1;
     }

@@ -444,10 +444,15 @@ void exec_cpu_notify_failure(exec_cpu *c, const char *msg)
 
 /* Ranks may share cores (mpirun --oversubscribe): spin briefly, then yield, then sleep; and
  * look out for other ranks' failures. */
+static void answer_asks(exec_cpu *c);
+
 static int be_idle(void *ctx, int rounds, base_error *e)
 {
     exec_cpu *c = ctx;
-    if ((rounds & 15) == 0 && exec_cpu_check_peers(c, e)) return -1;
+    if ((rounds & 15) == 0) {
+        answer_asks(c);
+        if (exec_cpu_check_peers(c, e)) return -1;
+    }
     if (rounds < 32) return 0;
     if (rounds < 512) {
         sched_yield();
@@ -461,16 +466,133 @@ static int be_idle(void *ctx, int rounds, base_error *e)
 int exec_cpu_wait(exec_cpu *c, MPI_Request *r, const char *what, base_error *e)
 {
     double t0 = exec_now();
+    c->waiting = what;
     for (int rounds = 1;; rounds++) {
         int flag = 0;
         EXEC_MPI(MPI_Test(r, &flag, MPI_STATUS_IGNORE), e);
-        if (flag) return 0;
-        if (c->o.timeout_s > 0 && (rounds & 63) == 0 && exec_now() - t0 > c->o.timeout_s)
+        if (flag) {
+            c->waiting = NULL;
+            return 0;
+        }
+        if (c->o.timeout_s > 0 && (rounds & 63) == 0 && exec_now() - t0 > c->o.timeout_s) {
+            c->timed_out = true;
             return base_errorf(e, "device %d: %s did not finish within %.0f s (the watchdog's "
-                                  "timeout); a peer has stopped, check the other ranks' messages",
+                                  "timeout)",
                                c->dev, what, c->o.timeout_s);
+        }
         if (be_idle(c, rounds, e)) return -1;
     }
+}
+
+/* ---------------------------------------------------------------- naming the culprit */
+
+#define TAG_ASK 1
+#define TAG_ANSWER 2
+#define EXEC_CPU_ASK_S 2.0 /* how long a rank whose watchdog fired waits for the others' answers */
+
+void exec_cpu_attach(exec_cpu *c, const exec_interp *it) { c->it = it; }
+
+/* Where this rank stands, in at most n bytes: its step and its streams' heads, or what it waits
+ * for outside a step. */
+static void describe_self(const exec_cpu *c, char *out, size_t n)
+{
+    base_buf b = {0};
+    base_buf_printf(&b, "step %lld,", (long long)c->step);
+    if (c->it) exec_interp_describe_heads(c->it, &b);
+    if (c->waiting) base_buf_printf(&b, " waiting for %s", c->waiting);
+    else if (b.s[b.n - 1] == ',') base_buf_puts(&b, " between instructions (progressing)");
+    snprintf(out, n, "%s", b.s);
+    if (b.n >= n && n > 4) memcpy(out + n - 4, "...", 4);
+    base_buf_free(&b);
+}
+
+/* Answers every question that has arrived: where this rank stands, to the rank that asked. */
+static void answer_asks(exec_cpu *c)
+{
+    while (c->ask != MPI_COMM_NULL && c->ask_req != MPI_REQUEST_NULL) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Test(&c->ask_req, &flag, &st) != MPI_SUCCESS || !flag) return;
+        int from = st.MPI_SOURCE;
+        char *out = c->answers + (size_t)from * EXEC_CPU_ANSWER;
+        describe_self(c, out, EXEC_CPU_ANSWER);
+        MPI_Request r;
+        /* the buffer is the asker's own slot and each rank asks once (then the job ends) */
+        if (MPI_Isend(out, (int)strlen(out) + 1, MPI_CHAR, from, TAG_ANSWER, c->ask, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+        if (MPI_Irecv(&c->ask_in, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, c->ask, &c->ask_req) != MPI_SUCCESS)
+            c->ask_req = MPI_REQUEST_NULL;
+    }
+}
+
+void exec_cpu_find_culprit(exec_cpu *c, base_error *e)
+{
+    if (c->ask == MPI_COMM_NULL || c->world < 2) return;
+    const int w = c->world;
+    char *ans = base_xcalloc((size_t)w, EXEC_CPU_ANSWER);
+    MPI_Request *rr = base_xcalloc((size_t)w, sizeof *rr);
+    int ask = c->dev;
+    for (int d = 0; d < w; d++) {
+        rr[d] = MPI_REQUEST_NULL;
+        if (d == c->dev) continue;
+        MPI_Request s;
+        if (MPI_Isend(&ask, 1, MPI_INT, d, TAG_ASK, c->ask, &s) == MPI_SUCCESS) MPI_Request_free(&s);
+        MPI_Irecv(ans + (size_t)d * EXEC_CPU_ANSWER, EXEC_CPU_ANSWER, MPI_CHAR, d, TAG_ANSWER, c->ask, &rr[d]);
+    }
+    /* answering others' questions meanwhile: their watchdogs fire too */
+    double t0 = exec_now();
+    int all = 0;
+    base_error peer;
+    base_error_clear(&peer);
+    while (!all && exec_now() - t0 < EXEC_CPU_ASK_S) {
+        MPI_Testall(w, rr, &all, MPI_STATUSES_IGNORE);
+        answer_asks(c);
+        if (exec_cpu_check_peers(c, &peer)) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (peer.set) {
+        /* another rank has already failed and named the cause: this rank reports that notice */
+        base_error_clear(e);
+        base_errorf(e, "%s", peer.msg);
+    } else {
+        int silent = 0;
+        base_buf who = {0}, rest = {0};
+        for (int d = 0; d < w; d++) {
+            if (d == c->dev) continue;
+            int done = rr[d] == MPI_REQUEST_NULL;
+            if (!done) MPI_Test(&rr[d], &done, MPI_STATUS_IGNORE);
+            if (!done) {
+                base_buf_printf(&who, "%s%d", silent++ ? ", " : "", d);
+                continue;
+            }
+            ans[(size_t)d * EXEC_CPU_ANSWER + EXEC_CPU_ANSWER - 1] = 0;
+            base_buf_printf(&rest, "%srank %d: %s", rest.n ? "; " : "", d, ans + (size_t)d * EXEC_CPU_ANSWER);
+        }
+        char mine[BASE_ERROR_MAX];
+        snprintf(mine, sizeof mine, "%s", e->msg);
+        base_error_clear(e);
+        if (silent)
+            base_errorf(e, "rank%s %s (device%s %s) stopped: %s not answer within %.0f s (a stopped "
+                           "process, or one stuck in a computation), and the others wait for %s: "
+                           "%s%s%s; check that rank's process and host",
+                        silent > 1 ? "s" : "", who.s, silent > 1 ? "s" : "", who.s,
+                        silent > 1 ? "they do" : "it does", EXEC_CPU_ASK_S, silent > 1 ? "them" : "it",
+                        mine, rest.n ? "; " : "", rest.n ? rest.s : "");
+        else
+            base_errorf(e, "%s; every rank answers, so none has stopped: the plans do not match, or "
+                           "a step is slower than --timeout; where each stands: %s",
+                        mine, rest.n ? rest.s : "");
+        base_buf_free(&who);
+        base_buf_free(&rest);
+    }
+    for (int d = 0; d < w; d++)
+        if (rr[d] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&rr[d]);
+            MPI_Request_free(&rr[d]);
+        }
+    free(rr);
+    free(ans);
 }
 
 int exec_cpu_head_reduce(void *ctx, void *buf, int64_t n, plan_dtype dt, exec_reduce_op op,
@@ -501,6 +623,11 @@ int exec_cpu_connect(exec_cpu *c, base_error *e)
     if (!rc && MPI_Irecv(c->fail_msg, (int)sizeof c->fail_msg, MPI_CHAR, MPI_ANY_SOURCE, 0, c->fail,
                          &c->fail_req) != MPI_SUCCESS)
         rc = base_errorf(e, "%s:%d: MPI_Irecv of failure notices failed", __FILE__, __LINE__);
+    if (!rc && MPI_Comm_dup(MPI_COMM_WORLD, &c->ask) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Comm_dup of MPI_COMM_WORLD failed", __FILE__, __LINE__);
+    if (!rc && MPI_Irecv(&c->ask_in, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, c->ask, &c->ask_req) != MPI_SUCCESS)
+        rc = base_errorf(e, "%s:%d: MPI_Irecv of the watchdog's questions failed", __FILE__, __LINE__);
+    if (!rc) c->answers = base_xcalloc((size_t)c->world, EXEC_CPU_ANSWER);
     if (!rc && MPI_Comm_group(MPI_COMM_WORLD, &world_group) != MPI_SUCCESS)
         rc = base_errorf(e, "%s:%d: MPI_Comm_group failed", __FILE__, __LINE__);
     c->comm = base_xcalloc((size_t)(nkeys + 1), sizeof *c->comm);
@@ -585,4 +712,12 @@ void exec_cpu_disconnect(exec_cpu *c)
     }
     if (!fin && c->fail != MPI_COMM_NULL) MPI_Comm_free(&c->fail);
     c->fail = MPI_COMM_NULL;
+    if (!fin && c->ask_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&c->ask_req);
+        MPI_Wait(&c->ask_req, MPI_STATUS_IGNORE);
+    }
+    if (!fin && c->ask != MPI_COMM_NULL) MPI_Comm_free(&c->ask);
+    c->ask = MPI_COMM_NULL;
+    free(c->answers);
+    c->answers = NULL;
 }

@@ -433,27 +433,55 @@ void exec_ckpt_free(exec_ckpt *ck)
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
 {
     memset(ck, 0, sizeof *ck);
-    snprintf(ck->dir, sizeof ck->dir, "%s", dir);
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", ck->dir, MANIFEST);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int err = errno;
         if (stat(dir, &st) || !S_ISDIR(st.st_mode))
             return base_errorf(e, "%s: no such checkpoint directory; give a directory written by --save", dir);
         return base_errorf(e, "%s: cannot read: %s; the checkpoint is incomplete (its manifest is "
-                              "written last)", path, strerror(errno));
+                              "written last)", path, strerror(err));
     }
-    char line[2048];
+    base_buf b = {0};
+    if (base_read_file(path, &b, e)) return -1;
+    int rc = exec_ckpt_parse(ck, dir, path, b.s ? b.s : "", b.n, e);
+    base_buf_free(&b);
+    return rc;
+}
+
+/* The manifest's lines are short (the model line is the longest, under 1 KB). */
+#define MANIFEST_LINE 2048
+
+int exec_ckpt_parse(exec_ckpt *ck, const char *dir, const char *path, const char *text, size_t len,
+                    base_error *e)
+{
+    memset(ck, 0, sizeof *ck);
+    snprintf(ck->dir, sizeof ck->dir, "%s", dir);
+    char line[MANIFEST_LINE];
     int ln = 0, have = 0, nshard = 0;
     int rc = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    for (size_t at = 0; !rc && at < len;) {
+        size_t end = at;
+        while (end < len && text[end] != '\n') end++;
         ln++;
-        size_t L = strlen(line);
-        if (L && line[L - 1] == '\n') line[--L] = 0;
+        size_t L = end - at;
+        if (memchr(text + at, 0, L)) {
+            rc = base_errorf(e, "%s:%d:%d: a NUL byte; the manifest is text, written by --save", path, ln,
+                             (int)((const char *)memchr(text + at, 0, L) - (text + at)) + 1);
+            break;
+        }
+        if (L >= sizeof line) {
+            rc = base_errorf(e, "%s:%d:1: a line of %zu bytes; manifest lines are under %d bytes, so "
+                                "this is not a manifest written by --save", path, ln, L, MANIFEST_LINE);
+            break;
+        }
+        memcpy(line, text + at, L);
+        line[L] = 0;
+        at = end + 1;
         char key[32] = "", rest[2000] = "";
         if (sscanf(line, "%31s %1999[^\n]", key, rest) < 1) continue;
-        char *end = NULL;
+        char *endp = NULL;
         for (size_t k = 0; ln > 1 && k < BASE_COUNT(HEADER_KEYS); k++)
             if (!strcmp(key, HEADER_KEYS[k]) && !ck->field[k]) ck->field[k] = xstrdup(rest);
         if (ln == 1) {
@@ -470,6 +498,7 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
                 rc = base_errorf(e, "%s:%d:9: tensors '%s': expected a count and a 16-digit digest", path, ln, rest);
             have |= 128;
         } else if (!strcmp(key, "model")) {
+            free(ck->model);
             ck->model = xstrdup(rest);
             have |= 1;
         } else if (!strcmp(key, "dtype")) {
@@ -478,12 +507,12 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
             else rc = base_errorf(e, "%s:%d:7: dtype %s; the CPU executor writes fp32 or fp64", path, ln, rest);
             have |= 2;
         } else if (!strcmp(key, "step")) {
-            ck->step = strtoll(rest, &end, 10);
-            if (*end || ck->step < 0) rc = base_errorf(e, "%s:%d:6: step '%s' is not a count of steps", path, ln, rest);
+            ck->step = strtoll(rest, &endp, 10);
+            if (*endp || ck->step < 0) rc = base_errorf(e, "%s:%d:6: step '%s' is not a count of steps", path, ln, rest);
             have |= 4;
         } else if (!strcmp(key, "seed")) {
-            ck->seed = strtoull(rest, &end, 10);
-            if (*end) rc = base_errorf(e, "%s:%d:6: seed '%s' is not a number", path, ln, rest);
+            ck->seed = strtoull(rest, &endp, 10);
+            if (*endp) rc = base_errorf(e, "%s:%d:6: seed '%s' is not a number", path, ln, rest);
             have |= 8;
         } else if (!strcmp(key, "optimizer")) {
             snprintf(ck->optimizer, sizeof ck->optimizer, "%.31s", rest);
@@ -492,8 +521,8 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
             snprintf(ck->data, sizeof ck->data, "%s", rest);
             have |= 32;
         } else if (!strcmp(key, "shards")) {
-            long n = strtol(rest, &end, 10);
-            if (*end || n < 1 || n > 1 << 20 || ck->shard)
+            long n = strtol(rest, &endp, 10);
+            if (*endp || n < 1 || n > 1 << 20 || ck->shard)
                 rc = base_errorf(e, "%s:%d:8: shards '%s': expected one positive count", path, ln, rest);
             else {
                 ck->nshards = (int)n;
@@ -517,7 +546,6 @@ int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e)
             rc = base_errorf(e, "%s:%d:1: unknown key '%s'", path, ln, key);
         }
     }
-    fclose(f);
     if (!rc && ln == 0) rc = base_errorf(e, "%s:1:1: empty manifest", path);
     if (!rc && (have != 255 || nshard != ck->nshards))
         rc = base_errorf(e, "%s:%d:1: the manifest is truncated: it lacks %s", path, ln + 1,
@@ -550,6 +578,59 @@ int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e)
     return 0;
 }
 
+int exec_ckpt_shard_header(const char *path, const char *buf, uint64_t n, size_t *es, uint64_t *first,
+                           base_error *e)
+{
+    if (n < 24 || memcmp(buf, SHARD_MAGIC, 8) != 0) return base_errorf(e, "%s: not a piper checkpoint shard", path);
+    uint32_t h32[4];
+    memcpy(h32, buf + 8, sizeof h32);
+    if (h32[0] != SHARD_VERSION || (h32[1] != 4 && h32[1] != 8))
+        return base_errorf(e, "%s: shard version %u with %u-byte elements; this piper-exec reads "
+                              "version %u with 4- or 8-byte elements",
+                           path, h32[0], h32[1], SHARD_VERSION);
+    if (h32[3] > n - 24)
+        return base_errorf(e, "%s: a header of %u bytes in a shard of %llu", path, h32[3], (unsigned long long)n);
+    *es = h32[1];
+    *first = 24 + (uint64_t)h32[3];
+    return 0;
+}
+
+int exec_ckpt_shard_next(const char *path, const char *buf, uint64_t n, size_t es, uint64_t *pos,
+                         exec_ckpt_record *r, base_error *e)
+{
+    uint64_t at = *pos;
+    if (at >= n) return 0;
+    uint32_t len = 0;
+    uint64_t hdr[5];
+    if (n - at < 4 || (memcpy(&len, buf + at, 4), len == 0 || len >= sizeof r->name) ||
+        n - at - 4 < len + sizeof hdr)
+        return base_errorf(e, "%s: bad record at byte %llu", path, (unsigned long long)at);
+    memcpy(r->name, buf + at + 4, len);
+    r->name[len] = 0;
+    memcpy(hdr, buf + at + 4 + len, sizeof hdr);
+    at += 4 + len + sizeof hdr;
+    /* the tensor's element count, refused when it overflows: a wrapped product would let a
+     * record's range pass the bounds check below */
+    uint64_t total = hdr[0];
+    if ((hdr[1] && total > UINT64_MAX / hdr[1]) || (hdr[1] && hdr[2] && total * hdr[1] > UINT64_MAX / hdr[2]))
+        return base_errorf(e, "%s: record of %s at byte %llu: its shape %llux%llux%llu overflows", path, r->name,
+                           (unsigned long long)at, (unsigned long long)hdr[0], (unsigned long long)hdr[1],
+                           (unsigned long long)hdr[2]);
+    total *= hdr[1];
+    total *= hdr[2];
+    const uint64_t g0 = hdr[3], cnt = hdr[4];
+    if (cnt == 0 || g0 > total || cnt > total - g0 || cnt > (n - at) / (3 * es))
+        return base_errorf(e, "%s: record of %s at byte %llu: elements [%llu, +%llu) of %llu do not "
+                              "fit", path, r->name, (unsigned long long)at, (unsigned long long)g0,
+                           (unsigned long long)cnt, (unsigned long long)total);
+    r->dim[0] = hdr[0], r->dim[1] = hdr[1], r->dim[2] = hdr[2];
+    r->g0 = g0;
+    r->cnt = cnt;
+    r->vals = buf + at;
+    *pos = at + 3 * cnt * es;
+    return 1;
+}
+
 /* A local tensor the checkpoint fills: storage element P->offset + i, i in the block. */
 typedef struct want {
     char name[160];
@@ -579,23 +660,14 @@ static int load_shard(exec_cpu *c, const exec_ckpt *ck, int d, want *w, int nw, 
     } else if (fnv1a(FNV0, buf, n) != ck->shard[d].sum) {
         rc = base_errorf(e, "%s: checksum mismatch (the manifest says %016llx); the shard is corrupt",
                          path, (unsigned long long)ck->shard[d].sum);
-    } else if (n < 24 || memcmp(buf, SHARD_MAGIC, 8) != 0) {
-        rc = base_errorf(e, "%s: not a piper checkpoint shard", path);
     }
-    uint32_t h32[4] = {0};
-    if (!rc) {
-        memcpy(h32, buf + 8, sizeof h32);
-        if (h32[0] != SHARD_VERSION || (h32[1] != 4 && h32[1] != 8))
-            rc = base_errorf(e, "%s: shard version %u with %u-byte elements; this piper-exec reads "
-                                "version %u with 4- or 8-byte elements",
-                             path, h32[0], h32[1], SHARD_VERSION);
-        else if (h32[3] > n - 24)
-            rc = base_errorf(e, "%s: a header of %u bytes in a shard of %llu", path, h32[3], (unsigned long long)n);
-    }
+    size_t fes = 0;
+    uint64_t pos = 0;
+    if (!rc) rc = exec_ckpt_shard_header(path, buf, n, &fes, &pos, e);
     /* the shard's own record of the checkpoint must be the manifest's, field by field: the
      * checksums vouch for the shards, this for the manifest's step, seed, model and tensors */
     for (size_t k = 0; !rc && k < BASE_COUNT(HEADER_KEYS); k++) {
-        const char *h = buf + 24, *hend = h + h32[3], *val = NULL;
+        const char *h = buf + 24, *hend = buf + pos, *val = NULL;
         size_t klen = strlen(HEADER_KEYS[k]), vlen = 0;
         for (const char *l = h; l < hend;) {
             const char *nl = memchr(l, '\n', (size_t)(hend - l));
@@ -614,30 +686,17 @@ static int load_shard(exec_cpu *c, const exec_ckpt *ck, int d, want *w, int nw, 
                              path, HEADER_KEYS[k], val ? (int)(vlen > 300 ? 300 : vlen) : 0, val ? val : "",
                              ck->dir, MANIFEST, says);
     }
-    const size_t fes = h32[1], es = c->es;
-    uint64_t pos = 24 + (uint64_t)h32[3];
-    while (!rc && pos < n) {
-        uint32_t len = 0;
-        uint64_t hdr[5];
-        if (pos + 4 > n || (memcpy(&len, buf + pos, 4), len == 0 || len >= 160) ||
-            pos + 4 + len + sizeof hdr > n) {
-            rc = base_errorf(e, "%s: bad record at byte %llu", path, (unsigned long long)pos);
+    const size_t es = c->es;
+    exec_ckpt_record rec;
+    while (!rc) {
+        int more = exec_ckpt_shard_next(path, buf, n, fes, &pos, &rec, e);
+        if (more <= 0) {
+            rc = more;
             break;
         }
-        char name[160];
-        memcpy(name, buf + pos + 4, len);
-        name[len] = 0;
-        memcpy(hdr, buf + pos + 4 + len, sizeof hdr);
-        pos += 4 + len + sizeof hdr;
-        uint64_t total = hdr[0] * hdr[1] * hdr[2], g0 = hdr[3], cnt = hdr[4];
-        if (cnt == 0 || g0 + cnt > total || cnt > (n - pos) / (3 * fes)) {
-            rc = base_errorf(e, "%s: record of %s at byte %llu: elements [%llu, +%llu) of %llu do not "
-                                "fit", path, name, (unsigned long long)pos, (unsigned long long)g0,
-                             (unsigned long long)cnt, (unsigned long long)total);
-            break;
-        }
-        const char *vals = buf + pos;
-        pos += 3 * cnt * fes;
+        const char *name = rec.name;
+        const uint64_t *hdr = rec.dim, g0 = rec.g0, cnt = rec.cnt;
+        const char *vals = rec.vals;
         for (int k = 0; k < nw && !rc; k++) {
             want *W = &w[k];
             if (strcmp(W->name, name) != 0) continue;

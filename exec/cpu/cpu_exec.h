@@ -138,6 +138,15 @@ typedef struct exec_cpu {
     MPI_Comm fail;
     MPI_Request fail_req;
     char fail_msg[BASE_ERROR_MAX];
+    /* the watchdog's questions (exec_cpu_find_culprit): a rank whose wait times out asks every
+     * other where it stands; each keeps a receive posted and answers from its idle loop */
+    MPI_Comm ask;
+    MPI_Request ask_req;
+    int ask_in;
+    char *answers;                  /* [world][EXEC_CPU_ANSWER]: the answers being sent */
+    const struct exec_interp *it;   /* where this rank's streams stand, for its answers */
+    const char *waiting;            /* what exec_cpu_wait waits for, or NULL */
+    bool timed_out;                 /* exec_cpu_wait's watchdog fired */
     int head_comm;          /* the communicator of the head's vocab-parallel reductions */
     int nreq, capreq;
     cpu_req *req;
@@ -194,6 +203,17 @@ void exec_cpu_print_accounting(const exec_cpu *c, FILE *f);
 /* Writes every parameter tensor this device updates (its ZeRO shard) to dir/params.dev<d>.txt. */
 int exec_cpu_dump_params(exec_cpu *c, const char *dir, base_error *e);
 
+/* ---------------------------------------------------------------- startup.c */
+
+/* The start-up watchdog (startup.c): begun before MPI_Init with --timeout (0: none), it ends the
+ * process with a message naming the ranks that have not arrived when start-up has not ended in
+ * time. Phases: 2 once MPI is up, 3 on entering the start-up agreement. */
+typedef struct exec_startup exec_startup;
+exec_startup *exec_startup_begin(double timeout_s);
+void exec_startup_phase(exec_startup *s, int phase);
+/* Start-up is over (or failed with a message): stops the watcher, removes this rank's mark. */
+void exec_startup_end(exec_startup *s);
+
 /* ---------------------------------------------------------------- checkpoint.c */
 
 /* What a checkpoint records besides the tensors (exec/README.md, "Checkpoints"). */
@@ -244,6 +264,26 @@ int exec_ckpt_commit(const char *dir, int64_t step, int keep, char *final, size_
 int exec_ckpt_resolve(const char *dir, char *buf, size_t n, base_error *e);
 /* Reads and checks DIR's manifest; exec_ckpt_free releases it. */
 int exec_ckpt_read(exec_ckpt *ck, const char *dir, base_error *e);
+/* The same from the manifest's text (PATH names it in errors): what exec_ckpt_read does once it
+ * has read the file, apart so that the fuzzer (tests/fuzz/fuzz_ckpt.c) reaches it. */
+int exec_ckpt_parse(exec_ckpt *ck, const char *dir, const char *path, const char *text, size_t len,
+                    base_error *e);
+/* A shard's record: a run of consecutive global elements of one tensor, then as many first and
+ * second moments (3 * cnt values of the shard's element size). */
+typedef struct exec_ckpt_record {
+    char name[160];
+    uint64_t dim[3], g0, cnt;
+    const char *vals;
+} exec_ckpt_record;
+/* Checks a shard's header (24 bytes: magic, version, element size, device, the length of the
+ * header text that follows, which repeats the manifest's checkpoint fields) and gives its
+ * element size and where its first record starts. */
+int exec_ckpt_shard_header(const char *path, const char *buf, uint64_t n, size_t *es, uint64_t *first,
+                           base_error *e);
+/* The record at *pos of the shard's N bytes (from *first, after the header), moving *pos past it:
+ * 1 for a record, 0 at the end, -1 (with a message naming the byte) for one that does not fit. */
+int exec_ckpt_shard_next(const char *path, const char *buf, uint64_t n, size_t es, uint64_t *pos,
+                         exec_ckpt_record *r, base_error *e);
 void exec_ckpt_free(exec_ckpt *ck);
 /* Fails, naming the first difference, when the checkpoint's model is not the plan's. */
 int exec_ckpt_check_plan(const exec_ckpt *ck, const plan_set *p, base_error *e);
@@ -285,5 +325,15 @@ int exec_cpu_check_peers(exec_cpu *c, base_error *e);
 void exec_cpu_notify_failure(exec_cpu *c, const char *msg);
 /* Waits for a request with the watchdog's timeout, naming `what` when it expires. */
 int exec_cpu_wait(exec_cpu *c, MPI_Request *r, const char *what, base_error *e);
+/* The longest answer a rank gives the watchdog's question. */
+#define EXEC_CPU_ANSWER 480
+/* The interpreter whose streams this rank's answers describe. */
+void exec_cpu_attach(exec_cpu *c, const struct exec_interp *it);
+/* After this rank's watchdog fired (e holds its message): asks every other rank where it stands,
+ * waiting at most EXEC_CPU_ASK_S, and rewrites e to name the ranks that did not answer (stopped,
+ * or stuck in one computation) and what the others wait for; or, when every rank answers, says
+ * that none stopped and where each stands. When another rank's failure notice arrives meanwhile,
+ * e becomes that notice ("stopping because ..."). */
+void exec_cpu_find_culprit(exec_cpu *c, base_error *e);
 
 #endif

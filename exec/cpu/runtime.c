@@ -99,6 +99,8 @@ int exec_cpu_open(exec_cpu **out, const plan_set *p, int device, int world,
     c->head_comm = -1;
     c->p2p = c->fail = MPI_COMM_NULL;
     c->fail_req = MPI_REQUEST_NULL;
+    c->ask = MPI_COMM_NULL;
+    c->ask_req = MPI_REQUEST_NULL;
     c->dt = o->dtype >= 0 ? (plan_dtype)o->dtype : (plan_dtype)p->act_dtype;
     int rc = 0;
     if (c->dt != PLAN_FP32 && c->dt != PLAN_FP64) {
@@ -735,6 +737,7 @@ int exec_cpu_step(exec_cpu *c, exec_interp *it, int64_t step, exec_cpu_step_stat
             if (c->o.data) {
                 c->tokens[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos);
                 c->targets[k][t] = exec_data_token(c->o.data, c->cfg.seed, step, sample, pos + 1);
+                if (c->tokens[k][t] < 0 || c->targets[k][t] < 0) return exec_data_lost(c->o.data, step, e);
             } else {
                 c->tokens[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos, c->cfg.vocab);
                 c->targets[k][t] = exec_synthetic_token(c->cfg.seed, step, sample, pos + 1, c->cfg.vocab);

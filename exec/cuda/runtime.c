@@ -1149,6 +1149,7 @@ int exec_cuda_rt_step(exec_cuda_rt *r, exec_interp *it, int64_t step, exec_cuda_
             if (D) {
                 r->htok[t] = exec_data_token(D, r->cfg.seed, step, sample, pos);
                 r->htgt[t] = exec_data_token(D, r->cfg.seed, step, sample, pos + 1);
+                if (r->htok[t] < 0 || r->htgt[t] < 0) return exec_data_lost(D, step, e);
             } else {
                 r->htok[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos, r->cfg.vocab);
                 r->htgt[t] = exec_synthetic_token(r->cfg.seed, step, sample, pos + 1, r->cfg.vocab);

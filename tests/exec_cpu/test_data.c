@@ -121,6 +121,30 @@ static void test_files(void)
     unlink(tmp_file("one.bin"));
 }
 
+/* A token file cut short during a run: the tokens past its new end are -1, and the error names
+ * the file and both sizes (before, reading a mapping past its end raised SIGBUS). */
+static void test_truncated(void)
+{
+    base_error e;
+    base_error_clear(&e);
+    char spec[300];
+    const char *p = write_tokens("cut.bin", 2, 3000, mod251);
+    snprintf(spec, sizeof spec, "uint16:%s", p);
+    exec_data d;
+    CU_ASSERT_EQUAL_FATAL(exec_data_open(&d, spec, 256, SEQ, &e), 0);
+    CU_ASSERT(exec_data_token(&d, 4, 1, 0, 0) >= 0);
+    CU_ASSERT_EQUAL_FATAL(truncate(p, 40), 0);
+    int lost = 0;
+    for (int64_t s = 0; s < 16; s++) lost += exec_data_token(&d, 4, 1, s, SEQ) < 0;
+    CU_ASSERT(lost > 0);
+    CU_ASSERT_EQUAL(exec_data_lost(&d, 1, &e), -1);
+    CU_ASSERT(strstr(e.msg, p) != NULL);
+    CU_ASSERT(strstr(e.msg, "shrank from 6000 to 40 bytes") != NULL);
+    CU_ASSERT(strstr(e.msg, "keep the token file unchanged") != NULL);
+    exec_data_close(&d);
+    unlink(p);
+}
+
 /* exec_data_open(spec) fails with a message containing `want` */
 static void refused(const char *spec, int64_t vocab, const char *want)
 {
@@ -170,6 +194,7 @@ int piper_tests_register(void)
                                       {"bundled corpus: windows of the text", test_corpus},
                                       {"uint16 and uint32 token files", test_files},
                                       {"bad sources are refused", test_errors},
+                                      {"a file truncated during a run is named", test_truncated},
                                       {NULL, NULL}};
     return test_add_suite("data", cases);
 }

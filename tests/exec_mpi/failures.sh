@@ -58,9 +58,11 @@ run badkernel "$work/badkernel.plan" 60 \
 run noalloc "$work/noalloc.plan" 60 \
   "rank 1 \(device 1\) failed: step 1: .*gpt.attn.F .*is not live" \
   "rank 0: stopping because rank 1 \(device 1\) failed: step 1: .*is not live.*; this rank's streams stand at .*\[stream p2p: .*posted"
-# both ranks are stuck; whichever watchdog fires first tells the other
+# both ranks are stuck; whichever watchdog fires first asks the other, which answers (so no rank
+# is named as stopped), and tells it
 run watchdog "$work/badtag.plan" 3 \
   "rank ([01]) \(device \1\) failed: step 1: device \1: nothing progressed for 3 s .*(recv s=p2p peer=0 tag=999999|send s=p2p peer=1 tag=[0-9]+)" \
+  "every rank answers, so none has stopped: the plans do not match.*where each stands: rank [01]: step 1, \[stream" \
   "^piper-exec: rank 0[ :]" "^piper-exec: rank 1[ :]"
 [ $fails -eq 0 ] && echo "failures.sh: every failure ended with the rank and cause named"
 exit $fails

@@ -49,6 +49,41 @@ expect 0 "batch 16 sequences = micro-batch 2 x 4 micro-batches x data-parallel 2
 expect 1 "global batch 7 is not a multiple of the micro-batch 2" "$arr" $mc --micro-batch 2 --global-batch 7
 expect 2 "--micro-batch needs a whole number of sequences >= 1" "$arr" $mc --micro-batch 0
 expect 2 "--global-batch needs a whole number of sequences >= 1" "$arr" $mc --global-batch
+# bounded readers (docs/programs.md, "Inputs"): a device without end, a file over the limit (sparse,
+# so the test writes nothing) and a directory are refused by name, at once
+start=$(date +%s)
+expect 1 "error: /dev/zero: more than piper reads from one input (64.00 MiB) and still going" /dev/zero
+[ $(( $(date +%s) - start )) -le 10 ] || { echo "FAIL: /dev/zero took over 10 s to refuse" >&2; failed=$((failed + 1)); }
+truncate -s 100M "$tmp/huge.yaml"
+expect 1 "error: $tmp/huge.yaml: 100.00 MiB, more than piper reads from one input (64.00 MiB); give a smaller file" "$tmp/huge.yaml"
+expect 1 "error: $src/configs: is a directory; give a file" "$src/configs"
+# unequal stage placement is reported at the placement directive that made it, with a remedy
+sed -e "s|\.\./\.\./\.\./|$src/|" -e 's/devices: \[0\]}/devices: [0, 1]}/' -e 's/devices: \[1\]}/devices: [2]}/' \
+  "$src/tests/exec_mpi/programs/gpt_pp2.yaml" >"$tmp/unequal.yaml"
+expect 1 "error: $tmp/unequal.yaml:10:5: directive 2 (place): after the placement directives, 'F L0.mlp mb0' on 2 devices feeds 'F L1.attn mb0' on 1 devices; piper sends device i to device i, so place both on the same number of devices" "$tmp/unequal.yaml"
+# expert and tensor parallelism on the same two devices: refused at shard_tensor, with a remedy
+cat >"$tmp/ep_tp.yaml" <<EOF
+model: $src/configs/models/moe_tiny.yaml
+cluster: $src/configs/clusters/cpu_8.yaml
+batch: {global: 4, micro: 1}
+dtype: fp32
+annotations: {ep: true, tp: true}
+directives:
+  - {op: split, num_microbatches: 2}
+  - {op: replicate, filter: {}, devices: [0, 1], zero: 0}
+  - {op: shard, filter: {EP: "*"}, devices: [0, 1], stream: ep}
+  - {op: shard_tensor, filter: {TP: "*"}, devices: [0, 1]}
+EOF
+expect 1 "error: $tmp/ep_tp.yaml:10:5: directive 3 (shard_tensor): after the placement directives, 'F embed mb0' runs on 2 devices with expert parallelism of degree 2, and tensor parallelism of degree 2 on the same devices leaves a data-parallel degree of 1 that EP does not divide (EP groups form inside DP); give TP devices of its own" "$tmp/ep_tp.yaml"
+# an order file that deadlocks: the schedule directive and the CSV cells that cannot proceed
+sed -e "s|\.\./\.\./\.\./|$src/|" "$src/tests/exec_mpi/programs/gpt_pp2.yaml" >"$tmp/dl.yaml"
+echo '  - {op: schedule, file: dl.csv}' >>"$tmp/dl.yaml"
+printf '0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B0,1B1,1B2,1B3\n' >"$tmp/dl.csv"
+expect 1 "error: $tmp/dl.yaml:11:5: directive 3 (schedule): the order file $tmp/dl.csv deadlocks: the stuck actions are $tmp/dl.csv:1:1: rank 0, column 1 ('0F0'); $tmp/dl.csv:2:1: rank 1, column 1 ('1F1'); reorder those cells" "$tmp/dl.yaml"
+# a cluster beyond IR_CLUSTER_MAX_DEVICES is refused at its nodes key
+printf 'gpu: H100\nnodes: 16384\ngpus_per_node: 8\n' >"$tmp/huge_cluster.yaml"
+printf 'model: %s/configs/models/gpt_1.7b.yaml\ncluster: huge_cluster.yaml\nbatch: {global: 2}\ndirectives: []\n' "$src" >"$tmp/huge_prog.yaml"
+expect 1 "huge_cluster.yaml:2:8: nodes x gpus_per_node = 16384 x 8 = 131072 devices, more than piper handles (65536); use fewer nodes" "$tmp/huge_prog.yaml"
 expect 0 "plan written to $tmp/dp2.plan" "$prog" -o "$tmp/dp2.plan"
 if ! head -n 1 "$tmp/dp2.plan" | grep -qx 'piper-plan 2'; then
   echo "FAIL: $tmp/dp2.plan does not start with 'piper-plan 2'" >&2

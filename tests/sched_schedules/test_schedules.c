@@ -573,6 +573,11 @@ static void test_csv_syntax(void)
         CU_ASSERT_NOT_EQUAL(csv_read_str(bad[i].text, &t, &e), 0);
         TEST_ASSERT_CONTAINS(e.msg, bad[i].needle);
     }
+    /* a NUL byte, which would end the cell early, is refused where it stands, like every reader */
+    static const char nul[] = "0F0,0F1\n1F0,1F\0" "1,1B0\n";
+    base_error_clear(&e);
+    CU_ASSERT_NOT_EQUAL(sched_order_csv_read("o.csv", nul, sizeof nul - 1, &t, &e), 0);
+    TEST_ASSERT_CONTAINS(e.msg, "o.csv:2:7: the text contains a NUL character; remove it");
 }
 
 static void assert_invalid(const char *text, int S, int m, const char *needle)
@@ -591,6 +596,10 @@ static void test_csv_validation_errors(void)
     assert_invalid("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,2B1\n", 2, 2,
                    "o.csv:2:13: rank 1, column 4 ('2B1'): stage 2 does not exist: the pipeline has 2 stages");
     assert_invalid("0F0,0F1,0B0,0B1,0F2\n", 1, 2, "rank 0, column 5 ('0F2'): micro-batch 2 does not exist");
+    /* inferred sizes beyond the actions (a fuzzer's find: 633333333F0 made tables of that size) */
+    assert_invalid("0F0,0B0,633333333F0\n", 0, 0, "the order names stage 633333333 and micro-batch 0, so it "
+                   "needs 633333334 x 1 forwards, but it has 3 actions in all");
+    assert_invalid("0F0,0B2147483647\n", 0, 0, "so it needs 1 x 2147483648 forwards, but it has 2 actions");
     assert_invalid("0F0,0B0\n1F0,1B0,0F1,0B1\n", 0, 0,
                    "rank 1, column 3 ('0F1'): stage 0 also runs on rank 0 (column 1); a stage lives on one rank");
     assert_invalid("0F0,0F0,0B0\n", 0, 0, "rank 0, column 2 ('0F0'): the forward of stage 0 micro-batch 0 appears twice");

@@ -1214,6 +1214,9 @@ static void test_user_platform(void)
     base_error_clear(&e);
     CU_ASSERT_EQUAL(sim_platform_check(tmp_path("none.xml"), 4, &e), -1);
     TEST_ASSERT_CONTAINS(e.msg, "none.xml: cannot open the platform file");
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(sim_platform_check(test_src_path("tests/fixtures/sim"), 4, &e), -1);
+    TEST_ASSERT_CONTAINS(e.msg, "tests/fixtures/sim: is a directory; give a file");
 
     /* through piper-sim: no crash, exit 1, the message */
     char err[2048];
