@@ -28,10 +28,17 @@ w_compile() { compile -o "$1"; }
 w_sim_json() { "$build/piper-sim" ref.plan -q --json "$1"; }
 w_sim_trace() { "$build/piper-sim" ref.plan -q --trace "$1"; }
 w_sim_platform() { "$build/piper-sim" ref.plan -q --platform-out "$1"; }
-w_viz() { "$build/piper-viz" schedule ref.plan --format svg -o "$1"; }
-w_exec_trace() { timeout 120 "$build/piper-exec" ref.plan --steps 1 -q --no-sim --trace "$1"; }
+# piper-viz with tests/viz's LeakSanitizer suppressions (Graphviz and its font stack keep caches
+# for the life of the process), piper-exec through tests/mpirun.sh (OpenMPI's own exit leaks):
+# in the sanitizer build a leak of theirs would otherwise fail the write being tested
+viz() {
+  LSAN_OPTIONS="suppressions=$src/tests/viz/lsan.supp:print_suppressions=0" \
+  ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0" "$build/piper-viz" "$@"
+}
+w_viz() { viz schedule ref.plan --format svg -o "$1"; }
+w_exec_trace() { timeout 120 "$src/tests/mpirun.sh" 1 "$build/piper-exec" ref.plan --steps 1 -q --no-sim --trace "$1"; }
 w_exec_dump() { # $1 is a directory here: its params.dev0.txt is the output
-  timeout 120 "$build/piper-exec" ref.plan --steps 1 -q --no-sim --dump-params "$1"; }
+  timeout 120 "$src/tests/mpirun.sh" 1 "$build/piper-exec" ref.plan --steps 1 -q --no-sim --dump-params "$1"; }
 writers="compile sim_json sim_trace sim_platform exec_trace"
 [ -x "$build/piper-viz" ] && writers="$writers viz"
 
