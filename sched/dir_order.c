@@ -63,17 +63,31 @@ static void split_backwards(ir_dag *g, base_arena *scratch, const int32_t *bs, s
      * one, TP/EP collectives on the way) belongs to its input half: the weight half only makes
      * the local weight gradient. Tagging it BI lets an order group {PASS: BI} carry it, as
      * {PASS: B} carries an unsplit backward's; left at B it would float free in the launch
-     * order and pair with the wrong neighbour transfer. */
-    for (size_t i = 0; i < g->nedges; i++) {
-        const ir_edge *ed = &g->edges[i];
-        if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
-        for (int end = 0; end < 2; end++) {
-            int32_t split = end ? ed->dst : ed->src, other = end ? ed->src : ed->dst;
-            if ((size_t)split >= n0 || bw_of[split] < 0) continue;
-            ir_node *o = &g->nodes[other];
-            if (o->pass == PLAN_PASS_B && !(o->flags & IR_NODE_DP_SYNC) &&
-                IR_OP_INFO[o->op].kind != IR_KIND_COMPUTE)
+     * order and pair with the wrong neighbour transfer. The chain may be longer than one hop
+     * (with sequence parallelism the received gradient feeds an all-gather that feeds BI), so
+     * the tag follows chains of communication on the split's device, upstream from its inputs
+     * and downstream from its outputs, to a fixed point. */
+    size_t nn = g->nnodes;
+    uint8_t *side = base_arena_calloc(scratch, nn ? nn : 1, 1); /* 1 feeds a BI, 2 fed by one */
+    for (size_t v = 0; v < n0; v++)
+        if (bw_of[v] >= 0) side[v] = 3;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < g->nedges; i++) {
+            const ir_edge *ed = &g->edges[i];
+            if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
+            for (int end = 0; end < 2; end++) {
+                int32_t from = end ? ed->dst : ed->src, other = end ? ed->src : ed->dst;
+                uint8_t dir = end ? 1 : 2;
+                if (!(side[from] & dir) || (side[other] & dir)) continue;
+                ir_node *o = &g->nodes[other];
+                if ((o->pass != PLAN_PASS_B && o->pass != PLAN_PASS_BI) || (o->flags & IR_NODE_DP_SYNC) ||
+                    IR_OP_INFO[o->op].kind == IR_KIND_COMPUTE || o->place != g->nodes[from].place)
+                    continue;
                 o->pass = PLAN_PASS_BI;
+                side[other] |= dir;
+                changed = true;
+            }
         }
     }
     g->adj_valid = false;

@@ -338,6 +338,84 @@ static void test_zero3_prefetch_limit(void)
     compiled_free(r);
 }
 
+/* ZeRO-3 with full recompute on an MoE model, the recompute written before the replicate (as
+ * piper-search writes programs): a layer whose attention is fully recomputed is recomputed as
+ * one, in the forward's order (attn, gate, experts, combine), so the prefetch limit of a
+ * recompute's gather cannot be the recompute two regions later in the same layer (that one
+ * needs this one's output: a cycle). Both directive orders compile and pass the check, and the
+ * recomputes of each layer run in region order. */
+static void test_zero3_full_recompute_moe(void)
+{
+    static const char *const bodies[2] = {
+        "batch: {global: 8, micro: 1}\n"
+        "directives:\n"
+        "  - {op: split, filter: {}, num_microbatches: 2}\n"
+        "  - {op: recompute, filter: {}, mode: full}\n"
+        "  - {op: replicate, filter: {}, devices: [0, 1, 2, 3], zero: 3}\n",
+        "batch: {global: 8, micro: 1}\n"
+        "directives:\n"
+        "  - {op: split, filter: {}, num_microbatches: 2}\n"
+        "  - {op: replicate, filter: {}, devices: [0, 1, 2, 3], zero: 3}\n"
+        "  - {op: recompute, filter: {}, mode: full}\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        compiled *r = compile_text("configs/models/moe_tiny.yaml", "configs/clusters/a100_4.yaml", bodies[k], NULL);
+        ASSERT_COMPILED(r);
+        const plan_set *p = &r->c.plan;
+        const plan_list *L = plan_dev_list(p, 0);
+        int nr = 0, last_region[2] = {-1, -1}, last_layer[2] = {-1, -1};
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op != PLAN_COMPUTE || in->pass != PLAN_PASS_R || in->mb < 0 || in->mb > 1) continue;
+            int layer = -1;
+            CU_ASSERT_FATAL(in->region >= 0 && in->region < p->nregions);
+            CU_ASSERT_EQUAL_FATAL(sscanf(p->regions[in->region], "L%d.", &layer), 1);
+            if (layer == last_layer[in->mb]) CU_ASSERT(in->region > last_region[in->mb]);
+            last_layer[in->mb] = layer;
+            last_region[in->mb] = in->region;
+            nr++;
+        }
+        CU_ASSERT(nr > 8); /* every region of 4 layers, two micro-batches */
+        compiled_free(r);
+    }
+}
+
+/* DualPipeV with TP and sequence parallelism: the received activation gradient of a split
+ * backward reaches BI through the SP all-gather, two hops away. It is the input half's
+ * communication as much as a direct one, so it is tagged BI and ordered with it; left at B it
+ * was ready from the start and paired with the first forward send, which deadlocked. */
+static void test_dualpipev_tp_sp(void)
+{
+    compiled *r = compile_text(
+        "configs/models/gpt_1.7b.yaml", "configs/clusters/dgx_a100_8.yaml",
+        "batch: {global: 8, micro: 1}\n"
+        "annotations: {pp: 4, tp: true}\n"
+        "directives:\n"
+        "  - {op: split, filter: {}, num_microbatches: 8}\n"
+        "  - {op: place, filter: {PP: 0}, devices: [0, 1]}\n"
+        "  - {op: place, filter: {PP: 1}, devices: [2, 3]}\n"
+        "  - {op: place, filter: {PP: 2}, devices: [2, 3]}\n"
+        "  - {op: place, filter: {PP: 3}, devices: [0, 1]}\n"
+        "  - {op: shard_tensor, filter: {PP: 0, TP: \"*\"}, devices: [0, 1], sequence_parallel: true}\n"
+        "  - {op: shard_tensor, filter: {PP: 1, TP: \"*\"}, devices: [2, 3], sequence_parallel: true}\n"
+        "  - {op: shard_tensor, filter: {PP: 2, TP: \"*\"}, devices: [2, 3], sequence_parallel: true}\n"
+        "  - {op: shard_tensor, filter: {PP: 3, TP: \"*\"}, devices: [0, 1], sequence_parallel: true}\n"
+        "  - {op: schedule, name: dualpipev}\n",
+        NULL);
+    ASSERT_COMPILED(r);
+    /* stage 0's first receive is a gradient: it cannot come before the stage's forwards */
+    const plan_list *L = plan_dev_list(&r->c.plan, 0);
+    int first_recv_stage0 = -1, forwards_before = 0;
+    for (int i = 0; i < L->n && first_recv_stage0 < 0; i++) {
+        const plan_instr *in = &L->ins[i];
+        if (in->op == PLAN_COMPUTE && in->pass == PLAN_PASS_F && in->stage == 0) forwards_before++;
+        if (in->op == PLAN_RECV && in->stage == 0) first_recv_stage0 = in->mb;
+    }
+    CU_ASSERT_EQUAL(first_recv_stage0, 0);
+    CU_ASSERT(forwards_before > 0);
+    compiled_free(r);
+}
+
 /* ZeRO-0 of 7.5e9 parameters needs 120 GB of model states alone: more than an A100-80GB's 76 GiB
  * usable. Rejected with the breakdown, kept with allow_oom (and a warning). */
 static void test_oom_rejected_with_breakdown(void)
@@ -1684,6 +1762,8 @@ int piper_tests_register(void)
         {"ZeRO 0-3 model-state memory of 7.5e9 parameters on 64 GPUs", test_zero_table},
         {"the same with fp32 gradients (grad_dtype): 18 bytes a parameter", test_zero_table_fp32_grads},
         {"ZeRO-3 gathers: a few copies alive, not the step's", test_zero3_prefetch_limit},
+        {"ZeRO-3 with full recompute of MoE layers has no cycle", test_zero3_full_recompute_moe},
+        {"DualPipeV with TP and SP: gradients received through the SP gather", test_dualpipev_tp_sp},
         {"a plan that does not fit is rejected with its breakdown", test_oom_rejected_with_breakdown},
         {"ZeRO 1-3: each device steps its 1/64 piece of the optimizer state", test_zero_optimizer_step_piece},
         {"the cost cache keys on the optimizer step's ZeRO sharding", test_zero_optimizer_step_cache_key},
