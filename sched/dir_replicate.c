@@ -42,6 +42,19 @@ static int32_t new_sync_node(ir_dag *g, ir_op op, int place, int32_t stage, int 
 }
 
 /* ZeRO-3's prefetch limit: the pass a gather's consumer runs, 0 F, 1 R, 2 B; -1 not limited. */
+/* The consumer of region r's pass pk (0 F, 1 R, 2 B) for micro-batch mb, -1 if none. */
+static int32_t consumer_of(const int32_t *consumer, int64_t nmbs, int r, int pk, int32_t mb)
+{
+    return consumer[((size_t)r * 3 + (size_t)pk) * (size_t)nmbs + (size_t)mb];
+}
+
+/* Whether two recomputes belong to one layer that is recomputed as one (its attention fully). */
+static bool same_recomputed_layer(const ir_dag *g, const bool *attn_full, const ir_node *a, const ir_node *b)
+{
+    return a->layer >= 0 && a->layer == b->layer && a->layer < (g->model->layers > 0 ? g->model->layers : 1) &&
+           attn_full[a->layer];
+}
+
 static int prefetch_pass(int op)
 {
     switch (op) {
@@ -296,14 +309,29 @@ int sched_dir_replicate(sched_ctx *x, const ir_directive *d, base_error *e)
             if (pk >= 0 && mb >= 0 && mb < nmbs)
                 consumer[((size_t)g->nodes[v].region * 3 + (size_t)pk) * (size_t)nmbs + (size_t)mb] = (int32_t)v;
         }
+        const int nlayers = g->model->layers > 0 ? g->model->layers : 1;
+        bool *attn_full = base_arena_calloc(&x->scratch, (size_t)nlayers, sizeof *attn_full);
+        for (size_t v = 0; v < n0; v++) {
+            const ir_node *n = &g->nodes[v];
+            if (!n->dead && n->op == IR_OP_R && n->recompute == IR_RECOMPUTE_FULL && n->layer >= 0 &&
+                n->layer < nlayers && g->regions[n->region].kind == IR_REGION_ATTN)
+                attn_full[n->layer] = true;
+        }
         for (size_t i = 0; i < gathers.n; i++) {
             const ir_node *cn = &g->nodes[gathers.v[i]];
             const ir_node *un = &g->nodes[cn->link];
             int pk = prefetch_pass(un->op);
             if (pk < 0 || un->mb < 0 || un->mb >= nmbs) continue;
             int before = pk == 0 ? un->region - 2 : un->region + 2; /* R and B run backwards */
-            if (before < 0 || before >= g->nregions) continue;
-            int32_t prev = consumer[((size_t)before * 3 + (size_t)pk) * (size_t)nmbs + (size_t)un->mb];
+            int32_t prev = before >= 0 && before < g->nregions ? consumer_of(consumer, nmbs, before, pk, un->mb) : -1;
+            /* ...but a layer whose attention is fully recomputed is recomputed as one, its
+             * recomputes in the forward's order (dir_recompute.c): inside it the limiter is the
+             * recompute two regions back, and a lower layer's recomputes run later, never first */
+            if (pk == 1 && prev >= 0 && same_recomputed_layer(g, attn_full, un, &g->nodes[prev])) {
+                before = un->region - 2;
+                prev = before >= 0 ? consumer_of(consumer, nmbs, before, pk, un->mb) : -1;
+                if (prev >= 0 && !same_recomputed_layer(g, attn_full, un, &g->nodes[prev])) prev = -1;
+            }
             if (prev < 0 || g->nodes[prev].place != un->place) continue;
             ir_dag_add_edge(g, prev, gathers.v[i], -1, IR_EDGE_TEMPORAL);
         }
