@@ -51,7 +51,19 @@ static void split_backwards(ir_dag *g, base_arena *scratch, const int32_t *bs, s
     size_t ne = g->nedges;
     for (size_t i = 0; i < ne; i++) {
         ir_edge *ed = &g->edges[i];
-        if (ed->dead || ed->kind != IR_EDGE_DATA) continue;
+        if (ed->dead) continue;
+        /* ZeRO-2/3's double buffering makes the backward that starts a bucket wait for the
+         * reduce-scatter two buckets back (dir_replicate.c). Split, it is the weight half that
+         * makes the gradient, so the weight half waits: the input half must not, since the
+         * reduction it would wait for needs weight halves that the schedule defers past it
+         * (ZB-H1 at three buckets or more is a cycle). */
+        const ir_node *from = &g->nodes[ed->src];
+        if (ed->kind == IR_EDGE_TEMPORAL && bw_of[ed->dst] >= 0 && from->op == IR_OP_REDUCE_SCATTER &&
+            (from->flags & IR_NODE_DP_SYNC) && !(from->flags & IR_NODE_JIT)) {
+            ed->dst = bw_of[ed->dst];
+            continue;
+        }
+        if (ed->kind != IR_EDGE_DATA) continue;
         if (bw_of[ed->dst] >= 0) {
             ir_dag_add_edge(g, ed->src, bw_of[ed->dst], ed->tensor, IR_EDGE_DATA);
         } else if (bw_of[ed->src] >= 0 && g->tensors[ed->tensor].kind == IR_T_GRAD) {
