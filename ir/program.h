@@ -295,6 +295,9 @@ int ir_program_set_batch(ir_program *p, int64_t micro, int64_t global, base_erro
  * out[ir_model_nregions(&p->model)]; every region is stage 0 when the program annotates no PP.
  * Returns the number of stages (1 without PP). */
 int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *out);
+/* The stage of a transformer layer under the even split of `layers` over `stages`: the extra
+ * layers go to the early stages (the last stage also carries the LM head and the loss). */
+int64_t ir_even_stage_of_layer(int64_t layers, int64_t stages, int64_t layer);
 
 const char *ir_directive_name(ir_directive_op op);
 /* The row of a directive (NULL for an invalid op); the op of a name (case-insensitive), -1 if

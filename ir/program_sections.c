@@ -235,6 +235,16 @@ int ir_load_optimizer(ir_load_ctx *c, const ir_doc *d)
     return 0;
 }
 
+int64_t ir_even_stage_of_layer(int64_t layers, int64_t stages, int64_t layer)
+{
+    /* the extra layers go to the early stages, because the last stage also carries the LM head
+     * and the loss, usually the heaviest region */
+    if (stages < 1) stages = 1;
+    int64_t base = layers / stages, extra = layers % stages;
+    if (layer < extra * (base + 1)) return layer / (base + 1);
+    return extra + (layer - extra * (base + 1)) / (base ? base : 1);
+}
+
 int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *out)
 {
     const ir_annotations *ann = &p->ann;
@@ -244,9 +254,6 @@ int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *
     int n = ir_model_nregions(&p->model);
     ir_region *regs = base_arena_calloc(a, (size_t)(n ? n : 1), sizeof *regs);
     ir_model_regions(&p->model, a, regs);
-    /* Even split: the extra layers go to the early stages, because the last stage also carries
-     * the LM head and the loss, usually the heaviest region. */
-    int64_t base = layers / stages, extra = layers % stages;
     for (int i = 0; i < n; i++) {
         int64_t l = regs[i].layer, s;
         if (regs[i].kind == IR_REGION_EMBED) {
@@ -256,10 +263,8 @@ int64_t ir_program_stage_of_region(const ir_program *p, base_arena *a, int32_t *
         } else if (ann->npp_ranges) {
             s = 0;
             while (s < ann->npp_ranges - 1 && l > ann->pp_ranges[s][1]) s++;
-        } else if (l < extra * (base + 1)) {
-            s = l / (base + 1);
         } else {
-            s = extra + (l - extra * (base + 1)) / (base ? base : 1);
+            s = ir_even_stage_of_layer(layers, stages, l);
         }
         out[i] = (int32_t)s;
     }

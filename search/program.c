@@ -39,6 +39,15 @@ static void devices(base_buf *out, int first, int count, int stride)
     }
 }
 
+/* Whether stage s of the even split holds an MoE layer (a stage of dense layers has no
+ * EP-annotated node to shard: the compiler refuses the directive). */
+static bool stage_has_moe(const ir_model *m, int stages, int s)
+{
+    for (int64_t l = 0; l < m->layers; l++)
+        if (ir_even_stage_of_layer(m->layers, stages, l) == s && ir_model_layer_is_moe(m, l)) return true;
+    return false;
+}
+
 void search_program_text(const search_problem *pb, const search_candidate *c, const char *model_ref,
                          const char *cluster_ref, base_buf *out)
 {
@@ -84,7 +93,8 @@ void search_program_text(const search_problem *pb, const search_candidate *c, co
             devices(out, base, c->dp, c->tp);
             base_buf_printf(out, ", zero: %d}\n", c->zero);
         }
-        if (c->ep > 1) { /* one expert-parallel group: ep consecutive data-parallel ranks */
+        if (c->ep > 1 && stage_has_moe(&pb->model, c->stages, s)) {
+            /* one expert-parallel group: ep consecutive data-parallel ranks */
             base_buf_printf(out, "  - {op: shard, filter: {%sEP: \"*\"}, devices: ", pfx);
             devices(out, base, c->ep, c->tp);
             base_buf_puts(out, ", stream: ep}\n");
