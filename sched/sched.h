@@ -95,6 +95,11 @@ int sched_schedule_rank(int i, int p, int s);
 /* Whether the builder can order p ranks, m micro-batches and v stages per rank: runs it (its
  * preconditions are its own), 0 or -1 with why it cannot in why[n]. */
 int sched_schedule_check(int i, int p, int m, int v, char *why, size_t n);
+/* Whether the builder's program may use tensor parallelism of degree tp and ZeRO stage `zero`:
+ * DualPipe's mirrored pipeline (dualpipe_mirror.c) copies only pipeline, expert and ZeRO-0/1
+ * data parallelism, and refuses the rest when it runs; this says so before compiling (piper-search
+ * counts it a precondition). 0 or -1 with why in why[n]. */
+int sched_schedule_supports(int i, int tp, int zero, char *why, size_t n);
 /* The activations the builder's order keeps live on each rank at its fullest: walking rank r's
  * order, a forward of stage s adds stage_bytes[s] (one micro-batch of the program's stage s) and
  * its B or BW removes them; rank_peak[r] is the largest sum on the way (p entries). DualPipe's

@@ -36,6 +36,16 @@ int sched_schedule_check(int i, int p, int m, int v, char *why, size_t n)
     return rc;
 }
 
+int sched_schedule_supports(int i, int tp, int zero, char *why, size_t n)
+{
+    const sched_builder *b = sched_kind_info((sched_kind)i);
+    if (!b || !(b->flags & SCHED_NEEDS_MIRROR)) return 0;
+    if (tp <= 1 && zero <= 1) return 0;
+    snprintf(why, n, "%s mirrors pipeline, expert and ZeRO-0/1 data parallelism only, not %s; use zero 0 or 1 "
+             "without tensor parallelism, or dualpipev", sched_schedule_name(i), tp > 1 ? "tensor parallelism" : "ZeRO-2/3");
+    return -1;
+}
+
 int sched_schedule_live_peak(int i, int p, int m, int v, const double *stage_bytes, double *rank_peak, char *why,
                              size_t n)
 {

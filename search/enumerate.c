@@ -73,6 +73,11 @@ static void inner(const search_space *s, const search_problem *pb, search_candid
         for (int ri = 0; ri < nr; ri++) {
             c.zero = zs[zi];
             c.recompute = rs[ri];
+            char why[256];
+            if (c.schedule >= 0 && sched_schedule_supports(c.schedule, c.tp, c.zero, why, sizeof why)) {
+                reject(en, SEARCH_PRECONDITION, &c, "%s", why);
+                continue;
+            }
             c.bound_bytes = search_memory_bound(pb, &c);
             if (c.bound_bytes > usable) {
                 char a[32], b[32];

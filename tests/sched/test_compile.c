@@ -416,6 +416,50 @@ static void test_dualpipev_tp_sp(void)
     compiled_free(r);
 }
 
+/* ZeRO-2 double-buffers its per-micro-batch buckets: the backward that starts bucket j + 2
+ * waits for bucket j's reduce-scatter. Under ZB-H1 the weight halves are deferred, so the
+ * wait belongs to the weight half, which makes the gradient: on the input half it waited for
+ * a reduction that needs weight halves scheduled after it (a cycle). moe_tiny's expert buckets
+ * give each stage three buckets or more; ZeRO-3 with sequence parallelism and full recompute
+ * (qwen3_1b) adds just-in-time gathers on the same chains. */
+static void test_zb_zero_buckets(void)
+{
+    for (int z = 2; z <= 3; z++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "batch: {global: 8, micro: 1}\n"
+                 "annotations: {pp: 2}\n"
+                 "directives:\n"
+                 "  - {op: split, filter: {}, num_microbatches: 4}\n"
+                 "  - {op: place, filter: {PP: 0}, devices: [0, 1]}\n"
+                 "  - {op: replicate, filter: {PP: 0}, devices: [0, 1], zero: %d}\n"
+                 "  - {op: place, filter: {PP: 1}, devices: [2, 3]}\n"
+                 "  - {op: replicate, filter: {PP: 1}, devices: [2, 3], zero: %d}\n"
+                 "  - {op: schedule, name: zb-h1}\n",
+                 z, z);
+        compiled *r = compile_text("configs/models/moe_tiny.yaml", "configs/clusters/a100_4.yaml", body, NULL);
+        ASSERT_COMPILED(r);
+        compiled_free(r);
+    }
+    compiled *r = compile_text(
+        "configs/models/qwen3_1b.yaml", "configs/clusters/dgx_a100_8.yaml",
+        "batch: {global: 16, micro: 1}\n"
+        "annotations: {pp: 2, tp: true}\n"
+        "directives:\n"
+        "  - {op: split, filter: {}, num_microbatches: 8}\n"
+        "  - {op: recompute, filter: {}, mode: full}\n"
+        "  - {op: place, filter: {PP: 0}, devices: [0, 1, 2, 3]}\n"
+        "  - {op: shard_tensor, filter: {PP: 0, TP: \"*\"}, devices: [0, 1], sequence_parallel: true}\n"
+        "  - {op: replicate, filter: {PP: 0}, devices: [0, 2], zero: 3}\n"
+        "  - {op: place, filter: {PP: 1}, devices: [4, 5, 6, 7]}\n"
+        "  - {op: shard_tensor, filter: {PP: 1, TP: \"*\"}, devices: [4, 5], sequence_parallel: true}\n"
+        "  - {op: replicate, filter: {PP: 1}, devices: [4, 6], zero: 3}\n"
+        "  - {op: schedule, name: zb-h1}\n",
+        NULL);
+    ASSERT_COMPILED(r);
+    compiled_free(r);
+}
+
 /* ZeRO-0 of 7.5e9 parameters needs 120 GB of model states alone: more than an A100-80GB's 76 GiB
  * usable. Rejected with the breakdown, kept with allow_oom (and a warning). */
 static void test_oom_rejected_with_breakdown(void)
@@ -1764,6 +1808,7 @@ int piper_tests_register(void)
         {"ZeRO-3 gathers: a few copies alive, not the step's", test_zero3_prefetch_limit},
         {"ZeRO-3 with full recompute of MoE layers has no cycle", test_zero3_full_recompute_moe},
         {"DualPipeV with TP and SP: gradients received through the SP gather", test_dualpipev_tp_sp},
+        {"ZB-H1 with ZeRO-2/3 buckets: the weight half waits", test_zb_zero_buckets},
         {"a plan that does not fit is rejected with its breakdown", test_oom_rejected_with_breakdown},
         {"ZeRO 1-3: each device steps its 1/64 piece of the optimizer state", test_zero_optimizer_step_piece},
         {"the cost cache keys on the optimizer step's ZeRO sharding", test_zero_optimizer_step_cache_key},
