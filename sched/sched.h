@@ -95,11 +95,26 @@ int sched_schedule_rank(int i, int p, int s);
 /* Whether the builder can order p ranks, m micro-batches and v stages per rank: runs it (its
  * preconditions are its own), 0 or -1 with why it cannot in why[n]. */
 int sched_schedule_check(int i, int p, int m, int v, char *why, size_t n);
-/* Whether the builder's program may use tensor parallelism of degree tp and ZeRO stage `zero`:
- * DualPipe's mirrored pipeline (dualpipe_mirror.c) copies only pipeline, expert and ZeRO-0/1
- * data parallelism, and refuses the rest when it runs; this says so before compiling (piper-search
- * counts it a precondition). 0 or -1 with why in why[n]. */
-int sched_schedule_supports(int i, int tp, int zero, char *why, size_t n);
+/* Whether the builder's program may use tensor parallelism of degree tp, ZeRO stage `zero` and
+ * a model with tied embeddings: DualPipe's mirrored pipeline (dualpipe_mirror.c) copies only
+ * pipeline, expert and ZeRO-0/1 data parallelism of an untied model, and refuses the rest when
+ * it runs; this says so before compiling (piper-search counts it a precondition). 0 or -1 with
+ * why in why[n]. */
+int sched_schedule_supports(int i, int tp, int zero, bool tied_embeddings, char *why, size_t n);
+/* Whether the builder's order for (p, m, v) splits some backward into BI and BW (1), runs only
+ * whole backwards (0), or cannot order them (-1); and whether it mirrors the program's stages
+ * (DualPipe: each stage also runs as a copy, for half the micro-batches). */
+int sched_schedule_splits(int i, int p, int m, int v);
+bool sched_schedule_mirrored(int i);
+/* The builder's order for (p, m, v) run with per-stage compute times and free communication:
+ * stage_seconds[s * PLAN_NPASS + pass] is one micro-batch of stage s's pass (F, B, BI, BW; a
+ * recompute folded into B and BI), each rank runs its order one action after another, a
+ * forward waits for the previous stage's, a backward for the next stage's and its own forward,
+ * BW for its BI. The makespan goes to *out: a lower bound of any plan that follows the order
+ * with those compute times on one compute stream. 0, or -1 with why (no builder order, or a
+ * mirrored schedule, whose copies this does not model). */
+int sched_schedule_makespan(int i, int p, int m, int v, const double *stage_seconds, double *out, char *why,
+                            size_t n);
 /* The activations the builder's order keeps live on each rank at its fullest: walking rank r's
  * order, a forward of stage s adds stage_bytes[s] (one micro-batch of the program's stage s) and
  * its B or BW removes them; rank_peak[r] is the largest sum on the way (p entries). DualPipe's

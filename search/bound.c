@@ -83,3 +83,85 @@ double search_memory_bound(const search_problem *pb, const search_candidate *c)
     base_arena_free(&a);
     return worst;
 }
+
+/* ---------------------------------------------------------------- the step-time lower bound */
+
+/* The static check's time of one kernel (plan_check.c: the roofline at the GPU's peaks). */
+static double roofline_seconds(const plan_gpu *g, const plan_kernel *k)
+{
+    double fl = g->peak_flops[k->dtype] > 0 && k->flops > 0 ? k->flops / g->peak_flops[k->dtype] : 0;
+    double by = g->hbm_bw > 0 && k->bytes > 0 ? k->bytes / g->hbm_bw : 0;
+    return fl > by ? fl : by;
+}
+
+double search_time_bound(const search_problem *pb, const search_candidate *c)
+{
+    /* DualPipe's mirror runs half the micro-batches through each stage's copy: its per-rank work
+     * is not the program's stage r times m, so it gets no bound (it is never pruned) */
+    if (c->schedule >= 0 && sched_schedule_mirrored(c->schedule)) return 0;
+    const ir_model *m = &pb->model;
+    base_arena a;
+    base_arena_init(&a);
+    ir_program prog;
+    memset(&prog, 0, sizeof prog);
+    prog.model = *m;
+    prog.ann.pp_stages = c->stages > 1 ? c->stages : 0;
+    int n = ir_model_nregions(m);
+    int32_t *stage = base_arena_calloc(&a, (size_t)n, sizeof *stage);
+    ir_region *regs = base_arena_calloc(&a, (size_t)n, sizeof *regs);
+    ir_program_stage_of_region(&prog, &a, stage);
+    ir_model_regions(m, &a, regs);
+    double *busy = base_arena_calloc(&a, (size_t)c->pp, sizeof *busy);
+    double *stage_s = c->schedule >= 0 && c->m <= 4096
+                          ? base_arena_calloc(&a, (size_t)c->stages * PLAN_NPASS, sizeof *stage_s)
+                          : NULL;
+    ir_shape s = ir_shape_default();
+    s.micro_batch = c->mbs;
+    s.tp = c->tp;
+    s.sequence_parallel = c->sp;
+    s.ep = c->ep;
+    /* a schedule that splits backwards runs BI and BW instead of B: count only its forwards */
+    bool whole_b = c->schedule < 0 || (c->m <= 1 << 20 && sched_schedule_splits(c->schedule, c->pp, (int)c->m, c->v) == 0);
+    for (int i = 0; i < n; i++) {
+        int rank = c->schedule >= 0 ? sched_schedule_rank(c->schedule, c->pp, stage[i]) : 0;
+        if (rank < 0 || rank >= c->pp) rank = 0;
+        /* the recompute the program asks of this region (as search_memory_bound reads it) */
+        ir_shape rs = s;
+        bool layer = regs[i].layer >= 0;
+        if (c->recompute == IR_RECOMPUTE_FULL && layer) {
+            rs.recompute = IR_RECOMPUTE_FULL;
+            rs.recompute_from_prev = i > 0 && regs[i - 1].layer == regs[i].layer;
+        } else if (c->recompute == IR_RECOMPUTE_SELECTIVE && regs[i].kind == IR_REGION_ATTN) {
+            rs.recompute = IR_RECOMPUTE_SELECTIVE;
+        }
+        static const plan_pass passes[5] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_BI, PLAN_PASS_BW, PLAN_PASS_R};
+        double t[PLAN_NPASS] = {0};
+        for (int q = 0; q < 5; q++) {
+            if (passes[q] == PLAN_PASS_R && rs.recompute == IR_RECOMPUTE_NONE) continue;
+            plan_kernel_list kl = {0};
+            if (ir_region_kernels(m, &regs[i], passes[q], &rs, &a, &kl)) continue;
+            for (int k = 0; k < kl.n; k++) t[passes[q]] += roofline_seconds(&pb->cluster.gpu, &kl.k[k]);
+        }
+        /* what the rank runs for each micro-batch: the forward, the recompute, and the whole
+         * backward or (split) only the forward, whose halves the bound leaves to the order */
+        busy[rank] += (t[PLAN_PASS_F] + t[PLAN_PASS_R] + (whole_b ? t[PLAN_PASS_B] : 0)) * (double)c->m;
+        if (stage_s && stage[i] >= 0 && stage[i] < c->stages) {
+            double *st = &stage_s[(size_t)stage[i] * PLAN_NPASS];
+            st[PLAN_PASS_F] += t[PLAN_PASS_F];
+            st[PLAN_PASS_B] += t[PLAN_PASS_B] + t[PLAN_PASS_R];
+            st[PLAN_PASS_BI] += t[PLAN_PASS_BI] + t[PLAN_PASS_R];
+            st[PLAN_PASS_BW] += t[PLAN_PASS_BW];
+        }
+    }
+    double worst = 0;
+    for (int r = 0; r < c->pp; r++)
+        if (busy[r] > worst) worst = busy[r];
+    /* the pipeline's order with these compute times and free communication: the bubbles */
+    double span = 0;
+    char why[256];
+    if (stage_s && !sched_schedule_makespan(c->schedule, c->pp, (int)c->m, c->v, stage_s, &span, why, sizeof why) &&
+        span > worst)
+        worst = span;
+    base_arena_free(&a);
+    return worst;
+}

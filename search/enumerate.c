@@ -74,7 +74,7 @@ static void inner(const search_space *s, const search_problem *pb, search_candid
             c.zero = zs[zi];
             c.recompute = rs[ri];
             char why[256];
-            if (c.schedule >= 0 && sched_schedule_supports(c.schedule, c.tp, c.zero, why, sizeof why)) {
+            if (c.schedule >= 0 && sched_schedule_supports(c.schedule, c.tp, c.zero, pb->model.tied_embeddings, why, sizeof why)) {
                 reject(en, SEARCH_PRECONDITION, &c, "%s", why);
                 continue;
             }

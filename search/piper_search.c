@@ -39,6 +39,9 @@ static void usage(FILE *f)
             "  --top K             simulate the best K by the estimate (default 16)\n"
             "  --dry-run           tier (a) only: count the candidates and those within the memory\n"
             "                      bound, compile nothing (to size a space first)\n"
+            "  --exhaustive        compile every candidate; by default a candidate whose step-time\n"
+            "                      lower bound is above the K-th best estimate is not compiled\n"
+            "                      (the K simulated are the same either way)\n"
             "  -j N                worker processes (default 1); the output does not depend on N\n"
             "  --json FILE         also write the results as JSON (docs/search.md); - for stdout\n"
             "  -o FILE             write the winner as a program (piper-compile and piper-sim take it)\n"
@@ -47,46 +50,6 @@ static void usage(FILE *f)
             "\n"
             "exit status: 0 when a strategy fits, 1 when none does or the input is invalid, 2 on usage\n"
             "errors.\n");
-}
-
-typedef struct ctx {
-    const search_problem *pb;
-    const search_enum *en;
-    const int *which; /* tier (c): candidate index of each job */
-} ctx;
-
-static void job_compile(void *p, int i, search_eval *out)
-{
-    const ctx *x = p;
-    search_compile_eval(x->pb, &x->en->c[i], out);
-}
-
-static void job_simulate(void *p, int i, search_eval *out)
-{
-    const ctx *x = p;
-    search_simulate_eval(x->pb, &x->en->c[x->which[i]], out);
-}
-
-static double cpu_seconds(void)
-{
-    struct rusage self, kids;
-    getrusage(RUSAGE_SELF, &self);
-    getrusage(RUSAGE_CHILDREN, &kids);
-    return (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec + kids.ru_stime.tv_sec) +
-           1e-6 * (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec + kids.ru_stime.tv_usec);
-}
-
-/* Ranking order: simulated before not, then by step time (simulated) or estimate, then index. */
-static const search_eval *sort_eval;
-static int by_time(const void *a, const void *b)
-{
-    int i = *(const int *)a, j = *(const int *)b;
-    const search_eval *x = &sort_eval[i], *y = &sort_eval[j];
-    if (x->simulated != y->simulated) return x->simulated ? -1 : 1;
-    double tx = x->simulated ? x->step_seconds : x->estimate_seconds;
-    double ty = y->simulated ? y->step_seconds : y->estimate_seconds;
-    if (tx != ty) return tx < ty ? -1 : 1;
-    return i < j ? -1 : i > j;
 }
 
 /* The path of `target` relative to the folder of `from` (both made absolute), for -o's model and
@@ -129,7 +92,7 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *cluster = NULL, *space_file = NULL, *json = NULL, *outp = NULL;
     int64_t gpus = 0, batch = 0, top = 16, jobs = 1;
-    int quiet = 0, dry_run = 0;
+    int quiet = 0, dry_run = 0, exhaustive = 0;
     const char *flags[SEARCH_NKEYS] = {0}, *fixes[16];
     int nfix = 0;
     for (int i = 1; i < argc; i++) {
@@ -144,6 +107,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--dry-run")) {
             dry_run = 1;
+            continue;
+        }
+        if (!strcmp(a, "--exhaustive")) {
+            exhaustive = 1;
             continue;
         }
         if (a[0] != '-') {
@@ -205,9 +172,9 @@ int main(int argc, char **argv)
     search_result r;
     memset(&r, 0, sizeof r);
     search_enum en;
-    double t0 = cpu_seconds();
+    double t0 = search_cpu_seconds();
     search_enumerate(&space, &pb, &en);
-    double t1 = cpu_seconds();
+    double t1 = search_cpu_seconds();
     if (dry_run) {
         printf("candidates: %lld combinations looked at, %lld valid (divisible, preconditions hold), %lld within "
                "the memory bound (tier a; nothing compiled)\n",
@@ -219,49 +186,8 @@ int main(int argc, char **argv)
         base_arena_free(&arena);
         return 0;
     }
-    r.pb = &pb;
-    r.en = &en;
-    memcpy(r.count, en.count, sizeof r.count);
-    r.count[SEARCH_OK] = 0;
-    r.eval = base_xcalloc((size_t)(en.n ? en.n : 1), sizeof *r.eval);
-    ctx x = {&pb, &en, NULL};
-    rc = search_parallel(en.n, (int)jobs, job_compile, &x, r.eval, &e);
-    double t2 = cpu_seconds();
-    r.rank = base_xcalloc((size_t)(en.n ? en.n : 1), sizeof *r.rank);
-    r.nearest_oom = r.farthest_oom = -1;
-    for (int i = 0; i < en.n; i++) {
-        search_eval *ev = &r.eval[i];
-        if (ev->reason == SEARCH_OK) r.rank[r.nrank++] = i;
-        else r.count[ev->reason]++;
-        if (ev->reason == SEARCH_OK) continue;
-        if (ev->reason == SEARCH_OOM &&
-            (r.nearest_oom < 0 || ev->peak_bytes < r.eval[r.nearest_oom].peak_bytes))
-            r.nearest_oom = i;
-        if (ev->reason == SEARCH_OOM && (r.farthest_oom < 0 || ev->peak_bytes > r.eval[r.farthest_oom].peak_bytes))
-            r.farthest_oom = i;
-    }
-    sort_eval = r.eval;
-    qsort(r.rank, (size_t)r.nrank, sizeof *r.rank, by_time);
-    /* tier (c): the best K by the estimate */
-    int nsim = r.nrank < top ? r.nrank : (int)top;
-    search_eval *sim = base_xcalloc((size_t)(nsim ? nsim : 1), sizeof *sim);
-    for (int k = 0; k < nsim; k++) sim[k] = r.eval[r.rank[k]];
-    x.which = r.rank;
-    if (!rc) rc = search_parallel(nsim, (int)jobs, job_simulate, &x, sim, &e);
-    for (int k = 0; k < nsim; k++) {
-        r.eval[r.rank[k]] = sim[k];
-        if (sim[k].simulated) r.nsimulated++;
-        else r.count[SEARCH_SIM]++;
-    }
-    free(sim);
-    /* a failed simulation leaves the ranking */
-    int kept = 0;
-    for (int k = 0; k < r.nrank; k++)
-        if (r.eval[r.rank[k]].reason == SEARCH_OK) r.rank[kept++] = r.rank[k];
-    r.nrank = kept;
-    qsort(r.rank, (size_t)r.nrank, sizeof *r.rank, by_time);
-    double t3 = cpu_seconds();
-    r.count[SEARCH_OK] = r.nrank;
+    rc = search_run(&pb, &en, (int)top, (int)jobs, !exhaustive, &r, &e);
+    r.seconds[0] = t1 - t0;
 
     if (rc) base_error_print(&e, stderr);
     if (!rc && !quiet && !(json && !strcmp(json, "-"))) search_report_write(&r, (int)top, stdout);
@@ -289,12 +215,12 @@ int main(int argc, char **argv)
         base_buf_free(&text);
     }
     fprintf(stderr,
-            "piper-search: CPU seconds: tier (a) %.3f for %lld combinations, tier (b) %.3f for %d compilations, "
-            "tier (c) %.3f for %d simulations (-j %lld)\n",
-            t1 - t0, (long long)en.considered, t2 - t1, en.n, t3 - t2, nsim, (long long)jobs);
+            "piper-search: CPU seconds: tier (a) %.3f for %lld combinations, tier (b) %.3f for %lld compilations "
+            "(%lld pruned), tier (c) %.3f for %d simulations (-j %lld)\n",
+            r.seconds[0], (long long)en.considered, r.seconds[1], (long long)(en.n - r.count[SEARCH_PRUNED]),
+            (long long)r.count[SEARCH_PRUNED], r.seconds[2], r.nsim_run, (long long)jobs);
     if (!rc && r.nrank == 0) rc = 1; /* nothing fits: the report says why */
-    free(r.eval);
-    free(r.rank);
+    search_result_free(&r);
     search_enum_free(&en);
     base_arena_free(&arena);
     return rc;

@@ -60,9 +60,13 @@ void search_report_write(const search_result *r, int top, FILE *f)
             (long long)en->considered, (long long)valid(r));
     fprintf(f, "  tier (a) memory bound: %lld kept, %lld cannot fit\n", (long long)en->count[SEARCH_OK],
             (long long)en->count[SEARCH_BOUND]);
-    fprintf(f, "  tier (b) compiled:     %lld fit; %lld over memory, %lld deadlock, %lld refused by the compiler\n",
+    fprintf(f, "  tier (b) compiled:     %lld fit; %lld over memory, %lld deadlock, %lld refused by the compiler",
             (long long)r->nrank, (long long)r->count[SEARCH_OOM], (long long)r->count[SEARCH_DEADLOCK],
             (long long)r->count[SEARCH_COMPILE]);
+    if (r->count[SEARCH_PRUNED])
+        fprintf(f, "; %lld not compiled (their step-time bound is above the best %d estimates)",
+                (long long)r->count[SEARCH_PRUNED], r->nsim_run);
+    fputc('\n', f);
     fprintf(f, "  tier (c) simulated:    %d (the best by the static estimate)%s\n", r->nsimulated,
             r->count[SEARCH_SIM] ? "; some failed, see below" : "");
     if (r->nrank == 0) {

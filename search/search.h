@@ -110,6 +110,7 @@ typedef struct search_candidate {
     X(COMPILE, "compile", "tier (b): the compiler refuses the program")                         \
     X(DEADLOCK, "deadlock", "tier (b): the static check finds a deadlock")                      \
     X(OOM, "memory", "tier (b): the compiled peak exceeds the usable memory")                   \
+    X(PRUNED, "pruned", "tier (b): not compiled; its step-time lower bound is above the K-th best estimate") \
     X(SIM, "simulation", "tier (c): the simulation failed")
 
 typedef enum {
@@ -141,6 +142,10 @@ void search_enum_free(search_enum *en);
 
 /* Tier (a)'s lower bound of the fullest device's peak memory, in bytes (see bound.c). */
 double search_memory_bound(const search_problem *pb, const search_candidate *c);
+/* A lower bound of the static check's makespan (the quick step-time estimate of tier b): the
+ * busiest pipeline rank's forwards (and whole backwards) of m micro-batches, each kernel at the
+ * check's roofline, one after another on the compute stream; 0 for DualPipe (see bound.c). */
+double search_time_bound(const search_problem *pb, const search_candidate *c);
 /* Usable bytes per device: capacity minus reserve. */
 double search_usable_bytes(const search_problem *pb);
 
@@ -190,7 +195,19 @@ typedef struct search_result {
     int nearest_oom;             /* tier (b): the candidate that misses memory by least, -1 */
     int farthest_oom;            /* and by most */
     double seconds[3];           /* CPU seconds per tier (not part of deterministic output) */
+    int nsim_run;                /* tier (c): simulations run (failed ones included) */
 } search_result;
+
+/* Tiers (b) and (c) over en's candidates (search/run.c): compiles and checks them on `jobs`
+ * workers, ranks the fitting ones by the check's estimate, simulates the best `top` and ranks
+ * those by simulated step time; fills r (free it with search_result_free). With `prune`, a
+ * candidate whose step-time lower bound is above the top-th best estimate is not compiled
+ * (reason PRUNED): the candidates simulated and their order are those of compiling all. */
+int search_run(const search_problem *pb, const search_enum *en, int top, int jobs, bool prune, search_result *r,
+               base_error *e);
+void search_result_free(search_result *r);
+/* CPU seconds of this process and its waited-for children. */
+double search_cpu_seconds(void);
 
 void search_report_write(const search_result *r, int top, FILE *f);
 void search_json_write(const search_result *r, int top, FILE *f);

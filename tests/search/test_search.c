@@ -71,10 +71,11 @@ static void test_count_by_hand(void)
 }
 
 /* DualPipe needs m >= 2p and m even, and its mirrored pipeline copies no tensor parallelism
- * (sched_schedule_supports): both are preconditions, counted before anything compiles. */
+ * and no tied embeddings (sched_schedule_supports): all are preconditions, counted before
+ * anything compiles. */
 static void test_preconditions(void)
 {
-    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "configs/clusters/a100_4.yaml", 8), 0);
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/llama_7b.yaml", "configs/clusters/a100_4.yaml", 8), 0);
     search_space s;
     memset(&s, 0, sizeof s);
     set(&s, SEARCH_KEY_TP, "1");
@@ -85,8 +86,8 @@ static void test_preconditions(void)
     set(&s, SEARCH_KEY_MBS, "1,2,4");
     search_enum en;
     search_enumerate(&s, &pb, &en);
-    /* DP2: mbs 1 -> m 4 (kept), mbs 2 -> m 2 and mbs 4 -> m 1 (DualPipe needs m >= 2p = 4) */
-    CU_ASSERT_EQUAL(en.n, 1);
+    /* DP2: mbs 1 -> m 4 (valid), mbs 2 -> m 2 and mbs 4 -> m 1 (DualPipe needs m >= 2p = 4) */
+    CU_ASSERT_EQUAL(en.n + en.count[SEARCH_BOUND], 1);
     CU_ASSERT_EQUAL(en.count[SEARCH_PRECONDITION], 2);
     TEST_ASSERT_CONTAINS(en.example[SEARCH_PRECONDITION], "m >= 2p");
     search_enum_free(&en);
@@ -94,15 +95,23 @@ static void test_preconditions(void)
     set(&s, SEARCH_KEY_TP, "2");
     set(&s, SEARCH_KEY_SP, "true");
     search_enumerate(&s, &pb, &en);
-    CU_ASSERT_EQUAL(en.n, 0);
+    CU_ASSERT_EQUAL(en.n + en.count[SEARCH_BOUND], 0);
     CU_ASSERT(en.count[SEARCH_PRECONDITION] >= 1);
     TEST_ASSERT_CONTAINS(en.example[SEARCH_PRECONDITION], "not tensor parallelism");
+    search_enum_free(&en);
+    /* nor tied embeddings (gpt_tiny ties them) */
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "configs/clusters/a100_4.yaml", 8), 0);
+    set(&s, SEARCH_KEY_TP, "1");
+    search_enumerate(&s, &pb, &en);
+    CU_ASSERT_EQUAL(en.n + en.count[SEARCH_BOUND], 0);
+    TEST_ASSERT_CONTAINS(en.example[SEARCH_PRECONDITION], "tied embeddings");
     search_enum_free(&en);
 }
 
 /* The bound is a lower bound of the compiled static peak for every candidate of a sweep over
  * TP, SP, PP, schedules, ZeRO, recompute and micro-batch sizes; and on GPUs of 2 MiB, every
- * candidate tier (a) discards is over memory once compiled. */
+ * candidate tier (a) discards is over memory once compiled. The step-time bound is below the
+ * check's makespan on every candidate, and nonzero on most. */
 static void test_bound_below_peak(void)
 {
     CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_tiny.yaml", "tests/fixtures/search/tiny4.yaml", 8), 0);
@@ -122,12 +131,20 @@ static void test_bound_below_peak(void)
     CU_ASSERT(all.n > 100);
     CU_ASSERT(en.count[SEARCH_BOUND] > 0);
     CU_ASSERT_EQUAL(all.n, en.n + en.count[SEARCH_BOUND]);
-    int discarded = 0, compiled = 0, above = 0;
+    int discarded = 0, compiled = 0, above = 0, time_above = 0, time_bounded = 0;
     for (int i = 0; i < all.n; i++) {
         search_eval ev;
         search_compile_eval(&pb, &all.c[i], &ev);
         if (ev.reason != SEARCH_OK && ev.reason != SEARCH_OOM) continue; /* the compiler refused it */
         compiled++;
+        double lb = search_time_bound(&pb, &all.c[i]);
+        if (!(lb <= ev.estimate_seconds * (1 + 1e-12))) {
+            char cs[200];
+            time_above++;
+            fprintf(stderr, "\n  time bound %g above estimate %g for %s", lb, ev.estimate_seconds,
+                    search_candidate_str(&all.c[i], cs, sizeof cs));
+        }
+        if (lb > 0) time_bounded++;
         if (all.c[i].bound_bytes > ev.peak_bytes) {
             char cs[200];
             above++;
@@ -140,6 +157,8 @@ static void test_bound_below_peak(void)
         }
     }
     CU_ASSERT_EQUAL(above, 0);
+    CU_ASSERT_EQUAL(time_above, 0);
+    CU_ASSERT(time_bounded > 100);
     CU_ASSERT(compiled > 100);
     CU_ASSERT(discarded > 0);
     search_enum_free(&all);
@@ -166,13 +185,51 @@ static void test_moe_space_compiles(void)
     for (int i = 0; i < en.n; i++) {
         search_eval ev;
         search_compile_eval(&pb, &en.c[i], &ev);
-        if (ev.reason == SEARCH_OK) continue;
+        if (ev.reason == SEARCH_OK) {
+            CU_ASSERT(search_time_bound(&pb, &en.c[i]) <= ev.estimate_seconds * (1 + 1e-12));
+            continue;
+        }
         char cs[200];
         if (failed++ < 5)
             fprintf(stderr, "\n  %s: %s: %s", search_candidate_str(&en.c[i], cs, sizeof cs), search_reason_name(ev.reason),
                     ev.msg);
     }
     CU_ASSERT_EQUAL(failed, 0);
+    search_enum_free(&en);
+}
+
+/* Pruning is exact: on gpt_1.7b on 4 GPUs (ZeRO 0-1, mbs 1-2), most candidates are never
+ * compiled, and the K simulated, their step times and their order are those of compiling every
+ * candidate; every candidate the exhaustive run finds fitting is either compiled or pruned. */
+static void test_pruning_is_exact(void)
+{
+    CU_ASSERT_EQUAL_FATAL(load("configs/models/gpt_1.7b.yaml", "configs/clusters/a100_4.yaml", 8), 0);
+    search_space s;
+    memset(&s, 0, sizeof s);
+    set(&s, SEARCH_KEY_ZERO, "0,1");
+    set(&s, SEARCH_KEY_MBS, "1,2");
+    search_enum en;
+    search_enumerate(&s, &pb, &en);
+    search_result all, pruned;
+    memset(&all, 0, sizeof all);
+    memset(&pruned, 0, sizeof pruned);
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(search_run(&pb, &en, 4, 1, false, &all, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(search_run(&pb, &en, 4, 1, true, &pruned, &e), 0);
+    CU_ASSERT_EQUAL(all.count[SEARCH_PRUNED], 0);
+    CU_ASSERT(pruned.count[SEARCH_PRUNED] > en.n / 2);
+    CU_ASSERT_EQUAL(all.nsimulated, 4);
+    CU_ASSERT_EQUAL(pruned.nsimulated, 4);
+    for (int k = 0; k < 4 && k < all.nrank && k < pruned.nrank; k++) {
+        CU_ASSERT_EQUAL(all.rank[k], pruned.rank[k]);
+        CU_ASSERT_EQUAL(all.eval[all.rank[k]].step_seconds, pruned.eval[pruned.rank[k]].step_seconds);
+    }
+    for (int i = 0; i < en.n; i++)
+        if (all.eval[i].reason == SEARCH_OK)
+            CU_ASSERT(pruned.eval[i].reason == SEARCH_OK || pruned.eval[i].reason == SEARCH_PRUNED);
+    search_result_free(&all);
+    search_result_free(&pruned);
     search_enum_free(&en);
 }
 
@@ -237,6 +294,7 @@ int piper_tests_register(void)
         {"preconditions", test_preconditions},
         {"bound_below_peak", test_bound_below_peak},
         {"moe_space_compiles", test_moe_space_compiles},
+        {"pruning_is_exact", test_pruning_is_exact},
         {"space_errors", test_space_errors},
         {"default_space", test_default_space},
         {NULL, NULL},
