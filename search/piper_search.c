@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "search/search.h"
 
@@ -45,6 +45,8 @@ static void usage(FILE *f)
             "  -j N                worker processes (default 1); the output does not depend on N\n"
             "  --json FILE         also write the results as JSON (docs/search.md); - for stdout\n"
             "  -o FILE             write the winner as a program (piper-compile and piper-sim take it)\n"
+            "  --emit-top K DIR    write the best K as DIR/rank01.yaml, rank02.yaml, ... (DIR is made\n"
+            "                      if missing)\n"
             "  -q, --quiet         no report\n"
             "  -h, --help          this help\n"
             "\n"
@@ -88,11 +90,50 @@ static int parse_count(const char *flag, const char *v, int64_t *out)
     return 0;
 }
 
+/* Candidate c as a program at `path`, naming the model and cluster relative to it. */
+static int write_program(const search_problem *pb, const search_candidate *c, const char *model, const char *cluster,
+                         const char *path, base_error *e)
+{
+    char mref[PATH_MAX], cref[PATH_MAX];
+    relative_to(path, model, mref, sizeof mref);
+    relative_to(path, cluster, cref, sizeof cref);
+    base_buf text = {0};
+    search_program_text(pb, c, mref, cref, &text);
+    int rc = base_out_write_file(path, "the program", text.s, text.n, e);
+    base_buf_free(&text);
+    return rc;
+}
+
+/* --emit-top K DIR: the best K ranked candidates as DIR/rank01.yaml, DIR/rank02.yaml, ... (the
+ * simulated ones first, as the report ranks them); DIR is made if missing. */
+static int emit_top(const search_problem *pb, const search_enum *en, const search_result *r, int k,
+                    const char *model, const char *cluster, const char *dir, base_error *e)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return base_errorf(e, "--emit-top: %s exists and is not a directory; give a directory (it is made if missing)",
+                               dir);
+    } else if (mkdir(dir, 0777) != 0) {
+        return base_errorf(e, "--emit-top: cannot make the directory %s: %s; check the path", dir, strerror(errno));
+    }
+    int n = k < r->nrank ? k : r->nrank;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/rank%02d.yaml", dir, i + 1) >= (int)sizeof path)
+            return base_errorf(e, "--emit-top: the directory name %s is too long", dir);
+        if (write_program(pb, &en->c[r->rank[i]], model, cluster, path, e)) return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = NULL, *cluster = NULL, *space_file = NULL, *json = NULL, *outp = NULL;
     int64_t gpus = 0, batch = 0, top = 16, jobs = 1;
     int quiet = 0, dry_run = 0, exhaustive = 0;
+    const char *emit_dir = NULL;
+    int64_t emit_k = 0;
     const char *flags[SEARCH_NKEYS] = {0}, *fixes[16];
     int nfix = 0;
     for (int i = 1; i < argc; i++) {
@@ -136,6 +177,13 @@ int main(int argc, char **argv)
             if (parse_count(a, v, &batch)) return 2;
         } else if (!strcmp(a, "--top")) {
             if (parse_count(a, v, &top)) return 2;
+        } else if (!strcmp(a, "--emit-top")) {
+            if (parse_count(a, v, &emit_k)) return 2;
+            if (i + 1 >= argc) {
+                fprintf(stderr, "piper-search: --emit-top needs K and a directory; see piper-search --help\n");
+                return 2;
+            }
+            emit_dir = argv[++i];
         } else if (!strcmp(a, "-j")) {
             if (parse_count(a, v, &jobs)) return 2;
         } else {
@@ -192,27 +240,30 @@ int main(int argc, char **argv)
     if (rc) base_error_print(&e, stderr);
     if (!rc && !quiet && !(json && !strcmp(json, "-"))) search_report_write(&r, (int)top, stdout);
     if (!rc && json) {
-        FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
-        if (!f) {
-            fprintf(stderr, "error: cannot write %s: %s; check the path\n", json, strerror(errno));
-            rc = 1;
+        if (!strcmp(json, "-")) {
+            search_json_write(&r, (int)top, stdout);
         } else {
-            search_json_write(&r, (int)top, f);
-            if (f != stdout && fclose(f)) rc = 1;
+            base_out o;
+            rc = base_out_open(&o, json, "the search's JSON", &e);
+            if (!rc) {
+                search_json_write(&r, (int)top, o.f);
+                rc = base_out_commit(&o, &e);
+            }
+            if (rc) {
+                base_error_print(&e, stderr);
+                rc = 1;
+            }
         }
     }
-    if (!rc && outp && r.nrank > 0) {
-        char mref[PATH_MAX], cref[PATH_MAX];
-        relative_to(outp, model, mref, sizeof mref);
-        relative_to(outp, cluster, cref, sizeof cref);
-        base_buf text = {0};
-        search_program_text(&pb, &en.c[r.rank[0]], mref, cref, &text);
-        FILE *f = fopen(outp, "w");
-        if (!f || fwrite(text.s, 1, text.n, f) != text.n || fclose(f)) {
-            fprintf(stderr, "error: cannot write %s: %s; check the path\n", outp, strerror(errno));
+    if (!rc && outp && r.nrank > 0 && write_program(&pb, &en.c[r.rank[0]], model, cluster, outp, &e)) {
+        base_error_print(&e, stderr);
+        rc = 1;
+    }
+    if (!rc && emit_dir && r.nrank > 0) {
+        if (emit_top(&pb, &en, &r, (int)emit_k, model, cluster, emit_dir, &e)) {
+            base_error_print(&e, stderr);
             rc = 1;
         }
-        base_buf_free(&text);
     }
     fprintf(stderr,
             "piper-search: CPU seconds: tier (a) %.3f for %lld combinations, tier (b) %.3f for %lld compilations "

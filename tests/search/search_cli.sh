@@ -31,6 +31,19 @@ got=$(sed -n 's/.*"step_seconds": \([0-9.e+-]*\).*/\1/p' "$tmp/sim.json" | head 
 awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a) }' ||
   fail "the winner simulates to $got s, but the search reported $want s"
 
+# --emit-top writes the best K as programs, each simulating to the step time its rank reported
+"$search" "${args[@]}" -q --emit-top 3 "$tmp/top" 2>/dev/null || fail "--emit-top failed"
+for k in 1 2 3; do
+  f="$tmp/top/rank0$k.yaml"
+  [ -f "$f" ] || fail "--emit-top 3 wrote no $f"
+  "$sim" "$f" --json "$tmp/top$k.json" -q 2>/dev/null || fail "piper-sim refused $f"
+  want=$(sed -n "s/.*\"rank\": $k, .*\"step_seconds\": \([0-9.e+-]*\),.*/\1/p" "$tmp/j1.json")
+  got=$(sed -n 's/.*"step_seconds": \([0-9.e+-]*\).*/\1/p' "$tmp/top$k.json" | head -1)
+  awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }' ||
+    fail "rank $k simulates to $got s, but the search reported $want s"
+done
+[ ! -e "$tmp/top/rank04.yaml" ] || fail "--emit-top 3 wrote a fourth program"
+
 # nothing fits on 2 MiB GPUs with 8-sequence micro-batches, no TP, ZeRO or recompute: say so,
 # with the nearest miss and what would make it fit
 set +e
@@ -72,5 +85,8 @@ expect 1 "gpt_tiny.yaml:6:9: --pp 3 (command line): pp 3 must divide the 4 GPUs 
 expect 2 "give a positive integer" "${args[@]}" --global-batch 0
 expect 2 "unknown option '--tpp'" "${args[@]}" --tpp 2
 expect 2 "give --model, --cluster and --global-batch" --model x.yaml
+expect 2 "--emit-top needs K and a directory" "${args[@]}" --emit-top 3
+expect 1 "exists and is not a directory" "${args[@]}" -q --emit-top 3 "$tmp/j1.json"
+expect 1 "cannot write the search's JSON" "${args[@]}" -q --json "$tmp/no/such/dir/x.json"
 "$search" --help | grep -q -- "--schedules" || fail "--help does not list --schedules"
 echo "search_cli: all checks hold"
