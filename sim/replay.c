@@ -199,6 +199,7 @@ static void stream_main(int argc, char **argv)
         int adv = 1;
         sim_host_issue(dv, li, in, i);
         double t0 = simgrid_get_clock(); /* the trace shows the GPU's work, from when it was issued */
+        sc->moving_at = t0;
         switch (in->op) {
         case PLAN_COMPUTE: {
             double t = li->dur[i];
@@ -229,7 +230,7 @@ static void stream_main(int argc, char **argv)
         default: break;
         }
         if (sim_replay_state->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
-            sim_trace_event(d, s, L, order + pos, adv, t0);
+            sim_trace_event(d, s, L, order + pos, adv, t0, sc->moving_at);
         pos += adv;
         dv->done[s] = pos;
         dv->ninstr += adv;

@@ -1,6 +1,8 @@
 /* replay_trace.c — the replay's Chrome trace (--trace; viz/trace.h writes the format): one
  * process per GPU, one thread per stream, one event per compute, collective and p2p run, in
- * simulated nanoseconds. Folded replicas get copies of their simulated device's events. */
+ * simulated nanoseconds; a transfer's or collective's args say how long of it was spent waiting
+ * for its partners (wait_us) before data moved. Folded replicas get copies of their simulated
+ * device's events. */
 #include "sim_internal.h"
 
 #include "../viz/trace.h"
@@ -17,13 +19,13 @@ static int64_t to_ns(double seconds) { return seconds > 0 ? llround(seconds * NS
 /* One event per compute, collective and p2p run (a sendrecv group is posted and finishes as one,
  * so it is one event named after its members), from when the stream reached it to when it
  * finished: a stream runs one at a time, so a thread's events never overlap. */
-void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0)
+void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0, double moving_at)
 {
     const plan_set *p = sim_replay_state->p;
     const plan_instr *in = &L->ins[at[0]];
     char name[512];
     int len = viz_trace_instr_name(p, d, in, name, sizeof name);
-    viz_trace_arg args[4];
+    viz_trace_arg args[5];
     int na = 0;
     if (in->op == PLAN_COMPUTE) {
         if (in->stage >= 0) args[na++] = (viz_trace_arg){"stage", NULL, in->stage};
@@ -50,6 +52,12 @@ void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n,
         if (n == 1) args[na++] = (viz_trace_arg){"peer", NULL, plan_dev_peer(p, d, in)};
     }
     int64_t a = to_ns(t0), b = to_ns(simgrid_get_clock());
+    if (in->op != PLAN_COMPUTE) {
+        /* in the trace's own resolution, so that wait_us never exceeds dur after rounding */
+        int64_t m = to_ns(moving_at);
+        m = m < a ? a : m > b ? b : m;
+        args[na++] = (viz_trace_arg){"wait_us", NULL, (double)(m - a) / 1e3};
+    }
     viz_trace_complete(sim_replay_state->trace, d, s, name, viz_trace_instr_cat(in), a, b - a, args, na);
     /* folded replicas did the same at the same time, with their own peers and groups */
     for (int k = 1; k < sim_replay_state->fold.replicas; k++) {

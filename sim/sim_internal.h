@@ -146,7 +146,16 @@ typedef struct group_rt {
 typedef struct stream_ctx {
     int dev, s;
     void *slot[MAX_BATCH];       /* where gets store the (unused) payload pointer */
+    double moving_at;            /* the current p2p run or collective: when its last partner
+                                    posted or arrived (the trace's wait_us ends there) */
 } stream_ctx;
+
+/* A p2p post waiting for its partner, on its poster's stack until the transfer completes: the
+ * partner's post writes when it matched (p2p.c), for the trace's waiting time. */
+typedef struct sim_post {
+    double matched_at;
+    struct sim_post *next;
+} sim_post;
 
 /* p2p posts not yet matched, keyed by (src, dst, tag): when the second side posts, the transfer
  * starts, and both devices count it as communication from then on. Open addressing. */
@@ -156,6 +165,7 @@ typedef struct xfer_slot {
     int32_t npend;        /* posts between taking the mailbox and counting themselves */
     uint8_t used;
     sg_mailbox_t mb;      /* the key's mailbox while it has posts, from the pool (p2p.c) */
+    sim_post *head, *tail; /* the unmatched posts in the order they were posted (SimGrid's) */
 } xfer_slot;
 
 /* The mailboxes of collective flows, by (group, stream name, phase, rank): each is named and
@@ -276,8 +286,9 @@ void sim_host_comm_launch(void);
 /* ---------------------------------------------------------------- the trace (replay_trace.c) */
 
 /* The event of a compute, collective or p2p run of `n` instructions at[0 .. n) on device d's
- * stream s, from t0 to now (and its folded replicas' copies). */
-void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0);
+ * stream s, from t0 to now (and its folded replicas' copies); a transfer or collective waited for
+ * its partners from t0 to moving_at. */
+void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0, double moving_at);
 /* The trace's process and thread names: one process per GPU, one thread per stream. */
 void sim_trace_names(const plan_set *p);
 
