@@ -1,13 +1,56 @@
-/* chrome_read.c — reads the Chrome trace JSON that piper writes (viz/trace.h, used by piper-sim
- * and piper-exec) so that `piper-viz timeline` can draw it: complete events ("ph": "X", ts and dur
- * in microseconds, one pid per GPU, one tid per stream) and the metadata events that name
- * processes and threads. The JSON itself goes through ir/doc's strict reader, so a malformed
- * trace fails with file:line:col like every other input of piper. */
+/* chrome_read.c — reads Chrome trace JSON so that `piper-viz timeline` can draw it: piper's own
+ * (viz/trace.h, written by piper-sim and piper-exec: one pid per GPU, one tid per stream) and the
+ * profilers' (PyTorch's Kineto: CPU ops on process/thread ids, kernels and copies on device/stream
+ * ids; Nsight Systems' Chrome export: string pids and tids). Complete events ("X") and B/E pairs
+ * become events of a lane per (pid, tid), nested events get the depth of their nesting, "M"
+ * metadata names lanes, and every time is rebased to the first event (profilers write the epoch's
+ * microseconds). The JSON itself goes through ir/doc's strict reader, so a malformed trace fails
+ * with file:line:col like every other input of piper. */
 #include "viz_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* ---------------------------------------------------------------- categories */
+
+/* What an event's category says it is, first match wins (case-insensitive substrings): Kineto's
+ * categories, then Nsight's export, then piper's own (which say nothing more than PIPER). */
+static const struct {
+    const char *word;
+    viz_event_kind kind;
+} CATEGORIES[] = {
+    {"gpu_user_annotation", VIZ_EV_GPU_ANNOT},
+    {"user_annotation", VIZ_EV_CPU_ANNOT},
+    {"nvtx", VIZ_EV_CPU_ANNOT},
+    {"kernel", VIZ_EV_KERNEL},
+    {"memcpy", VIZ_EV_GPU_MEM},
+    {"memset", VIZ_EV_GPU_MEM},
+    {"cpu_op", VIZ_EV_CPU},
+    {"python", VIZ_EV_CPU},
+    {"cuda_runtime", VIZ_EV_CPU},
+    {"cuda_driver", VIZ_EV_CPU},
+    {"cuda_api", VIZ_EV_CPU},
+};
+
+viz_event_kind viz_event_kind_of(const char *cat)
+{
+    if (!cat) return VIZ_EV_PIPER;
+    for (size_t i = 0; i < BASE_COUNT(CATEGORIES); i++) {
+        size_t n = strlen(CATEGORIES[i].word);
+        for (const char *p = cat; *p; p++)
+            if (!strncasecmp(p, CATEGORIES[i].word, n)) return CATEGORIES[i].kind;
+    }
+    return VIZ_EV_PIPER;
+}
+
+bool viz_event_kind_on_device(viz_event_kind k)
+{
+    return k == VIZ_EV_KERNEL || k == VIZ_EV_GPU_MEM || k == VIZ_EV_GPU_ANNOT;
+}
+
+/* ---------------------------------------------------------------- reading */
 
 void viz_chrome_init(viz_chrome *t)
 {
@@ -28,12 +71,25 @@ typedef struct proc_meta {
     bool has_sort;
 } proc_meta;
 
+/* A B event waiting for its E: the event it became, and where it was written (for the error
+ * when nothing closes it). */
+typedef struct open_b {
+    int32_t event;
+    const ir_doc *doc;
+} open_b;
+
+/* String pids and tids (Nsight's export: "Device 0", "Stream 7") get ids above every integer
+ * a trace plausibly uses, in order of first appearance, and keep the string as the lane's name. */
+#define STRING_ID_BASE ((int64_t)1 << 48)
+
 typedef struct reader {
     viz_chrome *t;
     base_error *e;
     BASE_VEC(viz_chrome_lane) lanes;
     BASE_VEC(viz_chrome_event) events;
     BASE_VEC(proc_meta) procs;
+    BASE_VEC(open_b) open;          /* B events not yet closed, in the order they began */
+    BASE_VEC(const char *) strings; /* string ids: index + STRING_ID_BASE */
     int32_t *slot;                  /* (pid, tid) -> lane: open addressing */
     size_t cap;
 } reader;
@@ -66,7 +122,7 @@ static int lane_of(reader *r, int64_t pid, int64_t tid)
         if (l->pid == pid && l->tid == tid) return r->slot[s];
         s = (s + 1) & (r->cap - 1);
     }
-    viz_chrome_lane l = {pid, tid, NULL, NULL, pid, tid, 0};
+    viz_chrome_lane l = {pid, tid, NULL, NULL, pid, tid, 0, 0, false};
     r->slot[s] = (int32_t)r->lanes.n;
     BASE_VEC_PUSH(r->lanes, l);
     return r->slot[s];
@@ -80,12 +136,54 @@ static proc_meta *proc_of(reader *r, int64_t pid)
     return &r->procs.v[r->procs.n - 1];
 }
 
-static int get_int(reader *r, const ir_doc *ev, const char *key, int64_t *out)
+/* A pid or tid: an integer, or a string (a name) that gets an id of its own; *str is the string
+ * (NULL for integers). */
+static int get_id(reader *r, const ir_doc *ev, const char *key, int64_t *out, const char **str)
 {
     const ir_doc *v = ir_doc_get(ev, key);
-    if (!v) return ir_doc_error(ev, r->e, "this event has no '%s'; every event piper reads names its GPU (pid) and "
-                                "stream (tid)", key);
+    *str = NULL;
+    if (!v) return ir_doc_error(ev, r->e, "this event has no '%s'; every event piper reads names its process or GPU "
+                                "(pid) and its thread or stream (tid)", key);
+    if (v->kind == IR_DOC_SCALAR && v->quoted && v->str && *v->str) {
+        char *end;
+        long long n = strtoll(v->str, &end, 10);
+        if (!*end) {
+            *out = n;
+            return 0;
+        }
+        for (size_t i = 0; i < r->strings.n; i++)
+            if (!strcmp(r->strings.v[i], v->str)) {
+                *out = STRING_ID_BASE + (int64_t)i, *str = v->str;
+                return 0;
+            }
+        BASE_VEC_PUSH(r->strings, v->str);
+        *out = STRING_ID_BASE + (int64_t)r->strings.n - 1, *str = v->str;
+        return 0;
+    }
+    if (v->kind != IR_DOC_SCALAR || v->null)
+        return ir_doc_error(v, r->e, "'%s' must be an integer or a string (a process or thread id)", key);
     return ir_doc_int(v, key, out, r->e);
+}
+
+static int get_int(reader *r, const ir_doc *ev, const char *key, int64_t *out)
+{
+    const char *str;
+    return get_id(r, ev, key, out, &str);
+}
+
+/* The lane of an event, named after its string pid or tid until metadata names it. */
+static int event_lane(reader *r, const ir_doc *ev, int *lane)
+{
+    int64_t pid, tid;
+    const char *ps, *ts;
+    if (get_id(r, ev, "pid", &pid, &ps) || get_id(r, ev, "tid", &tid, &ts)) return -1;
+    *lane = lane_of(r, pid, tid);
+    if (ts && !r->lanes.v[*lane].thread) r->lanes.v[*lane].thread = ts;
+    if (ps) {
+        proc_meta *m = proc_of(r, pid);
+        if (!m->name) m->name = ps;
+    }
+    return 0;
 }
 
 static int metadata(reader *r, const ir_doc *ev)
@@ -119,22 +217,80 @@ static int metadata(reader *r, const ir_doc *ev)
     return 0;
 }
 
+/* The fields every drawn event has: name, category, wait. */
+static int event_fields(reader *r, const ir_doc *ev, viz_chrome_event *x)
+{
+    const ir_doc *v;
+    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &x->name, r->e)) return -1;
+    if ((v = ir_doc_get(ev, "cat")) && ir_doc_string(v, "cat", &x->cat, r->e)) return -1;
+    x->kind = (uint8_t)viz_event_kind_of(x->cat);
+    const ir_doc *args = ir_doc_get(ev, "args");
+    if ((v = ir_doc_get(args, "wait_us"))) {
+        if (ir_doc_num(v, "wait_us", &x->wait, r->e)) return -1;
+        if (!(x->wait >= 0)) return ir_doc_error(v, r->e, "wait_us is %g; the time spent waiting is zero or more "
+                                                 "microseconds", x->wait);
+    }
+    return 0;
+}
+
+static int get_ts(reader *r, const ir_doc *ev, const char *ph, double *ts)
+{
+    const ir_doc *v = ir_doc_get(ev, "ts");
+    if (!v) return ir_doc_error(ev, r->e, "this %s event has no 'ts'; give its start in microseconds", ph);
+    if (ir_doc_num(v, "ts", ts, r->e)) return -1;
+    if (!isfinite(*ts)) return ir_doc_error(v, r->e, "ts is not a finite number of microseconds");
+    return 0;
+}
+
 static int complete_event(reader *r, const ir_doc *ev)
 {
-    int64_t pid, tid;
     double ts, dur = 0;
     const ir_doc *v;
-    if (get_int(r, ev, "pid", &pid) || get_int(r, ev, "tid", &tid)) return -1;
-    if (!(v = ir_doc_get(ev, "ts"))) return ir_doc_error(ev, r->e, "this X event has no 'ts'; give its start in microseconds");
-    if (ir_doc_num(v, "ts", &ts, r->e)) return -1;
-    if ((v = ir_doc_get(ev, "dur")) && ir_doc_num(v, "dur", &dur, r->e)) return -1;
-    if (!(dur >= 0)) return ir_doc_error(v, r->e, "dur is %g; a complete event lasts zero or more microseconds", dur);
-    viz_chrome_event x = {ts, dur, lane_of(r, pid, tid), NULL, NULL};
-    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &x.name, r->e)) return -1;
-    if ((v = ir_doc_get(ev, "cat")) && ir_doc_string(v, "cat", &x.cat, r->e)) return -1;
+    viz_chrome_event x = {0};
+    if (event_lane(r, ev, &x.lane) || get_ts(r, ev, "X", &ts)) return -1;
+    /* a missing dur (or null, as some exporters write) is an instant drawn as a hairline */
+    if ((v = ir_doc_get(ev, "dur")) && !(v->kind == IR_DOC_SCALAR && v->null) && ir_doc_num(v, "dur", &dur, r->e))
+        return -1;
+    if (!(dur >= 0) || !isfinite(dur))
+        return ir_doc_error(v, r->e, "dur is %g; a complete event lasts zero or more microseconds", dur);
+    x.ts = ts, x.dur = dur;
+    if (event_fields(r, ev, &x)) return -1;
+    if (x.wait > dur) return ir_doc_error(ir_doc_get(ir_doc_get(ev, "args"), "wait_us"), r->e, "wait_us is %g but the "
+                                          "event lasts %g us; it cannot wait longer than it lasts", x.wait, dur);
     r->lanes.v[x.lane].nevents++;
     BASE_VEC_PUSH(r->events, x);
     return 0;
+}
+
+/* "B" opens an event of its thread; "E" closes the latest open one of the same thread. */
+static int begin_end_event(reader *r, const ir_doc *ev, bool begin)
+{
+    double ts;
+    int lane;
+    if (event_lane(r, ev, &lane) || get_ts(r, ev, begin ? "B" : "E", &ts)) return -1;
+    if (begin) {
+        viz_chrome_event x = {0};
+        x.ts = ts, x.lane = lane;
+        if (event_fields(r, ev, &x)) return -1;
+        r->lanes.v[lane].nevents++;
+        BASE_VEC_PUSH(r->events, x);
+        BASE_VEC_PUSH(r->open, ((open_b){(int32_t)r->events.n - 1, ev}));
+        return 0;
+    }
+    for (size_t k = r->open.n; k-- > 0;) {
+        viz_chrome_event *x = &r->events.v[r->open.v[k].event];
+        if (x->lane != lane) continue;
+        if (ts < x->ts)
+            return ir_doc_error(ev, r->e, "this E event (ts %.17g) ends before the B event it closes begins (ts %.17g, "
+                                "line %d); an E closes the latest open B of its pid and tid", ts, x->ts,
+                                r->open.v[k].doc->line);
+        x->dur = ts - x->ts;
+        memmove(&r->open.v[k], &r->open.v[k + 1], (r->open.n - k - 1) * sizeof *r->open.v);
+        r->open.n--;
+        return 0;
+    }
+    return ir_doc_error(ev, r->e, "this E event closes nothing: no B event is open on its pid and tid; every E "
+                        "ends the latest B of its thread");
 }
 
 static int cmp_lane(const void *a, const void *b)
@@ -170,11 +326,19 @@ static int read_events(reader *r, const ir_doc *seq)
                                 "\"pid\": ..., \"tid\": ...}");
         const ir_doc *ph = ir_doc_get(ev, "ph");
         const char *p = NULL;
-        if (!ph) return ir_doc_error(ev, r->e, "this event has no 'ph' (phase); piper reads \"X\" and \"M\" events");
+        if (!ph) return ir_doc_error(ev, r->e, "this event has no 'ph' (phase); piper reads \"X\", \"B\"/\"E\" and "
+                                     "\"M\" events");
         if (ir_doc_string(ph, "ph", &p, r->e)) return -1;
-        int rc = !strcmp(p, "X") ? complete_event(r, ev) : !strcmp(p, "M") ? metadata(r, ev) : (r->t->skipped++, 0);
+        int rc = !strcmp(p, "X")   ? complete_event(r, ev)
+                 : !strcmp(p, "B") ? begin_end_event(r, ev, true)
+                 : !strcmp(p, "E") ? begin_end_event(r, ev, false)
+                 : !strcmp(p, "M") ? metadata(r, ev)
+                                   : (r->t->skipped++, 0);
         if (rc) return rc;
     }
+    if (r->open.n)
+        return ir_doc_error(r->open.v[0].doc, r->e, "this B event is never closed: no E event follows it on its pid "
+                            "and tid; end it with an E, or write one complete X event with a dur");
     return 0;
 }
 
@@ -223,21 +387,50 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
         }
         t->nevents = (int)r.events.n;
         t->events = base_arena_alloc(&t->arena, (r.events.n + 1) * sizeof *t->events);
+        /* t = 0 at the first event: profilers write microseconds since the epoch (5.9e9 and up),
+         * which no axis can label */
+        double origin = INFINITY;
+        for (size_t i = 0; i < r.events.n; i++)
+            if (r.events.v[i].ts < origin) origin = r.events.v[i].ts;
+        t->origin_us = r.events.n ? origin : 0;
+        /* Nesting per lane: the events that enclose the current one, as a stack of end times.
+         * Compared in whole nanoseconds, the resolution piper's writer prints (three decimals of
+         * a microsecond): 12.015 + 44.395 is not 56.41 in binary floating point. */
+        int64_t *ends = base_xmalloc((r.events.n + 1) * sizeof *ends);
+        int *ndev = base_xcalloc(r.lanes.n + 1, sizeof *ndev);
+        int top = 0;
         for (size_t i = 0; i < r.events.n; i++) {
-            t->events[i] = r.events.v[i];
-            t->events[i].lane = where[r.events.v[i].lane];
-            /* compared in whole nanoseconds, the resolution piper's writer prints (three decimals
-             * of a microsecond): 12.015 + 44.395 is not 56.41 in binary floating point */
-            const viz_chrome_event *a = &r.events.v[i - (i > 0)], *b = &r.events.v[i];
-            if (i > 0 && a->lane == b->lane && llround(b->ts * 1e3) < llround(a->ts * 1e3) + llround(a->dur * 1e3))
+            viz_chrome_event *x = &t->events[i];
+            *x = r.events.v[i];
+            x->lane = where[r.events.v[i].lane];
+            if (i == 0 || x->lane != t->events[i - 1].lane) top = 0;
+            int64_t a = llround(x->ts * 1e3), b = a + llround(x->dur * 1e3);
+            while (top > 0 && ends[top - 1] <= a) top--;
+            if (top > 0 && b > ends[top - 1]) {
+                /* starts inside the previous event and ends after it: neither nested nor after it;
+                 * it takes that event's row */
                 t->overlaps++;
+                top--;
+            }
+            if (top > 0) t->nested++;
+            x->depth = top;
+            ends[top++] = b;
+            viz_chrome_lane *ln = &t->lanes[x->lane];
+            if (x->depth + 1 > ln->depth) ln->depth = x->depth + 1;
+            ndev[x->lane] += viz_event_kind_on_device((viz_event_kind)x->kind);
+            x->ts -= t->origin_us;
         }
+        for (size_t l = 0; l < r.lanes.n; l++) t->lanes[l].device = 2 * ndev[l] > t->lanes[l].nevents;
+        free(ends);
+        free(ndev);
         free(where);
         free(perm);
     }
     free(r.lanes.v);
     free(r.events.v);
     free(r.procs.v);
+    free(r.open.v);
+    free(r.strings.v);
     free(r.slot);
     if (rc) {
         viz_chrome_free(t);

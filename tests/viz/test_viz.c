@@ -13,8 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sim/sim.h"
 #include "tests/testutil.h"
 #include "viz/viz.h"
+#include "viz/viz_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -44,9 +46,21 @@ static void compiled_free(compiled *r)
 /* One node of a rendered SVG: its id (entities undone), class, and polygon's bounding box. */
 typedef struct svg_box {
     char id[64], cls[64];
+    char fill[16], stroke[16];   /* of the first polygon or path */
     double x0, x1, y0, y1;
     bool has_poly, dashed;
 } svg_box;
+
+/* The value of attribute `attr` ("fill=\"") inside [from, to) into out. */
+static void svg_attr(const char *from, const char *to, const char *attr, char *out, size_t cap)
+{
+    out[0] = 0;
+    const char *a = strstr(from, attr);
+    if (!a || a > to) return;
+    a += strlen(attr);
+    size_t n = strcspn(a, "\"");
+    snprintf(out, cap, "%.*s", (int)n, a);
+}
 
 typedef struct svg {
     svg_box *b;
@@ -90,6 +104,8 @@ static svg svg_parse(const char *text)
         const char *close = strchr(shape, '>');
         const char *dash = strstr(shape, "stroke-dasharray");
         b->dashed = dash && dash < close;
+        svg_attr(shape, close, "fill=\"", b->fill, sizeof b->fill);
+        svg_attr(shape, close, "stroke=\"", b->stroke, sizeof b->stroke);
         const char *pts = strstr(shape, poly == shape ? "points=\"" : " d=\"");
         if (!pts || pts > close) continue;
         pts = strchr(pts, '"') + 1;
@@ -754,13 +770,18 @@ static void test_trace_reader(void)
     CU_ASSERT_EQUAL(t.nlanes, 1);
     CU_ASSERT_EQUAL(t.lanes[0].pid, 3);
     viz_chrome_free(&t);
-    /* two events of one stream that overlap (the second starts at 6, the first ends at 7) are
-     * counted, and the timeline warns */
+    /* two events of one stream that overlap (the second starts at 6, inside the first, and ends
+     * at 9, after it) are counted, and the timeline warns; one that ends inside is nested */
     const char *overlap = "[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 2, \"dur\": 5, \"name\": \"F\"},"
-                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 6, \"dur\": 1, \"name\": \"B\"},"
-                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1, \"name\": \"B\"}]";
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 6, \"dur\": 3, \"name\": \"B\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1, \"name\": \"B\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3.5, \"dur\": 0.5, \"name\": \"k\"}]";
     CU_ASSERT_EQUAL(viz_chrome_read(&t, "o.json", overlap, strlen(overlap), &e), 0);
     CU_ASSERT_EQUAL(t.overlaps, 1);
+    CU_ASSERT_EQUAL(t.nested, 1);
+    CU_ASSERT_EQUAL(t.lanes[1].depth, 2);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[0].ts, 0, 1e-12); /* rebased */
     base_buf dot = {0};
     viz_timeline_options o = {0};
     CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
@@ -776,6 +797,17 @@ static void test_trace_reader(void)
         {"{\"events\": []}", "needs \"traceEvents\""},
         {"[1, 2]", "a trace event must be an object"},
         {"[{\"ph\": \"X\",", "t.json:1:"},
+        {"[{\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 1}]", "t.json:1:2: this E event closes nothing"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"name\": \"a\"},\n {\"ph\": \"E\", \"pid\": 0, \"tid\": 1, "
+         "\"ts\": 2}]", "t.json:2:2: this E event closes nothing"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 1}, {\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 2},"
+         " {\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 3}]", "t.json:1:2: this B event is never closed"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 5}, {\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 3}]",
+         "ends before the B event it closes begins"},
+        {"[{\"ph\": \"X\", \"pid\": [0], \"tid\": 0, \"ts\": 1}]", "t.json:1:21: 'pid' must be an integer or a string"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 2, \"args\": {\"wait_us\": 3}}]",
+         "it cannot wait longer than it lasts"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": \"soon\"}]", "t.json:1:40: expected a number for 'ts'"},
     };
     for (size_t k = 0; k < BASE_COUNT(bad); k++) {
         base_error_clear(&e);
@@ -784,6 +816,231 @@ static void test_trace_reader(void)
         CU_ASSERT_EQUAL(t.nlanes, 0);
         viz_chrome_free(&t);
     }
+}
+
+/* A Kineto (PyTorch profiler) trace, written by hand to the format (tests/fixtures/kineto/):
+ * CPU ops nested four deep on the main thread, a B/E pair on the autograd thread, kernels,
+ * a memset and a memcpy under a GPU annotation on stream 7, NCCL and zero-length kernels on
+ * stream 20, flow and instant events, times in microseconds since boot (5.9e9). */
+static void test_kineto_trace(void)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, test_src_path("tests/fixtures/kineto/kineto_step.json"), &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5926130000.5, 1e-6);
+    CU_ASSERT_EQUAL(t.nlanes, 4);
+    CU_ASSERT_EQUAL(t.nevents, 16);
+    CU_ASSERT_EQUAL(t.skipped, 3); /* two flow events and an instant */
+    CU_ASSERT_EQUAL(t.overlaps, 0);
+    CU_ASSERT_EQUAL(t.nested, 5 + 1 + 4);
+    /* lanes: the CPU process (pid 4123, sorted by pid) before the GPU (sort index 5000000) */
+    static const struct {
+        int64_t pid, tid;
+        const char *process, *thread;
+        int depth, nevents;
+        bool device;
+    } lanes[] = {
+        {4123, 4123, "python3", "thread 4123 (python3)", 4, 6, false},
+        {4123, 4200, "python3", "thread 4200 (pt_autograd_0)", 2, 2, false},
+        {0, 7, "python3", "stream 7", 2, 5, true},
+        {0, 20, "python3", "stream 20", 1, 3, true},
+    };
+    for (int l = 0; l < t.nlanes && l < 4; l++) {
+        CU_ASSERT_EQUAL(t.lanes[l].pid, lanes[l].pid);
+        CU_ASSERT_EQUAL(t.lanes[l].tid, lanes[l].tid);
+        CU_ASSERT_STRING_EQUAL(t.lanes[l].process, lanes[l].process);
+        CU_ASSERT_STRING_EQUAL(t.lanes[l].thread, lanes[l].thread);
+        CU_ASSERT_EQUAL(t.lanes[l].depth, lanes[l].depth);
+        CU_ASSERT_EQUAL(t.lanes[l].nevents, lanes[l].nevents);
+        CU_ASSERT_EQUAL(t.lanes[l].device, lanes[l].device);
+    }
+    /* events in lane order, each lane's by start, encloser first: names, rebased times, depths,
+     * kinds */
+    static const struct {
+        const char *name;
+        double ts, dur;
+        int depth;
+        viz_event_kind kind;
+    } ev[] = {
+        {"ProfilerStep#3", 0, 2000, 0, VIZ_EV_CPU_ANNOT},
+        {"aten::linear", 10, 300, 1, VIZ_EV_CPU},
+        {"aten::addmm", 20, 250, 2, VIZ_EV_CPU},
+        {"cudaLaunchKernel", 30, 8, 3, VIZ_EV_CPU},
+        {"aten::relu", 400, 50, 1, VIZ_EV_CPU},
+        {"cudaMemcpyAsync", 500, 12, 1, VIZ_EV_CPU},
+        {"autograd::engine::evaluate_function: AddmmBackward0", 900, 600, 0, VIZ_EV_CPU}, /* B/E */
+        {"aten::mm", 1000, 200, 1, VIZ_EV_CPU},
+        {"ProfilerStep#3", 40, 1700, 0, VIZ_EV_GPU_ANNOT},
+        {"sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", 45, 120.5, 1, VIZ_EV_KERNEL},
+        {"Memset (Device)", 200, 3, 1, VIZ_EV_GPU_MEM},
+        {"Memcpy HtoD (Pageable -> Device)", 520, 30, 1, VIZ_EV_GPU_MEM},
+        {NULL, 560, 10, 1, VIZ_EV_KERNEL},
+        {NULL, 600, 1100, 0, VIZ_EV_KERNEL},
+        {"void at::native::zero_kernel()", 1800, 0, 0, VIZ_EV_KERNEL},   /* dur 0 */
+        {"void at::native::marker_kernel()", 1900, 0, 0, VIZ_EV_KERNEL}, /* no dur */
+    };
+    for (int i = 0; i < t.nevents && i < 16; i++) {
+        if (ev[i].name) CU_ASSERT_STRING_EQUAL(t.events[i].name, ev[i].name);
+        CU_ASSERT_DOUBLE_EQUAL(t.events[i].ts, ev[i].ts, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(t.events[i].dur, ev[i].dur, 1e-6);
+        CU_ASSERT_EQUAL(t.events[i].depth, ev[i].depth);
+        CU_ASSERT_EQUAL(t.events[i].kind, ev[i].kind);
+    }
+    /* drawn: axis from 0 to 2 ms in 0.2 ms steps (not 5.92613e+09), lanes as high as their
+     * nesting, a nested kernel below its annotation inside the stream's lane, no warning */
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    CU_ASSERT(e.warnings[0] == 0);
+    TEST_ASSERT_CONTAINS(dot.s, "\"timeline: 4 lanes, 0 to 2 ms\"");
+    TEST_ASSERT_CONTAINS(dot.s, "time (ms) from the trace's first event");
+    TEST_ASSERT_CONTAINS(dot.s, "label=\"1.2\"");
+    CU_ASSERT(strstr(dot.s, "e+09") == NULL);
+    char *text = render_svg(&dot, "nop");
+    svg s = svg_parse(text);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "tick-10"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "tick-11"));
+    CU_ASSERT_EQUAL(count_class(&s, "event"), 16);
+    const svg_box *l0 = svg_find(&s, "lane-4123-4123"), *l7 = svg_find(&s, "lane-0-7"), *l20 = svg_find(&s, "lane-0-20");
+    const svg_box *annot = svg_find(&s, "ev-0-7-0"), *gemm = svg_find(&s, "ev-0-7-1"), *nccl = svg_find(&s, "ev-0-20-0");
+    const svg_box *launch = svg_find(&s, "ev-4123-4123-3"), *step = svg_find(&s, "ev-4123-4123-0");
+    CU_ASSERT_FATAL(l0 && l7 && l20 && annot && gemm && nccl && launch && step);
+    double h20 = l20->y1 - l20->y0;
+    CU_ASSERT((l7->y1 - l7->y0) > 1.5 * h20);  /* two rows */
+    CU_ASSERT((l0->y1 - l0->y0) > 3.5 * h20);  /* four rows */
+    CU_ASSERT(gemm->y0 >= annot->y1 - 0.5);    /* a row below what encloses it */
+    CU_ASSERT(gemm->y0 >= l7->y0 && gemm->y1 <= l7->y1 + 0.5);
+    CU_ASSERT(launch->y0 > step->y1);
+    CU_ASSERT(has_class(gemm, "kernel") && has_class(nccl, "kernel"));
+    CU_ASSERT(has_class(svg_find(&s, "ev-0-7-2"), "gpu_mem"));
+    CU_ASSERT(has_class(svg_find(&s, "ev-4123-4123-1"), "cpu"));
+    CU_ASSERT(has_class(step, "cpu_annot") && has_class(annot, "gpu_annot"));
+    CU_ASSERT(has_class(l7, "compute")); /* an NCCL-free GPU stream is not a communication lane */
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-kernel"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-cpu"));
+    free(s.b);
+    free(text);
+    free(dot.s);
+    viz_chrome_free(&t);
+}
+
+/* Nsight Systems' Chrome export (hand-written to the form): a bare array, string pids and tids
+ * naming processes, threads and streams, NVTX ranges as B/E pairs nesting the CUDA API calls. */
+static void test_nsight_trace(void)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, test_src_path("tests/fixtures/kineto/nsight_export.json"), &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5926200000.25, 1e-6);
+    CU_ASSERT_EQUAL(t.nlanes, 3);
+    CU_ASSERT_EQUAL(t.nevents, 7);
+    CU_ASSERT_EQUAL(t.overlaps, 0);
+    CU_ASSERT_EQUAL(t.nested, 2);
+    if (t.nlanes == 3) {
+        CU_ASSERT_STRING_EQUAL(t.lanes[0].process, "train.py (7781)");
+        CU_ASSERT_STRING_EQUAL(t.lanes[0].thread, "python main thread");
+        CU_ASSERT_EQUAL(t.lanes[0].depth, 3);
+        CU_ASSERT(!t.lanes[0].device);
+        CU_ASSERT_STRING_EQUAL(t.lanes[1].process, "GPU 0 (NVIDIA H100 80GB HBM3)");
+        CU_ASSERT_STRING_EQUAL(t.lanes[1].thread, "Stream 7");
+        CU_ASSERT_STRING_EQUAL(t.lanes[2].thread, "Stream 24");
+        CU_ASSERT(t.lanes[1].device && t.lanes[2].device);
+        CU_ASSERT_EQUAL(t.lanes[1].pid, t.lanes[2].pid);
+    }
+    /* the main thread: an API call, then "forward" [10, 400) holding "layer 0" [20, 120) holding
+     * a launch */
+    CU_ASSERT_STRING_EQUAL(t.events[1].name, "forward");
+    CU_ASSERT_DOUBLE_EQUAL(t.events[1].ts, 10, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[1].dur, 390, 1e-6);
+    CU_ASSERT_EQUAL(t.events[2].depth, 1);
+    CU_ASSERT_EQUAL(t.events[3].depth, 2);
+    CU_ASSERT_EQUAL(t.events[1].kind, VIZ_EV_CPU_ANNOT);
+    CU_ASSERT_EQUAL(t.events[3].kind, VIZ_EV_CPU);
+    CU_ASSERT_EQUAL(t.events[4].kind, VIZ_EV_KERNEL);
+    CU_ASSERT_EQUAL(t.events[5].kind, VIZ_EV_GPU_MEM);
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    TEST_ASSERT_CONTAINS(dot.s, "\"timeline: 3 lanes, 0 to 400 us\"");
+    free(dot.s);
+    viz_chrome_free(&t);
+}
+
+/* piper-sim's trace of a pipeline program says how long each transfer waited for its partner:
+ * on 1F1B, GPU 1 posts its first receive at once and waits until GPU 0 has run its forward and
+ * posts the matching send, which finds the receive waiting and moves at once. The timeline draws
+ * the waiting apart (class "wait") from the moving (the event's box). */
+static void test_sim_trace_waiting(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    char path[] = "/tmp/piper_viz_traceXXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    sim_options so;
+    sim_options_init(&so, &c->c.plan);
+    so.trace_path = path;
+    sim_result r;
+    base_error e;
+    base_error_clear(&e);
+    int rc = sim_run(&c->c.plan, &so, &r, &e);
+    if (rc) fprintf(stderr, "\n  sim: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    sim_result_free(&r);
+    viz_chrome t;
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, path, &e), 0);
+    unlink(path);
+    int comm = 0, waited = 0;
+    const viz_chrome_event *recv = NULL, *send = NULL;
+    for (int i = 0; i < t.nevents; i++) {
+        const viz_chrome_event *x = &t.events[i];
+        const viz_chrome_lane *ln = &t.lanes[x->lane];
+        if (!x->cat || (strcmp(x->cat, "p2p") && strcmp(x->cat, "coll"))) {
+            CU_ASSERT_EQUAL(x->wait, 0);
+            continue;
+        }
+        comm++;
+        waited += x->wait > 0;
+        CU_ASSERT(x->wait >= 0 && x->wait <= x->dur);
+        if (!recv && ln->pid == 1 && x->name && !strncmp(x->name, "recv mb0 from 0", 15)) recv = x;
+        if (!send && ln->pid == 0 && x->name && !strncmp(x->name, "send mb0 to 1", 13)) send = x;
+    }
+    CU_ASSERT(comm > 0);
+    CU_ASSERT(waited > 0);
+    CU_ASSERT_FATAL(recv && send);
+    CU_ASSERT(recv->wait > 0);
+    CU_ASSERT_DOUBLE_EQUAL(recv->ts + recv->wait, send->ts, 1e-3); /* the send's post ends the wait */
+    CU_ASSERT_DOUBLE_EQUAL(send->wait, 0, 1e-9);
+    CU_ASSERT(recv->dur - recv->wait < 0.5 * recv->dur); /* it mostly waited */
+    /* drawn: a wait box per event that waited, before the event's own box */
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    char *text = render_svg(&dot, "nop");
+    svg s = svg_parse(text);
+    CU_ASSERT_EQUAL(count_class(&s, "wait"), waited);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-wait_p2p"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-p2p"));
+    for (int i = 0; i < s.n; i++) {
+        const svg_box *w = &s.b[i];
+        if (!has_class(w, "wait")) continue;
+        char id[64];
+        snprintf(id, sizeof id, "ev-%s", w->id + 5); /* wait-P-T-K -> ev-P-T-K */
+        const svg_box *b = svg_find(&s, id);
+        CU_ASSERT_FATAL(b != NULL);
+        CU_ASSERT(w->x1 <= b->x0 + 1.0); /* waiting, then moving */
+        CU_ASSERT(strcmp(w->fill, b->fill) != 0);
+        CU_ASSERT(!strcmp(w->fill, viz_wait_style(VIZ_COMM_P2P)->fill) || !strcmp(w->fill, viz_wait_style(VIZ_COMM_COLL)->fill));
+    }
+    free(s.b);
+    free(text);
+    free(dot.s);
+    viz_chrome_free(&t);
+    compiled_free(c);
 }
 
 static svg timeline_svg(const char *rel, const viz_timeline_options *o)
@@ -944,6 +1201,9 @@ int piper_tests_register(void)
     };
     static const test_case timeline[] = {
         {"the trace reader", test_trace_reader},
+        {"a Kineto trace: rebased axis, lanes, nesting, kinds, B/E", test_kineto_trace},
+        {"an Nsight export: string ids, NVTX B/E nesting", test_nsight_trace},
+        {"piper-sim's trace: waiting apart from moving", test_sim_trace_waiting},
         {"one lane per (pid, tid), axis, window", test_timeline},
         {"formats, windows, collapse options", test_parsers},
         {"rendering to png, pdf, dot; errors", test_render_formats},
