@@ -83,9 +83,25 @@ typedef struct viz_pair {
 typedef struct viz_schedule_options {
     bool unit;           /* every box one unit wide, positions from a replay with unit costs */
     const char *title;   /* drawn above the grid when not NULL */
+    const char *schedule; /* the builder the program named ("zbv"; NULL: unknown, as for a plan
+                             file, which does not record it): the default title names it */
+    double width_pt;     /* > 0: the whole figure at most this wide (points), cells scaled to fit
+                            (a paper column is 3.5 in = 252 pt); 0: sized by the boxes */
     int npairs;          /* overlapped pairs known from the program (order groups of two) */
     const viz_pair *pairs;
 } viz_schedule_options;
+
+/* The smallest type a figure sets (points): below it, printed numbers are unreadable. */
+#define VIZ_MIN_TYPE_PT 5.0
+/* A paper column: 3.5 inches. */
+#define VIZ_COLUMN_IN 3.5
+
+/* How a schedule builder's name is written in figure titles ("zbv" -> "ZB-V",
+ * "interleaved-1f1b" -> "Interleaved 1F1B"); the name itself when it is none of the builders. */
+const char *viz_schedule_title_name(const char *builder);
+/* The schedule builder a compiled program named (its `schedule` directive's, or the one the
+ * compiler chose); NULL when its order came from elsewhere. */
+const char *viz_schedule_of_program(const sched_compilation *c);
 
 /* The overlapped pairs a compiled program asked for: its order groups (schedules expanded) that
  * name exactly two compute actions. *pairs is malloc'd (free it); *n may be 0. */
@@ -94,7 +110,12 @@ void viz_pairs_from_program(const sched_compilation *c, viz_pair **pairs, int *n
 /* The per-rank schedule grid of a plan: one row per pipeline rank (devices with the same stages
  * are one rank; the row shows the lowest of them), one box per (stage, pass, micro-batch) of its
  * compute instructions, labelled with the micro-batch; F, B, BI, BW and R boxes coloured by pass
- * (and told apart in greyscale by lightness and outline), a legend, idle time as gaps. Boxes are
+ * (and told apart in greyscale by lightness and outline), a legend wrapped to the grid's width,
+ * idle time as gaps; the title names the schedule, p (ranks), v (model chunks per rank) and m
+ * (micro-batches). A rank's second (fourth, ...) model chunk has a thick outline in the colour
+ * that contrasts most with its fill (viz_mark_colour). Micro-batch numbers are set at 5 pt or
+ * more (VIZ_MIN_TYPE_PT); a box too narrow for its number at that size carries none, and the
+ * legend says so. With o->width_pt the figure fits that width. Boxes are
  * placed by the plan's static timing (plan_check_timed: the header's GPU roofline and the
  * check's nominal links), so widths are costs; with o->unit, by a replay in which every box takes
  * one unit. An overlapped pair (o->pairs, or two actions whose instructions interleave in the

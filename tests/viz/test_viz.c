@@ -488,6 +488,191 @@ static void test_schedule_deadlocked_plan(void)
     compiled_free(c);
 }
 
+/* The SVG's own width and height in points (<svg width="250pt" height="148pt">). */
+static void svg_size(const char *text, double *w, double *h)
+{
+    *w = *h = -1;
+    const char *p = text ? strstr(text, "<svg width=\"") : NULL;
+    if (!p) return;
+    *w = strtod(p + 12, NULL);
+    const char *q = strstr(p, "height=\"");
+    if (q) *h = strtod(q + 8, NULL);
+}
+
+/* A schedule drawn and rendered: its SVG text (caller frees) and its laid-out dot read back with
+ * cgraph (node positions and widths, for the text nodes the SVG gives no box). */
+static char *schedule_text(const plan_set *p, const viz_schedule_options *o, Agraph_t **laid)
+{
+    base_buf dot = {0}, gv = {0};
+    base_error e;
+    base_error_clear(&e);
+    int rc = viz_schedule(p, o, &dot, &e);
+    if (rc) fprintf(stderr, "\n  schedule: %s\n", e.msg);
+    CU_ASSERT_EQUAL(rc, 0);
+    char *text = rc ? NULL : render_svg(&dot, "nop");
+    if (laid) {
+        *laid = NULL;
+        if (!rc && viz_render_data(dot.s, "nop", VIZ_FMT_DOT, &gv, &e) == 0) *laid = agmemread(gv.s);
+    }
+    free(dot.s);
+    free(gv.s);
+    return text;
+}
+
+/* A node's horizontal extent in the laid-out graph (points). */
+static bool node_extent(Agraph_t *g, const char *name, double *x0, double *x1)
+{
+    Agnode_t *n = agnode(g, (char *)name, 0);
+    if (!n) return false;
+    char *pos = agget(n, "pos"), *width = agget(n, "width");
+    if (!pos || !width) return false;
+    double x = strtod(pos, NULL), w = strtod(width, NULL) * 72;
+    *x0 = x - w / 2, *x1 = x + w / 2;
+    return true;
+}
+
+/* The title names the schedule, p, v and m: from the program's builder, else the model. */
+static void test_schedule_title(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_interleaved.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_of_program(&c->c), "interleaved-1f1b");
+    viz_schedule_options o = {.schedule = viz_schedule_of_program(&c->c)};
+    char *text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, ">Interleaved 1F1B \xe2\x80\x94 p = 4, v = 2, m = 8<");
+    free(text);
+    compiled_free(c);
+    c = compile_rel("configs/programs/pp4_zbv.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    o.schedule = viz_schedule_of_program(&c->c);
+    text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, ">ZB&#45;V \xe2\x80\x94 p = 4, v = 2, m = 8<"); /* SVG escapes '-' */
+    /* a plan file does not record its schedule: the model's name instead */
+    o.schedule = NULL;
+    free(text);
+    text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, "\xe2\x80\x94 p = 4, v = 2, m = 8<");
+    CU_ASSERT(strstr(text, "ZB&#45;V") == NULL);
+    free(text);
+    compiled_free(c);
+    /* a program without a schedule or order directive gets the compiler's default, 1F1B */
+    c = compile_rel("configs/programs/pp2_dp2_ep2_qwen3.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    const char *b = viz_schedule_of_program(&c->c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name(b), "1F1B");
+    compiled_free(c);
+    /* one written with its own orders names no builder */
+    c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    CU_ASSERT_PTR_NULL(viz_schedule_of_program(&c->c));
+    compiled_free(c);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name("DUALPIPEV"), "DualPipeV");
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name("my-order"), "my-order");
+}
+
+/* --width: ZB-V and DualPipeV at p = 8 (16 micro-batches) in a paper column: the SVG is no wider
+ * than asked, the legend wraps inside the grid's width, and the boxes that carry no number are
+ * said to in the legend; the natural figure is many times wider. */
+static void test_schedule_width(void)
+{
+    const char *progs[] = {"tests/fixtures/viz/pp8_zbv.yaml", "tests/fixtures/viz/pp8_dualpipev.yaml"};
+    sched_options so = {.allow_oom = true};
+    for (size_t k = 0; k < BASE_COUNT(progs); k++) {
+        compiled *c = compile_rel(progs[k], &so);
+        CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+        viz_schedule_options o = {.schedule = viz_schedule_of_program(&c->c)};
+        double w, h;
+        char *text = schedule_text(&c->c.plan, &o, NULL);
+        svg_size(text, &w, &h);
+        CU_ASSERT(w > 2000); /* the natural figure: 24 pt per median box */
+        free(text);
+        for (int pass = 0; pass < 2; pass++) {
+            o.width_pt = pass ? 400 : VIZ_COLUMN_IN * 72;
+            Agraph_t *g = NULL;
+            text = schedule_text(&c->c.plan, &o, &g);
+            svg_size(text, &w, &h);
+            if (w > o.width_pt) fprintf(stderr, "\n  %s: %g pt wide for --width %g\n", progs[k], w, o.width_pt);
+            CU_ASSERT(w > 0 && w <= o.width_pt);
+            CU_ASSERT(w >= o.width_pt - 40); /* and uses it */
+            TEST_ASSERT_CONTAINS(text, "p = 8, v = 2, m = 16");
+            /* every rank's boxes: 16 micro-batches x 2 chunks of F, and of B or BI + BW */
+            svg s = svg_parse(text);
+            CU_ASSERT(count_class(&s, "box") >= 8 * 2 * 16 * 2);
+            /* the legend: inside the grid's width (the lane's extent) */
+            CU_ASSERT_FATAL(g != NULL);
+            double gx0, gx1, x0, x1;
+            CU_ASSERT_FATAL(node_extent(g, "lane0", &gx0, &gx1));
+            int items = 0;
+            for (Agnode_t *n = agfstnode(g); n; n = agnxtnode(g, n)) {
+                if (strncmp(agnameof(n), "legend", 6)) continue;
+                CU_ASSERT(node_extent(g, agnameof(n), &x0, &x1));
+                if (x0 < gx0 - 0.5 || x1 > gx1 + 0.5)
+                    fprintf(stderr, "\n  legend node %s spans %g..%g, the grid %g..%g\n", agnameof(n), x0, x1, gx0, gx1);
+                CU_ASSERT(x0 >= gx0 - 0.5 && x1 <= gx1 + 0.5);
+                items++;
+            }
+            CU_ASSERT(items >= 10);
+            /* the legend wrapped: its samples are on more than one line */
+            const svg_box *f = svg_find(&s, "legend-F"), *chunk = svg_find(&s, "legend-chunk");
+            CU_ASSERT_FATAL(f && chunk);
+            CU_ASSERT(chunk->y0 > f->y1);
+            /* in a column most boxes are narrower than a number at 5 pt: the legend says so */
+            if (pass == 0) TEST_ASSERT_CONTAINS(text, "too narrow for 5 pt numbers");
+            free(s.b);
+            free(text);
+            agclose(g);
+        }
+        compiled_free(c);
+    }
+}
+
+/* A rank's second model chunk is marked on every fill: its outline is the mark colour of its fill,
+ * which contrasts with it at least 3:1 (WCAG's figure for graphics), for every style of the
+ * palette; and in a V schedule's grid every chunk-2 box carries it, on each fill present. */
+static void test_schedule_chunk_mark(void)
+{
+    for (int pass = 0; pass <= PLAN_NPASS; pass++) {
+        const viz_style *st = viz_pass_style(pass);
+        double c = viz_contrast(viz_mark_colour(st->fill), st->fill);
+        if (c < 3) fprintf(stderr, "\n  %s (%s): mark %s contrasts %.2f\n", st->key, st->fill, viz_mark_colour(st->fill), c);
+        CU_ASSERT(c >= 3);
+    }
+    CU_ASSERT_STRING_EQUAL(viz_mark_colour(viz_pass_style(PLAN_PASS_BW)->fill), "white"); /* the dark fill */
+    CU_ASSERT_STRING_EQUAL(viz_mark_colour(viz_pass_style(PLAN_PASS_F)->fill), "black");
+    CU_ASSERT(fabs(viz_contrast("black", "white") - 21) < 1e-9);
+    CU_ASSERT(viz_contrast("red", "white") < 0);
+
+    compiled *c = compile_rel("configs/programs/pp4_zbv.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    int marked[PLAN_NPASS] = {0}, plain = 0;
+    for (int i = 0; i < s.n; i++) {
+        const svg_box *b = &s.b[i];
+        if (!has_class(b, "box")) continue;
+        if (!has_class(b, "chunk2")) {
+            plain++;
+            continue;
+        }
+        for (int pass = 0; pass < PLAN_NPASS; pass++) {
+            const viz_style *st = viz_pass_style(pass);
+            if (!has_class(b, st->key)) continue;
+            CU_ASSERT_STRING_EQUAL(b->fill, st->fill);
+            CU_ASSERT_STRING_EQUAL(b->stroke, viz_mark_colour(st->fill));
+            marked[pass]++;
+        }
+    }
+    /* ZB-V: each rank's second chunk runs 8 F, 8 BI and 8 BW */
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_F], 32);
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_BI], 32);
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_BW], 32);
+    CU_ASSERT_EQUAL(plain, 96);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-chunk"));
+    free(s.b);
+    compiled_free(c);
+}
+
 static void test_schedule_errors(void)
 {
     plan_set p;
@@ -1189,6 +1374,9 @@ int piper_tests_register(void)
         {"DualPipe: its overlapped pairs, as many as its steps give", test_schedule_dualpipe_pairs},
         {"a plan file draws the same grid", test_schedule_from_plan_file},
         {"a deadlocking plan is drawn from a replay, with a warning", test_schedule_deadlocked_plan},
+        {"the title names the schedule, p, v and m", test_schedule_title},
+        {"--width: p = 8 V schedules in a column, the legend wrapped inside", test_schedule_width},
+        {"the second chunk's mark contrasts with every fill", test_schedule_chunk_mark},
         {"errors", test_schedule_errors},
         {"plan_check_timed reports every instruction once", test_check_timing_callback},
         {NULL, NULL},
