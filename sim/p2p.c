@@ -112,9 +112,11 @@ static int xf_post(int32_t src, int32_t dst, int32_t tag, int send, sim_post *me
         (*other)--;
         matched = 1;
         me->matched_at = simgrid_get_clock();
+        me->flow = sim_replay_state->nflows++;
         sim_post *w = x->head; /* the oldest unmatched post of the other side: SimGrid pairs it */
         if (w) {
             w->matched_at = me->matched_at;
+            w->flow = me->flow;
             x->head = w->next;
             if (!x->head) x->tail = NULL;
         }
@@ -178,13 +180,18 @@ void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
             }
             counted[k] = 1;
             posts[k].matched_at = 0;
+            posts[k].flow = -1;
             if (xf_post(src, dst, in->tag, send, &posts[k])) {
                 sim_acct(&sim_replay_state->dv[src], 0, 1);
                 sim_acct(&sim_replay_state->dv[dst], 0, 1);
             }
         }
         wait_all_counted(dv, comms, m, counted);
-        for (int k = 0; k < m; k++)
+        for (int k = 0; k < m; k++) {
             if (posts[k].matched_at > sc->moving_at) sc->moving_at = posts[k].matched_at;
+            if (sim_replay_state->trace)
+                sim_trace_flow(d, sc->s, posts[k].flow, L->ins[order[pos + base + k]].op == PLAN_RECV,
+                               posts[k].matched_at);
+        }
     }
 }

@@ -1,8 +1,8 @@
 /* replay_trace.c — the replay's Chrome trace (--trace; viz/trace.h writes the format): one
  * process per GPU, one thread per stream, one event per compute, collective and p2p run, in
  * simulated nanoseconds; a transfer's or collective's args say how long of it was spent waiting
- * for its partners (wait_us) before data moved. Folded replicas get copies of their simulated
- * device's events. */
+ * for its partners (wait_us) before data moved; a flow from each send to its receive; a memory
+ * counter per GPU. Folded replicas get copies of their simulated device's events. */
 #include "sim_internal.h"
 
 #include "../viz/trace.h"
@@ -10,6 +10,7 @@
 #include <simgrid/engine.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NS_PER_S 1e9
@@ -76,9 +77,55 @@ void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n,
     }
 }
 
+/* Folded replicas: replica k of device d is d + k * shift, and its transfers are numbered apart
+ * (flow x replicas + k), so every flow id names one transfer. */
+void sim_trace_flow(int d, int s, int64_t flow, int finish, double at)
+{
+    if (flow < 0) return;
+    int R = sim_replay_state->fold.replicas > 1 ? sim_replay_state->fold.replicas : 1;
+    for (int k = 0; k < R; k++)
+        viz_trace_flow(sim_replay_state->trace, d + k * sim_replay_state->fold.shift, s, flow * R + k, finish, to_ns(at));
+}
+
+static void write_memory(int d)
+{
+    int R = sim_replay_state->fold.replicas > 1 ? sim_replay_state->fold.replicas : 1;
+    for (int k = 0; k < R; k++)
+        viz_trace_counter(sim_replay_state->trace, d + k * sim_replay_state->fold.shift, "memory", "bytes",
+                          sim_replay_state->mem_ts[d], sim_replay_state->mem_bytes[d]);
+    sim_replay_state->mem_ts[d] = -1;
+}
+
+/* Allocations come in bursts at one instant (a step's start allocates every parameter): only the
+ * instant's last value is a sample worth a record. */
+void sim_trace_memory(int d, double bytes)
+{
+    sim_state *st = sim_replay_state;
+    if (!st->mem_ts) return;
+    int64_t now = to_ns(simgrid_get_clock());
+    if (st->mem_ts[d] >= 0 && st->mem_ts[d] != now) write_memory(d);
+    st->mem_ts[d] = now;
+    st->mem_bytes[d] = bytes;
+}
+
+void sim_trace_finish(const plan_set *p)
+{
+    sim_state *st = sim_replay_state;
+    if (!st->mem_ts) return;
+    for (int d = 0; d < p->ndevices; d++)
+        if (st->mem_ts[d] >= 0) write_memory(d);
+    free(st->mem_ts);
+    free(st->mem_bytes);
+    st->mem_ts = NULL;
+    st->mem_bytes = NULL;
+}
+
 void sim_trace_names(const plan_set *p)
 {
     char name[32];
+    sim_replay_state->mem_ts = base_xmalloc(((size_t)p->ndevices + 1) * sizeof *sim_replay_state->mem_ts);
+    sim_replay_state->mem_bytes = base_xcalloc((size_t)p->ndevices + 1, sizeof *sim_replay_state->mem_bytes);
+    for (int d = 0; d < p->ndevices; d++) sim_replay_state->mem_ts[d] = -1;
     for (int d = 0; d < p->ndevices; d++) {
         snprintf(name, sizeof name, "GPU %d", d);
         viz_trace_process(sim_replay_state->trace, d, name);

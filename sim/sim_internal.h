@@ -154,6 +154,8 @@ typedef struct stream_ctx {
  * partner's post writes when it matched (p2p.c), for the trace's waiting time. */
 typedef struct sim_post {
     double matched_at;
+    int64_t flow;              /* the transfer's number, in the order transfers matched (the
+                                  trace's flow id from send to receive) */
     struct sim_post *next;
 } sim_post;
 
@@ -195,6 +197,10 @@ typedef struct sim_state {
     const char **skeys;
     int64_t activities, executions;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
+    int64_t nflows;              /* p2p transfers matched so far (flow ids) */
+    int64_t *mem_ts;             /* per device: the time (ns) of its memory sample not yet
+                                    written, -1 when none (replay_trace.c) */
+    double *mem_bytes;           /* and its value */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
     char host_note[320];         /* why one was left out */
@@ -289,6 +295,14 @@ void sim_host_comm_launch(void);
  * stream s, from t0 to now (and its folded replicas' copies); a transfer or collective waited for
  * its partners from t0 to moving_at. */
 void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0, double moving_at);
+/* One end of p2p transfer `flow` on device d's stream s (a send starts it, the receive finishes
+ * it) at `at` seconds, and its folded replicas' copies. */
+void sim_trace_flow(int d, int s, int64_t flow, int finish, double at);
+/* Device d's live memory is `bytes` from now on (and its folded replicas'): one sample per
+ * device and instant, the last of the instant's changes. */
+void sim_trace_memory(int d, double bytes);
+/* Writes the samples still held and frees what the trace kept (before closing it). */
+void sim_trace_finish(const plan_set *p);
 /* The trace's process and thread names: one process per GPU, one thread per stream. */
 void sim_trace_names(const plan_set *p);
 

@@ -113,6 +113,31 @@ void viz_trace_complete(viz_trace *t, int64_t pid, int64_t tid, const char *name
     t->nevents++;
 }
 
+void viz_trace_counter(viz_trace *t, int64_t pid, const char *name, const char *key, int64_t ts_ns, double value)
+{
+    if (!t->f) return;
+    begin_record(t);
+    fputs("{\"name\": ", t->f);
+    put_str(t, name);
+    fprintf(t->f, ", \"ph\": \"C\", \"pid\": %" PRId64 ", \"ts\": ", pid);
+    put_us(t, ts_ns);
+    fputs(", \"args\": {", t->f);
+    put_str(t, key);
+    fputs(": ", t->f);
+    put_num(t, value);
+    note_err(t, fputs("}}", t->f));
+}
+
+void viz_trace_flow(viz_trace *t, int64_t pid, int64_t tid, int64_t id, int finish, int64_t ts_ns)
+{
+    if (!t->f) return;
+    begin_record(t);
+    fprintf(t->f, "{\"name\": \"p2p\", \"cat\": \"p2p\", \"ph\": \"%s\", \"id\": %" PRId64 ", \"pid\": %" PRId64
+                  ", \"tid\": %" PRId64 ", \"ts\": ", finish ? "f" : "s", id, pid, tid);
+    put_us(t, ts_ns);
+    note_err(t, fputs(finish ? ", \"bp\": \"e\"}" : "}", t->f));
+}
+
 int viz_trace_close(viz_trace *t, base_error *e)
 {
     if (!t->f) return 0;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/doc.h"
 #include "sim/sim.h"
 #include "tests/testutil.h"
 #include "viz/viz.h"
@@ -1154,7 +1155,8 @@ static void test_nsight_trace(void)
     viz_chrome_free(&t);
 }
 
-/* piper-sim's trace of a pipeline program says how long each transfer waited for its partner:
+/* piper-sim's trace of a pipeline program has a flow per transfer and a memory track per GPU,
+ * and says how long each transfer waited for its partner:
  * on 1F1B, GPU 1 posts its first receive at once and waits until GPU 0 has run its forward and
  * posts the matching send, which finds the receive waiting and moves at once. The timeline draws
  * the waiting apart (class "wait") from the moving (the event's box). */
@@ -1175,6 +1177,64 @@ static void test_sim_trace_waiting(void)
     int rc = sim_run(&c->c.plan, &so, &r, &e);
     if (rc) fprintf(stderr, "\n  sim: %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
+    /* the records the reader skips: a flow from every send to the receive it met (one "s" on
+     * the sender, one "f" on the peer, per transfer), and a memory counter per GPU whose highest
+     * sample is the device's simulated peak */
+    base_arena a;
+    base_arena_init(&a);
+    ir_doc *doc = NULL;
+    CU_ASSERT_EQUAL_FATAL(ir_doc_load(&a, path, &doc, &e), 0);
+    const ir_doc *evs = ir_doc_get(doc, "traceEvents");
+    CU_ASSERT_FATAL(evs && evs->kind == IR_DOC_SEQ);
+    int sends = 0;
+    for (int d = 0; d < c->c.plan.ndevices; d++) {
+        const plan_list *L = plan_dev_list(&c->c.plan, d);
+        for (int i = 0; i < L->n; i++) sends += L->ins[i].op == PLAN_SEND;
+    }
+    CU_ASSERT(sends > 0);
+    int64_t *from = calloc((size_t)sends + 1, sizeof *from), *to = calloc((size_t)sends + 1, sizeof *to);
+    double *peak = calloc((size_t)c->c.plan.ndevices, sizeof *peak);
+    int nstart = 0, nfinish = 0, bad = 0;
+    for (int i = 0; i < evs->n; i++) {
+        const ir_doc *x = evs->items[i];
+        const char *ph = NULL;
+        int64_t id = -1, pid = -1;
+        ir_doc_string(ir_doc_get(x, "ph"), "ph", &ph, &e);
+        if (!ph || (strcmp(ph, "s") && strcmp(ph, "f") && strcmp(ph, "C"))) continue;
+        ir_doc_int(ir_doc_get(x, "pid"), "pid", &pid, &e);
+        if (pid < 0 || pid >= c->c.plan.ndevices) {
+            bad++;
+            continue;
+        }
+        if (!strcmp(ph, "C")) {
+            double v = -1;
+            ir_doc_num(ir_doc_get(ir_doc_get(x, "args"), "bytes"), "bytes", &v, &e);
+            if (v > peak[pid]) peak[pid] = v;
+            continue;
+        }
+        ir_doc_int(ir_doc_get(x, "id"), "id", &id, &e);
+        if (id < 0 || id >= sends) {
+            bad++;
+            continue;
+        }
+        int64_t *slot = !strcmp(ph, "s") ? &from[id] : &to[id];
+        if (*slot) bad++; /* each end once */
+        *slot = pid + 1;
+        nstart += !strcmp(ph, "s");
+        nfinish += !strcmp(ph, "f");
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(nstart, sends);
+    CU_ASSERT_EQUAL(nfinish, sends);
+    for (int k = 0; k < sends; k++) CU_ASSERT(from[k] && to[k] && from[k] != to[k]);
+    for (int d = 0; d < r.ndevices && d < c->c.plan.ndevices; d++) {
+        CU_ASSERT(peak[d] > 0);
+        CU_ASSERT_DOUBLE_EQUAL(peak[d], r.dev[d].peak_bytes, 0.5);
+    }
+    free(from);
+    free(to);
+    free(peak);
+    base_arena_free(&a);
     sim_result_free(&r);
     viz_chrome t;
     CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, path, &e), 0);
