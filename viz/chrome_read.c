@@ -90,6 +90,7 @@ typedef struct reader {
     BASE_VEC(proc_meta) procs;
     BASE_VEC(open_b) open;          /* B events not yet closed, in the order they began */
     BASE_VEC(const char *) strings; /* string ids: index + STRING_ID_BASE */
+    BASE_VEC(viz_chrome_counter) counters;
     int32_t *slot;                  /* (pid, tid) -> lane: open addressing */
     size_t cap;
 } reader;
@@ -262,6 +263,31 @@ static int complete_event(reader *r, const ir_doc *ev)
     return 0;
 }
 
+/* "C": one sample per numeric arg. */
+static int counter_event(reader *r, const ir_doc *ev)
+{
+    int64_t pid;
+    const char *ps, *name = "counter";
+    double ts;
+    const ir_doc *v, *args = ir_doc_get(ev, "args");
+    if (get_id(r, ev, "pid", &pid, &ps) || get_ts(r, ev, "C", &ts)) return -1;
+    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &name, r->e)) return -1;
+    if (!args || args->kind != IR_DOC_MAP)
+        return ir_doc_error(ev, r->e, "this C (counter) event has no args map; write args: {\"bytes\": ...}");
+    for (int k = 0; k < args->n; k++) {
+        viz_chrome_counter c = {pid, name, ts, 0, (int32_t)r->counters.n};
+        if (ir_doc_num(args->items[k], args->keys[k]->str, &c.value, r->e)) return -1;
+        if (args->n > 1) {
+            size_t n = strlen(name) + strlen(args->keys[k]->str) + 2;
+            char *both = base_arena_alloc(&r->t->arena, n);
+            snprintf(both, n, "%s %s", name, args->keys[k]->str);
+            c.name = both;
+        }
+        BASE_VEC_PUSH(r->counters, c);
+    }
+    return 0;
+}
+
 /* "B" opens an event of its thread; "E" closes the latest open one of the same thread. */
 static int begin_end_event(reader *r, const ir_doc *ev, bool begin)
 {
@@ -317,6 +343,16 @@ static int cmp_event(const void *a, const void *b)
     return (x->dur < y->dur) - (x->dur > y->dur); /* an enclosing event before what it encloses */
 }
 
+static int cmp_counter(const void *a, const void *b)
+{
+    const viz_chrome_counter *x = a, *y = b;
+    if (x->pid != y->pid) return (x->pid > y->pid) - (x->pid < y->pid);
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    if (x->ts != y->ts) return (x->ts > y->ts) - (x->ts < y->ts);
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 static int read_events(reader *r, const ir_doc *seq)
 {
     for (int i = 0; i < seq->n; i++) {
@@ -333,6 +369,7 @@ static int read_events(reader *r, const ir_doc *seq)
                  : !strcmp(p, "B") ? begin_end_event(r, ev, true)
                  : !strcmp(p, "E") ? begin_end_event(r, ev, false)
                  : !strcmp(p, "M") ? metadata(r, ev)
+                 : !strcmp(p, "C") ? counter_event(r, ev)
                                    : (r->t->skipped++, 0);
         if (rc) return rc;
     }
@@ -387,12 +424,14 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
         }
         t->nevents = (int)r.events.n;
         t->events = base_arena_alloc(&t->arena, (r.events.n + 1) * sizeof *t->events);
-        /* t = 0 at the first event: profilers write microseconds since the epoch (5.9e9 and up),
-         * which no axis can label */
+        /* t = 0 at the first event or counter sample: profilers write microseconds since boot or
+         * the epoch (5.9e9 and up), which no axis can label */
         double origin = INFINITY;
         for (size_t i = 0; i < r.events.n; i++)
             if (r.events.v[i].ts < origin) origin = r.events.v[i].ts;
-        t->origin_us = r.events.n ? origin : 0;
+        for (size_t i = 0; i < r.counters.n; i++)
+            if (r.counters.v[i].ts < origin) origin = r.counters.v[i].ts;
+        t->origin_us = r.events.n || r.counters.n ? origin : 0;
         /* Nesting per lane: the events that enclose the current one, as a stack of end times.
          * Compared in whole nanoseconds, the resolution piper's writer prints (three decimals of
          * a microsecond): 12.015 + 44.395 is not 56.41 in binary floating point. */
@@ -421,6 +460,14 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
             x->ts -= t->origin_us;
         }
         for (size_t l = 0; l < r.lanes.n; l++) t->lanes[l].device = 2 * ndev[l] > t->lanes[l].nevents;
+        /* counters: rebased like the events, then by track and time */
+        t->ncounters = (int)r.counters.n;
+        t->counters = base_arena_alloc(&t->arena, (r.counters.n + 1) * sizeof *t->counters);
+        for (size_t i = 0; i < r.counters.n; i++) {
+            t->counters[i] = r.counters.v[i];
+            t->counters[i].ts -= t->origin_us;
+        }
+        if (r.counters.n) qsort(t->counters, r.counters.n, sizeof *t->counters, cmp_counter);
         free(ends);
         free(ndev);
         free(where);
@@ -430,6 +477,7 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
     free(r.events.v);
     free(r.procs.v);
     free(r.open.v);
+    free(r.counters.v);
     free(r.strings.v);
     free(r.slot);
     if (rc) {

@@ -166,6 +166,23 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
     /* ly: the centre of a lane's top row; lh: the lane's height (points) */
     double *ly = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *ly), *lh = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *lh);
     double y = 0, pitch = LANE_PITCH * VIZ_PT, nest = NEST_PITCH * VIZ_PT, bottom = 0;
+    /* counter tracks (samples grouped by pid and name), each a lane under its process's last */
+    typedef struct track {
+        int64_t pid;
+        const char *name, *process;
+        int c0, c1;
+        double peak, y;
+        bool placed;
+    } track;
+    BASE_VEC(track) tracks = {0};
+    for (int i = 0; i < t->ncounters; i++) {
+        const viz_chrome_counter *c = &t->counters[i];
+        if (!tracks.n || tracks.v[tracks.n - 1].pid != c->pid || strcmp(tracks.v[tracks.n - 1].name, c->name))
+            BASE_VEC_PUSH(tracks, ((track){c->pid, c->name, NULL, i, i, 0, 0, false}));
+        track *tr = &tracks.v[tracks.n - 1];
+        tr->c1 = i + 1;
+        if (c->value > tr->peak) tr->peak = c->value;
+    }
     for (int l = 0; l < t->nlanes; l++) {
         int rows = t->lanes[l].depth > 1 ? t->lanes[l].depth : 1;
         if (l && t->lanes[l].pid != t->lanes[l - 1].pid) y -= PROC_GAP * VIZ_PT;
@@ -173,7 +190,19 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         lh[l] = LANE_H * VIZ_PT + (rows - 1) * nest;
         bottom = y - (rows - 1) * nest; /* the last lane's lowest row */
         y -= pitch + (rows - 1) * nest;
+        if (l + 1 < t->nlanes && t->lanes[l + 1].pid == t->lanes[l].pid) continue;
+        for (size_t q = 0; q < tracks.n; q++)
+            if (tracks.v[q].pid == t->lanes[l].pid) {
+                tracks.v[q].y = bottom = y, tracks.v[q].placed = true, tracks.v[q].process = t->lanes[l].process;
+                y -= pitch;
+            }
     }
+    for (size_t q = 0; q < tracks.n; q++) /* processes with counters and no events */
+        if (!tracks.v[q].placed) {
+            if (!q || tracks.v[q - 1].pid != tracks.v[q].pid) y -= PROC_GAP * VIZ_PT;
+            tracks.v[q].y = bottom = y;
+            y -= pitch;
+        }
     double top_y = 0.5 * VIZ_PT, axis_y = bottom - 0.35 * VIZ_PT, legend_y = axis_y - 0.62 * VIZ_PT;
 
     base_buf_puts(dot, "digraph timeline {\n");
@@ -271,6 +300,41 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         }
     }
 
+    /* counter tracks: a bar per sample, from it to the next (the last to the trace's end), as
+     * high as its value over the track's peak */
+    viz_style sample = {"sample", "#8fa8c0", "black", "", "counter (each track to its own peak)"};
+    for (size_t q = 0; q < tracks.n; q++) {
+        const track *tr = &tracks.v[q];
+        char peak[32], pname[64];
+        base_fmt_bytes(tr->peak, peak, sizeof peak);
+        if (tr->process) snprintf(pname, sizeof pname, "%s", tr->process);
+        else snprintf(pname, sizeof pname, "GPU %lld", (long long)tr->pid);
+        /* "GPU 0 · memory ≤ 22.47 GiB": the track's peak, which the bars' full height stands for */
+        if (!strcmp(tr->name, "memory")) snprintf(label, sizeof label, "%s \xc2\xb7 %s \xe2\x89\xa4 %s", pname, tr->name, peak);
+        else snprintf(label, sizeof label, "%s \xc2\xb7 %s \xe2\x89\xa4 %.4g", pname, tr->name, tr->peak);
+        snprintf(name, sizeof name, "tracklabel%d", (int)q);
+        snprintf(id, sizeof id, "tracklabel-%lld-%d", (long long)tr->pid, (int)q);
+        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, tr->y, label, 7, 'r', LABEL_W, NULL);
+        viz_style lane = {"track", "#ffffff", "black", "", "track"};
+        snprintf(name, sizeof name, "track%d", (int)q);
+        snprintf(id, sizeof id, "track-%lld-%d", (long long)tr->pid, (int)q);
+        viz_dot_box(dot, name, id, "track", W / 2, tr->y, W / VIZ_PT, LANE_H, &lane, "", 8, "color=\"#c8c8c8\"");
+        double full = (LANE_H - 0.04) * VIZ_PT, base = tr->y - full / 2;
+        for (int i = tr->c0; i < tr->c1; i++) {
+            const viz_chrome_counter *c = &t->counters[i];
+            double s = c->ts, f = i + 1 < tr->c1 ? t->counters[i + 1].ts : hi;
+            if (s < t0) s = t0;
+            if (f > t1) f = t1;
+            double h = tr->peak > 0 ? c->value / tr->peak * full : 0;
+            if (!(f > s) || !(h > 0.2)) continue;
+            double w = (f - s) * scale;
+            snprintf(name, sizeof name, "m%d_%d", (int)q, i);
+            snprintf(tip, sizeof tip, "penwidth=0, tooltip=\"%s = %.6g from %.6g us\"", tr->name, c->value, c->ts);
+            viz_dot_box(dot, name, NULL, "sample", (s - t0) * scale + w / 2, base + h / 2, w / VIZ_PT, h / VIZ_PT, &sample,
+                        "", 7, tip);
+        }
+    }
+
     /* the axis: a rule, ticks at a 1-2-5 step in the span's unit */
     viz_style ink = {"axis", "black", "black", "", ""};
     viz_dot_box(dot, "axis", "axis", "axis", W / 2, axis_y, W / VIZ_PT, 0.6 / VIZ_PT, &ink, "", 8, "penwidth=0");
@@ -314,6 +378,14 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         viz_dot_text(dot, name, NULL, x + sw + 4 + tw / 2, legend_y, st->what, 8, 'l', tw / VIZ_PT, NULL);
         x += sw + 4 + tw + 12;
     }
+    if (tracks.n) {
+        snprintf(name, sizeof name, "legend%d", ncanon);
+        viz_dot_box(dot, name, "legend-sample", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, &sample, "", 7,
+                    "penwidth=0");
+        double tw = text_pt(sample.what, 8) + 4;
+        viz_dot_text(dot, "legendtext_sample", NULL, x + sw + 4 + tw / 2, legend_y, sample.what, 8, 'l', tw / VIZ_PT, NULL);
+        x += sw + 4 + tw + 12;
+    }
     if (any_comm_lane) {
         viz_style lane = {"lane", "#fdfaf2", "black", "dashed", ""};
         viz_dot_box(dot, "legend_commlane", "legend-commlane", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT,
@@ -327,5 +399,6 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
     free(ncomm);
     free(ly);
     free(lh);
+    free(tracks.v);
     return 0;
 }

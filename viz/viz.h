@@ -132,8 +132,9 @@ int viz_schedule(const plan_set *p, const viz_schedule_options *o, base_buf *dot
  *  - pid and tid integers or strings (a string is a name: "Device 0", "Stream 7");
  *  - "M" metadata naming lanes (process_name, thread_name, process_sort_index, thread_sort_index);
  *  - args.wait_us on a transfer or collective: the part of it, from its start, spent waiting for
- *    its partners (piper-sim writes it; docs/sim-json.md, "The Chrome trace").
- * Other phases (instants, counters, flows) are counted and skipped. Either a bare array of events
+ *    its partners (piper-sim writes it; docs/sim-json.md, "The Chrome trace");
+ *  - "C" counter samples (piper-sim's memory per GPU).
+ * Other phases (instants, flows) are counted and skipped. Either a bare array of events
  * or an object with "traceEvents". Times are rebased: t = 0 is the first event's start. */
 typedef enum {
     VIZ_EV_PIPER,      /* piper's own: cat "compute", "p2p", "coll" (or anything unknown) */
@@ -168,6 +169,16 @@ typedef struct viz_chrome_lane {
     bool device;                  /* most of its events run on a GPU (kernels, copies) */
 } viz_chrome_lane;
 
+/* A sample of a counter track ("C" events: piper-sim's "memory" per GPU): the track's value from ts
+ * on. A "C" event's every numeric arg is a series: named after the event, plus the arg's key when
+ * it has several. */
+typedef struct viz_chrome_counter {
+    int64_t pid;
+    const char *name;
+    double ts, value;    /* ts rebased as the events' */
+    int32_t seq;         /* its place in the trace: samples at one instant keep their order */
+} viz_chrome_counter;
+
 typedef struct viz_chrome {
     int nlanes;
     viz_chrome_lane *lanes;        /* sorted: by process sort index, pid, thread sort index, tid */
@@ -175,6 +186,8 @@ typedef struct viz_chrome {
     viz_chrome_event *events;      /* grouped by lane, each lane's in time order (an enclosing
                                       event before what it encloses) */
     double origin_us;              /* the trace's own ts of the first event (what t = 0 is) */
+    int ncounters;
+    viz_chrome_counter *counters;  /* by pid, name, then time */
     int skipped;                  /* events of other phases */
     int nested;                   /* events inside another event of their lane (drawn a row lower) */
     int overlaps;                 /* events that start before the previous one of their lane ends
@@ -203,8 +216,10 @@ int viz_window_parse(const char *s, double *t0_us, double *t1_us, base_error *e)
  * rows high as its events nest; a time axis with units from the first event; piper's compute
  * events filled by pass (from their names: "F", "B", "BI", "BW", "R"), communication (by category
  * or stream name) in the communication colours, on lanes shaded as communication lanes; a
- * transfer's waiting part (wait) drawn light with a dashed outline, class "wait", before its
- * solid moving part; profiler kernels, copies, CPU ops and annotations each in their own style. */
+ * transfer's waiting part (wait) drawn light with a dotted outline, class "wait", before its
+ * solid moving part; profiler kernels, copies, CPU ops and annotations each in their own style;
+ * a counter track (piper-sim's memory) as a lane of bars under its process's lanes, each track
+ * scaled to its own peak, which its label gives. */
 int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *dot, base_error *e);
 
 #endif

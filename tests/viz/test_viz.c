@@ -974,6 +974,24 @@ static void test_trace_reader(void)
     TEST_ASSERT_CONTAINS(e.warnings, "1 event start before the previous event of their stream ends");
     free(dot.s);
     viz_chrome_free(&t);
+    /* counters: every numeric arg a series, named with its key when there are several; times
+     * rebased with the events' (the sample at 5 comes first) */
+    const char *ctr = "[{\"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": 10, \"dur\": 2, \"name\": \"F\"},"
+                      " {\"ph\": \"C\", \"pid\": 1, \"name\": \"mem\", \"ts\": 7, \"args\": {\"a\": 3, \"b\": 4}},"
+                      " {\"ph\": \"C\", \"pid\": 1, \"name\": \"mem\", \"ts\": 5, \"args\": {\"a\": 1, \"b\": 2}}]";
+    CU_ASSERT_EQUAL(viz_chrome_read(&t, "c.json", ctr, strlen(ctr), &e), 0);
+    CU_ASSERT_EQUAL(t.ncounters, 4);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[0].ts, 5, 1e-12);
+    if (t.ncounters == 4) {
+        CU_ASSERT_STRING_EQUAL(t.counters[0].name, "mem a");
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[0].ts, 0, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[0].value, 1, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[1].value, 3, 1e-12);
+        CU_ASSERT_STRING_EQUAL(t.counters[3].name, "mem b");
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[3].value, 4, 1e-12);
+    }
+    viz_chrome_free(&t);
     struct {
         const char *text, *msg;
     } bad[] = {
@@ -993,6 +1011,8 @@ static void test_trace_reader(void)
         {"[{\"ph\": \"X\", \"pid\": [0], \"tid\": 0, \"ts\": 1}]", "t.json:1:21: 'pid' must be an integer or a string"},
         {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 2, \"args\": {\"wait_us\": 3}}]",
          "it cannot wait longer than it lasts"},
+        {"[{\"ph\": \"C\", \"pid\": 0, \"ts\": 1, \"name\": \"memory\"}]", "t.json:1:2: this C (counter) event has no args"},
+        {"[{\"ph\": \"C\", \"pid\": 0, \"ts\": 1, \"args\": {\"bytes\": \"lots\"}}]", "expected a number for 'bytes'"},
         {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": \"soon\"}]", "t.json:1:40: expected a number for 'ts'"},
     };
     for (size_t k = 0; k < BASE_COUNT(bad); k++) {
@@ -1268,6 +1288,15 @@ static void test_sim_trace_waiting(void)
     char *text = render_svg(&dot, "nop");
     svg s = svg_parse(text);
     CU_ASSERT_EQUAL(count_class(&s, "wait"), waited);
+    /* and a memory track per GPU, under its streams */
+    CU_ASSERT(t.ncounters > 0);
+    CU_ASSERT_EQUAL(count_class(&s, "track"), c->c.plan.ndevices);
+    CU_ASSERT(count_class(&s, "sample") > 0);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-sample"));
+    TEST_ASSERT_CONTAINS(dot.s, "GPU 3 \xc2\xb7 memory \xe2\x89\xa4 ");
+    const svg_box *track3 = svg_find(&s, "track-3-3"), *lane3 = svg_find(&s, "lane-3-0"), *lane2 = svg_find(&s, "lane-2-0");
+    CU_ASSERT_FATAL(track3 && lane3 && lane2);
+    CU_ASSERT(track3->y0 > lane3->y1 && lane2->y1 < lane3->y0);
     CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-wait_p2p"));
     CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-p2p"));
     for (int i = 0; i < s.n; i++) {
