@@ -67,6 +67,7 @@ void viz_chrome_free(viz_chrome *t)
 typedef struct proc_meta {
     int64_t pid;
     const char *name;
+    const char *labels;   /* process_labels (Kineto: "GPU 0", "CPU") */
     int64_t sort;
     bool has_sort;
 } proc_meta;
@@ -133,7 +134,7 @@ static proc_meta *proc_of(reader *r, int64_t pid)
 {
     for (size_t i = 0; i < r->procs.n; i++)
         if (r->procs.v[i].pid == pid) return &r->procs.v[i];
-    BASE_VEC_PUSH(r->procs, ((proc_meta){pid, NULL, pid, false}));
+    BASE_VEC_PUSH(r->procs, ((proc_meta){pid, NULL, NULL, pid, false}));
     return &r->procs.v[r->procs.n - 1];
 }
 
@@ -194,7 +195,18 @@ static int metadata(reader *r, const ir_doc *ev)
     if (!name || ir_doc_string(name, "name", &what, r->e)) return name ? -1 : 0;
     bool proc = !strcmp(what, "process_name") || !strcmp(what, "process_sort_index");
     bool thread = !strcmp(what, "thread_name") || !strcmp(what, "thread_sort_index");
-    if (!proc && !thread) return 0; /* other metadata (process_labels, ...) says nothing about lanes */
+    if (!strcmp(what, "process_labels")) {
+        /* Kineto names every process after the program ("python3") and says in its labels which
+         * is a GPU: "python3 (GPU 0)" */
+        int64_t pid;
+        const ir_doc *v = ir_doc_get(args, "labels");
+        const char *s = NULL;
+        if (!v || v->kind != IR_DOC_SCALAR) return 0;
+        if (get_int(r, ev, "pid", &pid) || ir_doc_string(v, "labels", &s, r->e)) return -1;
+        if (*s) proc_of(r, pid)->labels = s;
+        return 0;
+    }
+    if (!proc && !thread) return 0; /* other metadata says nothing about lanes */
     int64_t pid, tid = 0;
     if (get_int(r, ev, "pid", &pid) || (thread && get_int(r, ev, "tid", &tid))) return -1;
     if (!args || args->kind != IR_DOC_MAP)
@@ -239,7 +251,9 @@ static int get_ts(reader *r, const ir_doc *ev, const char *ph, double *ts)
     const ir_doc *v = ir_doc_get(ev, "ts");
     if (!v) return ir_doc_error(ev, r->e, "this %s event has no 'ts'; give its start in microseconds", ph);
     if (ir_doc_num(v, "ts", ts, r->e)) return -1;
-    if (!isfinite(*ts)) return ir_doc_error(v, r->e, "ts is not a finite number of microseconds");
+    /* times are compared in whole nanoseconds (int64): 9e15 us is 285 years after the epoch */
+    if (!isfinite(*ts) || fabs(*ts) > 9e15)
+        return ir_doc_error(v, r->e, "ts is %g; give microseconds since the trace's clock started (at most 9e15)", *ts);
     return 0;
 }
 
@@ -252,7 +266,7 @@ static int complete_event(reader *r, const ir_doc *ev)
     /* a missing dur (or null, as some exporters write) is an instant drawn as a hairline */
     if ((v = ir_doc_get(ev, "dur")) && !(v->kind == IR_DOC_SCALAR && v->null) && ir_doc_num(v, "dur", &dur, r->e))
         return -1;
-    if (!(dur >= 0) || !isfinite(dur))
+    if (!(dur >= 0) || !(dur <= 9e15))
         return ir_doc_error(v, r->e, "dur is %g; a complete event lasts zero or more microseconds", dur);
     x.ts = ts, x.dur = dur;
     if (event_fields(r, ev, &x)) return -1;
@@ -400,7 +414,15 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
             viz_chrome_lane *ln = &r.lanes.v[l];
             for (size_t q = 0; q < r.procs.n; q++)
                 if (r.procs.v[q].pid == ln->pid) {
-                    ln->process = r.procs.v[q].name;
+                    const proc_meta *m = &r.procs.v[q];
+                    ln->process = m->name;
+                    if (m->labels && (!m->name || strcmp(m->name, m->labels))) {
+                        size_t n = (m->name ? strlen(m->name) : 0) + strlen(m->labels) + 4;
+                        char *both = base_arena_alloc(&t->arena, n);
+                        if (m->name) snprintf(both, n, "%s (%s)", m->name, m->labels);
+                        else snprintf(both, n, "%s", m->labels);
+                        ln->process = both;
+                    }
                     if (r.procs.v[q].has_sort) ln->psort = r.procs.v[q].sort;
                 }
         }

@@ -130,7 +130,8 @@ int viz_schedule(const plan_set *p, const viz_schedule_options *o, base_buf *dot
  *  - "X" (complete) events, ts and dur in microseconds as numbers (doubles; dur missing = 0), and
  *    "B"/"E" pairs (an E closes the latest open B of its thread);
  *  - pid and tid integers or strings (a string is a name: "Device 0", "Stream 7");
- *  - "M" metadata naming lanes (process_name, thread_name, process_sort_index, thread_sort_index);
+ *  - "M" metadata naming lanes (process_name, thread_name, process_sort_index, thread_sort_index;
+ *    Kineto's process_labels, "GPU 0", join the process's name: "python3 (GPU 0)");
  *  - args.wait_us on a transfer or collective: the part of it, from its start, spent waiting for
  *    its partners (piper-sim writes it; docs/sim-json.md, "The Chrome trace");
  *  - "C" counter samples (piper-sim's memory per GPU).

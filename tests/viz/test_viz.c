@@ -1040,17 +1040,18 @@ static void test_kineto_trace(void)
     CU_ASSERT_EQUAL(t.skipped, 3); /* two flow events and an instant */
     CU_ASSERT_EQUAL(t.overlaps, 0);
     CU_ASSERT_EQUAL(t.nested, 5 + 1 + 4);
-    /* lanes: the CPU process (pid 4123, sorted by pid) before the GPU (sort index 5000000) */
+    /* lanes: the CPU process (pid 4123, sorted by pid) before the GPU (sort index 5000000), each
+     * named with its process_labels */
     static const struct {
         int64_t pid, tid;
         const char *process, *thread;
         int depth, nevents;
         bool device;
     } lanes[] = {
-        {4123, 4123, "python3", "thread 4123 (python3)", 4, 6, false},
-        {4123, 4200, "python3", "thread 4200 (pt_autograd_0)", 2, 2, false},
-        {0, 7, "python3", "stream 7", 2, 5, true},
-        {0, 20, "python3", "stream 20", 1, 3, true},
+        {4123, 4123, "python3 (CPU)", "thread 4123 (python3)", 4, 6, false},
+        {4123, 4200, "python3 (CPU)", "thread 4200 (pt_autograd_0)", 2, 2, false},
+        {0, 7, "python3 (GPU 0)", "stream 7", 2, 5, true},
+        {0, 20, "python3 (GPU 0)", "stream 20", 1, 3, true},
     };
     for (int l = 0; l < t.nlanes && l < 4; l++) {
         CU_ASSERT_EQUAL(t.lanes[l].pid, lanes[l].pid);
