@@ -122,6 +122,17 @@ static void pick_unit(double span_us, const char **unit, double *per_us)
     else *unit = "ns", *per_us = 1e3;
 }
 
+/* "GPU 0 · compute", "python3 (GPU 0) · stream 7": the lane's process and thread. */
+static void lane_label(const viz_chrome_lane *ln, char *label, size_t n)
+{
+    char pname[64], tname[64];
+    if (ln->process) snprintf(pname, sizeof pname, "%s", ln->process);
+    else snprintf(pname, sizeof pname, "GPU %lld", (long long)ln->pid);
+    if (ln->thread) snprintf(tname, sizeof tname, "%s", ln->thread);
+    else snprintf(tname, sizeof tname, "stream %lld", (long long)ln->tid);
+    snprintf(label, n, "%s \xc2\xb7 %s", pname, tname);
+}
+
 int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *dot, base_error *e)
 {
     if (t->nlanes == 0)
@@ -161,6 +172,15 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
     if (W < 8 * VIZ_PT) W = 8 * VIZ_PT;
     if (W > 60 * VIZ_PT) W = 60 * VIZ_PT;
     double scale = W / (t1 - t0); /* points per microsecond */
+    /* the labels' column: wide enough for the longest (profilers' thread names are long), at
+     * most 4 in */
+    double label_w = LABEL_W;
+    for (int l = 0; l < t->nlanes; l++) {
+        char lb[160];
+        lane_label(&t->lanes[l], lb, sizeof lb);
+        double need = (text_pt(lb, 8) + 6) / VIZ_PT;
+        if (need > label_w) label_w = need < 4 ? need : 4;
+    }
 
     /* lanes from the top: y of each, with a gap between processes */
     /* ly: the centre of a lane's top row; lh: the lane's height (points) */
@@ -226,15 +246,10 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         const viz_chrome_lane *ln = &t->lanes[l];
         bool cl = comm_lane(t, l, ncomm);
         any_comm_lane |= cl;
-        char pname[64], tname[64];
-        if (ln->process) snprintf(pname, sizeof pname, "%s", ln->process);
-        else snprintf(pname, sizeof pname, "GPU %lld", (long long)ln->pid);
-        if (ln->thread) snprintf(tname, sizeof tname, "%s", ln->thread);
-        else snprintf(tname, sizeof tname, "stream %lld", (long long)ln->tid);
-        snprintf(label, sizeof label, "%s \xc2\xb7 %s", pname, tname);
+        lane_label(ln, label, sizeof label);
         snprintf(name, sizeof name, "lanelabel%d", l);
         snprintf(id, sizeof id, "label-%lld-%lld", (long long)ln->pid, (long long)ln->tid);
-        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, ly[l], label, 8, 'r', LABEL_W,
+        viz_dot_text(dot, name, id, -6 - label_w * VIZ_PT / 2, ly[l], label, 8, 'r', label_w,
                      cl ? "fontcolor=\"#5a4a2a\"" : NULL);
         viz_style lane = {"lane", cl ? "#fdfaf2" : "#f2f2f2", "black", cl ? "dashed" : "", "lane"};
         snprintf(name, sizeof name, "lane%d", l);
@@ -314,7 +329,7 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         else snprintf(label, sizeof label, "%s \xc2\xb7 %s \xe2\x89\xa4 %.4g", pname, tr->name, tr->peak);
         snprintf(name, sizeof name, "tracklabel%d", (int)q);
         snprintf(id, sizeof id, "tracklabel-%lld-%d", (long long)tr->pid, (int)q);
-        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, tr->y, label, 7, 'r', LABEL_W, NULL);
+        viz_dot_text(dot, name, id, -6 - label_w * VIZ_PT / 2, tr->y, label, 7, 'r', label_w, NULL);
         viz_style lane = {"track", "#ffffff", "black", "", "track"};
         snprintf(name, sizeof name, "track%d", (int)q);
         snprintf(id, sizeof id, "track-%lld-%d", (long long)tr->pid, (int)q);

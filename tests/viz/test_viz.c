@@ -1105,6 +1105,12 @@ static void test_kineto_trace(void)
     TEST_ASSERT_CONTAINS(dot.s, "time (ms) from the trace's first event");
     TEST_ASSERT_CONTAINS(dot.s, "label=\"1.2\"");
     CU_ASSERT(strstr(dot.s, "e+09") == NULL);
+    /* the labels' column widens for "python3 (CPU) · thread 4200 (pt_autograd_0)" (about 2.9 in
+     * at 8 pt) instead of cutting it */
+    const char *ll = strstr(dot.s, "lanelabel1 [");
+    const char *lw = ll ? strstr(ll, "width=") : NULL;
+    CU_ASSERT_FATAL(lw != NULL);
+    CU_ASSERT(strtod(lw + 6, NULL) > 2.5 && strtod(lw + 6, NULL) <= 4);
     char *text = render_svg(&dot, "nop");
     svg s = svg_parse(text);
     CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "tick-10"));
