@@ -5,6 +5,8 @@
  * themselves are each algorithm's (coll_<name>.c). */
 #include "sim_internal.h"
 
+#include <simgrid/engine.h>
+
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
 
@@ -150,6 +152,7 @@ void sim_do_coll(stream_ctx *sc, int i)
     } else {
         group_wait(gr, &ci->arrived, gr->nsim);
     }
+    sc->moving_at = simgrid_get_clock(); /* everyone is here: from now on data moves */
 
     if (!sim_replay_state->o->costs.nocomm) {
         sim_coll_call call = {sc, g, skey, in->group, rank, in->coll, (double)in->bytes};

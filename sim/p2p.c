@@ -10,6 +10,8 @@
  * is empty). The pool holds as many mailboxes as keys are ever pending at once. */
 #include "sim_internal.h"
 
+#include <simgrid/engine.h>
+
 #include <simgrid/comm.h>
 #include <simgrid/mailbox.h>
 
@@ -64,7 +66,7 @@ static xfer_slot *xf_slot(int32_t src, int32_t dst, int32_t tag)
     }
     xfer_slot *x = free_slot ? free_slot : &st->xf[j];
     if (!free_slot) st->xused++;
-    *x = (xfer_slot){src, dst, tag, 0, 0, 0, 1, NULL};
+    *x = (xfer_slot){src, dst, tag, 0, 0, 0, 1, NULL, NULL, NULL};
     return x;
 }
 
@@ -98,19 +100,32 @@ static sg_mailbox_t xf_take(int32_t src, int32_t dst, int32_t tag)
 }
 
 /* Records a post handed to SimGrid; returns 1 when it matches the other side's (the transfer
- * starts now). A key whose posts are all matched gives its mailbox back. */
-static int xf_post(int32_t src, int32_t dst, int32_t tag, int send)
+ * starts now: both posts' matched_at become now). A key whose posts are all matched gives its
+ * mailbox back. */
+static int xf_post(int32_t src, int32_t dst, int32_t tag, int send, sim_post *me)
 {
     xfer_slot *x = xf_slot(src, dst, tag);
     int32_t *other = send ? &x->nrecv : &x->nsend, matched = 0;
     x->npend--;
+    me->next = NULL;
     if (*other > 0) {
         (*other)--;
         matched = 1;
-    } else if (send) {
-        x->nsend++;
+        me->matched_at = simgrid_get_clock();
+        me->flow = sim_replay_state->nflows++;
+        sim_post *w = x->head; /* the oldest unmatched post of the other side: SimGrid pairs it */
+        if (w) {
+            w->matched_at = me->matched_at;
+            w->flow = me->flow;
+            x->head = w->next;
+            if (!x->head) x->tail = NULL;
+        }
     } else {
-        x->nrecv++;
+        if (send) x->nsend++;
+        else x->nrecv++;
+        if (x->tail) x->tail->next = me;
+        else x->head = me;
+        x->tail = me;
     }
     if (!xf_live(x) && x->mb) {
         xf_give(x->mb);
@@ -149,6 +164,7 @@ void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
         int m = n - base < MAX_BATCH ? n - base : MAX_BATCH;
         sg_comm_t comms[MAX_BATCH];
         int counted[MAX_BATCH];
+        sim_post posts[MAX_BATCH];
         for (int k = 0; k < m; k++) {
             const plan_instr *in = &L->ins[order[pos + base + k]];
             int peer = plan_dev_peer(p, d, in), send = in->op == PLAN_SEND;
@@ -163,11 +179,19 @@ void sim_do_p2p(stream_ctx *sc, const int32_t *order, int pos, int n)
                 comms[k] = sg_mailbox_get_async(mb, &sc->slot[k]);
             }
             counted[k] = 1;
-            if (xf_post(src, dst, in->tag, send)) {
+            posts[k].matched_at = 0;
+            posts[k].flow = -1;
+            if (xf_post(src, dst, in->tag, send, &posts[k])) {
                 sim_acct(&sim_replay_state->dv[src], 0, 1);
                 sim_acct(&sim_replay_state->dv[dst], 0, 1);
             }
         }
         wait_all_counted(dv, comms, m, counted);
+        for (int k = 0; k < m; k++) {
+            if (posts[k].matched_at > sc->moving_at) sc->moving_at = posts[k].matched_at;
+            if (sim_replay_state->trace)
+                sim_trace_flow(d, sc->s, posts[k].flow, L->ins[order[pos + base + k]].op == PLAN_RECV,
+                               posts[k].matched_at);
+        }
     }
 }

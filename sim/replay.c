@@ -199,6 +199,7 @@ static void stream_main(int argc, char **argv)
         int adv = 1;
         sim_host_issue(dv, li, in, i);
         double t0 = simgrid_get_clock(); /* the trace shows the GPU's work, from when it was issued */
+        sc->moving_at = t0;
         switch (in->op) {
         case PLAN_COMPUTE: {
             double t = li->dur[i];
@@ -224,12 +225,15 @@ static void stream_main(int argc, char **argv)
             sim_do_coll(sc, i);
             break;
         case PLAN_WAIT: do_wait(sc, i); break;
-        case PLAN_ALLOC: mem_change(dv, &L->bufs[in->buf], 1); break;
-        case PLAN_FREE: mem_change(dv, &L->bufs[in->buf], -1); break;
+        case PLAN_ALLOC:
+        case PLAN_FREE:
+            mem_change(dv, &L->bufs[in->buf], in->op == PLAN_ALLOC ? 1 : -1);
+            if (sim_replay_state->trace) sim_trace_memory(d, dv->total);
+            break;
         default: break;
         }
         if (sim_replay_state->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
-            sim_trace_event(d, s, L, order + pos, adv, t0);
+            sim_trace_event(d, s, L, order + pos, adv, t0, sc->moving_at);
         pos += adv;
         dv->done[s] = pos;
         dv->ninstr += adv;
@@ -651,6 +655,7 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
         r->wall_seconds = wall_now() - st.wall0;
         sim_result_finish(p, r);
     }
+    if (st.trace) sim_trace_finish(p);
     if (st.trace && rc) {
         viz_trace_abort(st.trace);
     } else if (st.trace) {

@@ -146,7 +146,18 @@ typedef struct group_rt {
 typedef struct stream_ctx {
     int dev, s;
     void *slot[MAX_BATCH];       /* where gets store the (unused) payload pointer */
+    double moving_at;            /* the current p2p run or collective: when its last partner
+                                    posted or arrived (the trace's wait_us ends there) */
 } stream_ctx;
+
+/* A p2p post waiting for its partner, on its poster's stack until the transfer completes: the
+ * partner's post writes when it matched (p2p.c), for the trace's waiting time. */
+typedef struct sim_post {
+    double matched_at;
+    int64_t flow;              /* the transfer's number, in the order transfers matched (the
+                                  trace's flow id from send to receive) */
+    struct sim_post *next;
+} sim_post;
 
 /* p2p posts not yet matched, keyed by (src, dst, tag): when the second side posts, the transfer
  * starts, and both devices count it as communication from then on. Open addressing. */
@@ -156,6 +167,7 @@ typedef struct xfer_slot {
     int32_t npend;        /* posts between taking the mailbox and counting themselves */
     uint8_t used;
     sg_mailbox_t mb;      /* the key's mailbox while it has posts, from the pool (p2p.c) */
+    sim_post *head, *tail; /* the unmatched posts in the order they were posted (SimGrid's) */
 } xfer_slot;
 
 /* The mailboxes of collective flows, by (group, stream name, phase, rank): each is named and
@@ -185,6 +197,10 @@ typedef struct sim_state {
     const char **skeys;
     int64_t activities, executions;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
+    int64_t nflows;              /* p2p transfers matched so far (flow ids) */
+    int64_t *mem_ts;             /* per device: the time (ns) of its memory sample not yet
+                                    written, -1 when none (replay_trace.c) */
+    double *mem_bytes;           /* and its value */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
     char host_note[320];         /* why one was left out */
@@ -276,8 +292,17 @@ void sim_host_comm_launch(void);
 /* ---------------------------------------------------------------- the trace (replay_trace.c) */
 
 /* The event of a compute, collective or p2p run of `n` instructions at[0 .. n) on device d's
- * stream s, from t0 to now (and its folded replicas' copies). */
-void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0);
+ * stream s, from t0 to now (and its folded replicas' copies); a transfer or collective waited for
+ * its partners from t0 to moving_at. */
+void sim_trace_event(int d, int s, const plan_list *L, const int32_t *at, int n, double t0, double moving_at);
+/* One end of p2p transfer `flow` on device d's stream s (a send starts it, the receive finishes
+ * it) at `at` seconds, and its folded replicas' copies. */
+void sim_trace_flow(int d, int s, int64_t flow, int finish, double at);
+/* Device d's live memory is `bytes` from now on (and its folded replicas'): one sample per
+ * device and instant, the last of the instant's changes. */
+void sim_trace_memory(int d, double bytes);
+/* Writes the samples still held and frees what the trace kept (before closing it). */
+void sim_trace_finish(const plan_set *p);
 /* The trace's process and thread names: one process per GPU, one thread per stream. */
 void sim_trace_names(const plan_set *p);
 

@@ -1,13 +1,56 @@
-/* chrome_read.c — reads the Chrome trace JSON that piper writes (viz/trace.h, used by piper-sim
- * and piper-exec) so that `piper-viz timeline` can draw it: complete events ("ph": "X", ts and dur
- * in microseconds, one pid per GPU, one tid per stream) and the metadata events that name
- * processes and threads. The JSON itself goes through ir/doc's strict reader, so a malformed
- * trace fails with file:line:col like every other input of piper. */
+/* chrome_read.c — reads Chrome trace JSON so that `piper-viz timeline` can draw it: piper's own
+ * (viz/trace.h, written by piper-sim and piper-exec: one pid per GPU, one tid per stream) and the
+ * profilers' (PyTorch's Kineto: CPU ops on process/thread ids, kernels and copies on device/stream
+ * ids; Nsight Systems' Chrome export: string pids and tids). Complete events ("X") and B/E pairs
+ * become events of a lane per (pid, tid), nested events get the depth of their nesting, "M"
+ * metadata names lanes, and every time is rebased to the first event (profilers write the epoch's
+ * microseconds). The JSON itself goes through ir/doc's strict reader, so a malformed trace fails
+ * with file:line:col like every other input of piper. */
 #include "viz_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* ---------------------------------------------------------------- categories */
+
+/* What an event's category says it is, first match wins (case-insensitive substrings): Kineto's
+ * categories, then Nsight's export, then piper's own (which say nothing more than PIPER). */
+static const struct {
+    const char *word;
+    viz_event_kind kind;
+} CATEGORIES[] = {
+    {"gpu_user_annotation", VIZ_EV_GPU_ANNOT},
+    {"user_annotation", VIZ_EV_CPU_ANNOT},
+    {"nvtx", VIZ_EV_CPU_ANNOT},
+    {"kernel", VIZ_EV_KERNEL},
+    {"memcpy", VIZ_EV_GPU_MEM},
+    {"memset", VIZ_EV_GPU_MEM},
+    {"cpu_op", VIZ_EV_CPU},
+    {"python", VIZ_EV_CPU},
+    {"cuda_runtime", VIZ_EV_CPU},
+    {"cuda_driver", VIZ_EV_CPU},
+    {"cuda_api", VIZ_EV_CPU},
+};
+
+viz_event_kind viz_event_kind_of(const char *cat)
+{
+    if (!cat) return VIZ_EV_PIPER;
+    for (size_t i = 0; i < BASE_COUNT(CATEGORIES); i++) {
+        size_t n = strlen(CATEGORIES[i].word);
+        for (const char *p = cat; *p; p++)
+            if (!strncasecmp(p, CATEGORIES[i].word, n)) return CATEGORIES[i].kind;
+    }
+    return VIZ_EV_PIPER;
+}
+
+bool viz_event_kind_on_device(viz_event_kind k)
+{
+    return k == VIZ_EV_KERNEL || k == VIZ_EV_GPU_MEM || k == VIZ_EV_GPU_ANNOT;
+}
+
+/* ---------------------------------------------------------------- reading */
 
 void viz_chrome_init(viz_chrome *t)
 {
@@ -24,9 +67,21 @@ void viz_chrome_free(viz_chrome *t)
 typedef struct proc_meta {
     int64_t pid;
     const char *name;
+    const char *labels;   /* process_labels (Kineto: "GPU 0", "CPU") */
     int64_t sort;
     bool has_sort;
 } proc_meta;
+
+/* A B event waiting for its E: the event it became, and where it was written (for the error
+ * when nothing closes it). */
+typedef struct open_b {
+    int32_t event;
+    const ir_doc *doc;
+} open_b;
+
+/* String pids and tids (Nsight's export: "Device 0", "Stream 7") get ids above every integer
+ * a trace plausibly uses, in order of first appearance, and keep the string as the lane's name. */
+#define STRING_ID_BASE ((int64_t)1 << 48)
 
 typedef struct reader {
     viz_chrome *t;
@@ -34,6 +89,9 @@ typedef struct reader {
     BASE_VEC(viz_chrome_lane) lanes;
     BASE_VEC(viz_chrome_event) events;
     BASE_VEC(proc_meta) procs;
+    BASE_VEC(open_b) open;          /* B events not yet closed, in the order they began */
+    BASE_VEC(const char *) strings; /* string ids: index + STRING_ID_BASE */
+    BASE_VEC(viz_chrome_counter) counters;
     int32_t *slot;                  /* (pid, tid) -> lane: open addressing */
     size_t cap;
 } reader;
@@ -66,7 +124,7 @@ static int lane_of(reader *r, int64_t pid, int64_t tid)
         if (l->pid == pid && l->tid == tid) return r->slot[s];
         s = (s + 1) & (r->cap - 1);
     }
-    viz_chrome_lane l = {pid, tid, NULL, NULL, pid, tid, 0};
+    viz_chrome_lane l = {pid, tid, NULL, NULL, pid, tid, 0, 0, false};
     r->slot[s] = (int32_t)r->lanes.n;
     BASE_VEC_PUSH(r->lanes, l);
     return r->slot[s];
@@ -76,16 +134,58 @@ static proc_meta *proc_of(reader *r, int64_t pid)
 {
     for (size_t i = 0; i < r->procs.n; i++)
         if (r->procs.v[i].pid == pid) return &r->procs.v[i];
-    BASE_VEC_PUSH(r->procs, ((proc_meta){pid, NULL, pid, false}));
+    BASE_VEC_PUSH(r->procs, ((proc_meta){pid, NULL, NULL, pid, false}));
     return &r->procs.v[r->procs.n - 1];
+}
+
+/* A pid or tid: an integer, or a string (a name) that gets an id of its own; *str is the string
+ * (NULL for integers). */
+static int get_id(reader *r, const ir_doc *ev, const char *key, int64_t *out, const char **str)
+{
+    const ir_doc *v = ir_doc_get(ev, key);
+    *str = NULL;
+    if (!v) return ir_doc_error(ev, r->e, "this event has no '%s'; every event piper reads names its process or GPU "
+                                "(pid) and its thread or stream (tid)", key);
+    if (v->kind == IR_DOC_SCALAR && v->quoted && v->str && *v->str) {
+        char *end;
+        long long n = strtoll(v->str, &end, 10);
+        if (!*end) {
+            *out = n;
+            return 0;
+        }
+        for (size_t i = 0; i < r->strings.n; i++)
+            if (!strcmp(r->strings.v[i], v->str)) {
+                *out = STRING_ID_BASE + (int64_t)i, *str = v->str;
+                return 0;
+            }
+        BASE_VEC_PUSH(r->strings, v->str);
+        *out = STRING_ID_BASE + (int64_t)r->strings.n - 1, *str = v->str;
+        return 0;
+    }
+    if (v->kind != IR_DOC_SCALAR || v->null)
+        return ir_doc_error(v, r->e, "'%s' must be an integer or a string (a process or thread id)", key);
+    return ir_doc_int(v, key, out, r->e);
 }
 
 static int get_int(reader *r, const ir_doc *ev, const char *key, int64_t *out)
 {
-    const ir_doc *v = ir_doc_get(ev, key);
-    if (!v) return ir_doc_error(ev, r->e, "this event has no '%s'; every event piper reads names its GPU (pid) and "
-                                "stream (tid)", key);
-    return ir_doc_int(v, key, out, r->e);
+    const char *str;
+    return get_id(r, ev, key, out, &str);
+}
+
+/* The lane of an event, named after its string pid or tid until metadata names it. */
+static int event_lane(reader *r, const ir_doc *ev, int *lane)
+{
+    int64_t pid, tid;
+    const char *ps, *ts;
+    if (get_id(r, ev, "pid", &pid, &ps) || get_id(r, ev, "tid", &tid, &ts)) return -1;
+    *lane = lane_of(r, pid, tid);
+    if (ts && !r->lanes.v[*lane].thread) r->lanes.v[*lane].thread = ts;
+    if (ps) {
+        proc_meta *m = proc_of(r, pid);
+        if (!m->name) m->name = ps;
+    }
+    return 0;
 }
 
 static int metadata(reader *r, const ir_doc *ev)
@@ -95,7 +195,18 @@ static int metadata(reader *r, const ir_doc *ev)
     if (!name || ir_doc_string(name, "name", &what, r->e)) return name ? -1 : 0;
     bool proc = !strcmp(what, "process_name") || !strcmp(what, "process_sort_index");
     bool thread = !strcmp(what, "thread_name") || !strcmp(what, "thread_sort_index");
-    if (!proc && !thread) return 0; /* other metadata (process_labels, ...) says nothing about lanes */
+    if (!strcmp(what, "process_labels")) {
+        /* Kineto names every process after the program ("python3") and says in its labels which
+         * is a GPU: "python3 (GPU 0)" */
+        int64_t pid;
+        const ir_doc *v = ir_doc_get(args, "labels");
+        const char *s = NULL;
+        if (!v || v->kind != IR_DOC_SCALAR) return 0;
+        if (get_int(r, ev, "pid", &pid) || ir_doc_string(v, "labels", &s, r->e)) return -1;
+        if (*s) proc_of(r, pid)->labels = s;
+        return 0;
+    }
+    if (!proc && !thread) return 0; /* other metadata says nothing about lanes */
     int64_t pid, tid = 0;
     if (get_int(r, ev, "pid", &pid) || (thread && get_int(r, ev, "tid", &tid))) return -1;
     if (!args || args->kind != IR_DOC_MAP)
@@ -119,22 +230,107 @@ static int metadata(reader *r, const ir_doc *ev)
     return 0;
 }
 
+/* The fields every drawn event has: name, category, wait. */
+static int event_fields(reader *r, const ir_doc *ev, viz_chrome_event *x)
+{
+    const ir_doc *v;
+    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &x->name, r->e)) return -1;
+    if ((v = ir_doc_get(ev, "cat")) && ir_doc_string(v, "cat", &x->cat, r->e)) return -1;
+    x->kind = (uint8_t)viz_event_kind_of(x->cat);
+    const ir_doc *args = ir_doc_get(ev, "args");
+    if ((v = ir_doc_get(args, "wait_us"))) {
+        if (ir_doc_num(v, "wait_us", &x->wait, r->e)) return -1;
+        if (!(x->wait >= 0)) return ir_doc_error(v, r->e, "wait_us is %g; the time spent waiting is zero or more "
+                                                 "microseconds", x->wait);
+    }
+    return 0;
+}
+
+static int get_ts(reader *r, const ir_doc *ev, const char *ph, double *ts)
+{
+    const ir_doc *v = ir_doc_get(ev, "ts");
+    if (!v) return ir_doc_error(ev, r->e, "this %s event has no 'ts'; give its start in microseconds", ph);
+    if (ir_doc_num(v, "ts", ts, r->e)) return -1;
+    /* times are compared in whole nanoseconds (int64): 9e15 us is 285 years after the epoch */
+    if (!isfinite(*ts) || fabs(*ts) > 9e15)
+        return ir_doc_error(v, r->e, "ts is %g; give microseconds since the trace's clock started (at most 9e15)", *ts);
+    return 0;
+}
+
 static int complete_event(reader *r, const ir_doc *ev)
 {
-    int64_t pid, tid;
     double ts, dur = 0;
     const ir_doc *v;
-    if (get_int(r, ev, "pid", &pid) || get_int(r, ev, "tid", &tid)) return -1;
-    if (!(v = ir_doc_get(ev, "ts"))) return ir_doc_error(ev, r->e, "this X event has no 'ts'; give its start in microseconds");
-    if (ir_doc_num(v, "ts", &ts, r->e)) return -1;
-    if ((v = ir_doc_get(ev, "dur")) && ir_doc_num(v, "dur", &dur, r->e)) return -1;
-    if (!(dur >= 0)) return ir_doc_error(v, r->e, "dur is %g; a complete event lasts zero or more microseconds", dur);
-    viz_chrome_event x = {ts, dur, lane_of(r, pid, tid), NULL, NULL};
-    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &x.name, r->e)) return -1;
-    if ((v = ir_doc_get(ev, "cat")) && ir_doc_string(v, "cat", &x.cat, r->e)) return -1;
+    viz_chrome_event x = {0};
+    if (event_lane(r, ev, &x.lane) || get_ts(r, ev, "X", &ts)) return -1;
+    /* a missing dur (or null, as some exporters write) is an instant drawn as a hairline */
+    if ((v = ir_doc_get(ev, "dur")) && !(v->kind == IR_DOC_SCALAR && v->null) && ir_doc_num(v, "dur", &dur, r->e))
+        return -1;
+    if (!(dur >= 0) || !(dur <= 9e15))
+        return ir_doc_error(v, r->e, "dur is %g; a complete event lasts zero or more microseconds", dur);
+    x.ts = ts, x.dur = dur;
+    if (event_fields(r, ev, &x)) return -1;
+    if (x.wait > dur) return ir_doc_error(ir_doc_get(ir_doc_get(ev, "args"), "wait_us"), r->e, "wait_us is %g but the "
+                                          "event lasts %g us; it cannot wait longer than it lasts", x.wait, dur);
     r->lanes.v[x.lane].nevents++;
     BASE_VEC_PUSH(r->events, x);
     return 0;
+}
+
+/* "C": one sample per numeric arg. */
+static int counter_event(reader *r, const ir_doc *ev)
+{
+    int64_t pid;
+    const char *ps, *name = "counter";
+    double ts;
+    const ir_doc *v, *args = ir_doc_get(ev, "args");
+    if (get_id(r, ev, "pid", &pid, &ps) || get_ts(r, ev, "C", &ts)) return -1;
+    if ((v = ir_doc_get(ev, "name")) && ir_doc_string(v, "name", &name, r->e)) return -1;
+    if (!args || args->kind != IR_DOC_MAP)
+        return ir_doc_error(ev, r->e, "this C (counter) event has no args map; write args: {\"bytes\": ...}");
+    for (int k = 0; k < args->n; k++) {
+        viz_chrome_counter c = {pid, name, ts, 0, (int32_t)r->counters.n};
+        if (ir_doc_num(args->items[k], args->keys[k]->str, &c.value, r->e)) return -1;
+        if (args->n > 1) {
+            size_t n = strlen(name) + strlen(args->keys[k]->str) + 2;
+            char *both = base_arena_alloc(&r->t->arena, n);
+            snprintf(both, n, "%s %s", name, args->keys[k]->str);
+            c.name = both;
+        }
+        BASE_VEC_PUSH(r->counters, c);
+    }
+    return 0;
+}
+
+/* "B" opens an event of its thread; "E" closes the latest open one of the same thread. */
+static int begin_end_event(reader *r, const ir_doc *ev, bool begin)
+{
+    double ts;
+    int lane;
+    if (event_lane(r, ev, &lane) || get_ts(r, ev, begin ? "B" : "E", &ts)) return -1;
+    if (begin) {
+        viz_chrome_event x = {0};
+        x.ts = ts, x.lane = lane;
+        if (event_fields(r, ev, &x)) return -1;
+        r->lanes.v[lane].nevents++;
+        BASE_VEC_PUSH(r->events, x);
+        BASE_VEC_PUSH(r->open, ((open_b){(int32_t)r->events.n - 1, ev}));
+        return 0;
+    }
+    for (size_t k = r->open.n; k-- > 0;) {
+        viz_chrome_event *x = &r->events.v[r->open.v[k].event];
+        if (x->lane != lane) continue;
+        if (ts < x->ts)
+            return ir_doc_error(ev, r->e, "this E event (ts %.17g) ends before the B event it closes begins (ts %.17g, "
+                                "line %d); an E closes the latest open B of its pid and tid", ts, x->ts,
+                                r->open.v[k].doc->line);
+        x->dur = ts - x->ts;
+        memmove(&r->open.v[k], &r->open.v[k + 1], (r->open.n - k - 1) * sizeof *r->open.v);
+        r->open.n--;
+        return 0;
+    }
+    return ir_doc_error(ev, r->e, "this E event closes nothing: no B event is open on its pid and tid; every E "
+                        "ends the latest B of its thread");
 }
 
 static int cmp_lane(const void *a, const void *b)
@@ -161,6 +357,16 @@ static int cmp_event(const void *a, const void *b)
     return (x->dur < y->dur) - (x->dur > y->dur); /* an enclosing event before what it encloses */
 }
 
+static int cmp_counter(const void *a, const void *b)
+{
+    const viz_chrome_counter *x = a, *y = b;
+    if (x->pid != y->pid) return (x->pid > y->pid) - (x->pid < y->pid);
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    if (x->ts != y->ts) return (x->ts > y->ts) - (x->ts < y->ts);
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 static int read_events(reader *r, const ir_doc *seq)
 {
     for (int i = 0; i < seq->n; i++) {
@@ -170,11 +376,20 @@ static int read_events(reader *r, const ir_doc *seq)
                                 "\"pid\": ..., \"tid\": ...}");
         const ir_doc *ph = ir_doc_get(ev, "ph");
         const char *p = NULL;
-        if (!ph) return ir_doc_error(ev, r->e, "this event has no 'ph' (phase); piper reads \"X\" and \"M\" events");
+        if (!ph) return ir_doc_error(ev, r->e, "this event has no 'ph' (phase); piper reads \"X\", \"B\"/\"E\" and "
+                                     "\"M\" events");
         if (ir_doc_string(ph, "ph", &p, r->e)) return -1;
-        int rc = !strcmp(p, "X") ? complete_event(r, ev) : !strcmp(p, "M") ? metadata(r, ev) : (r->t->skipped++, 0);
+        int rc = !strcmp(p, "X")   ? complete_event(r, ev)
+                 : !strcmp(p, "B") ? begin_end_event(r, ev, true)
+                 : !strcmp(p, "E") ? begin_end_event(r, ev, false)
+                 : !strcmp(p, "M") ? metadata(r, ev)
+                 : !strcmp(p, "C") ? counter_event(r, ev)
+                                   : (r->t->skipped++, 0);
         if (rc) return rc;
     }
+    if (r->open.n)
+        return ir_doc_error(r->open.v[0].doc, r->e, "this B event is never closed: no E event follows it on its pid "
+                            "and tid; end it with an E, or write one complete X event with a dur");
     return 0;
 }
 
@@ -199,7 +414,15 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
             viz_chrome_lane *ln = &r.lanes.v[l];
             for (size_t q = 0; q < r.procs.n; q++)
                 if (r.procs.v[q].pid == ln->pid) {
-                    ln->process = r.procs.v[q].name;
+                    const proc_meta *m = &r.procs.v[q];
+                    ln->process = m->name;
+                    if (m->labels && (!m->name || strcmp(m->name, m->labels))) {
+                        size_t n = (m->name ? strlen(m->name) : 0) + strlen(m->labels) + 4;
+                        char *both = base_arena_alloc(&t->arena, n);
+                        if (m->name) snprintf(both, n, "%s (%s)", m->name, m->labels);
+                        else snprintf(both, n, "%s", m->labels);
+                        ln->process = both;
+                    }
                     if (r.procs.v[q].has_sort) ln->psort = r.procs.v[q].sort;
                 }
         }
@@ -223,21 +446,61 @@ int viz_chrome_read(viz_chrome *t, const char *name, const char *text, size_t le
         }
         t->nevents = (int)r.events.n;
         t->events = base_arena_alloc(&t->arena, (r.events.n + 1) * sizeof *t->events);
+        /* t = 0 at the first event or counter sample: profilers write microseconds since boot or
+         * the epoch (5.9e9 and up), which no axis can label */
+        double origin = INFINITY;
+        for (size_t i = 0; i < r.events.n; i++)
+            if (r.events.v[i].ts < origin) origin = r.events.v[i].ts;
+        for (size_t i = 0; i < r.counters.n; i++)
+            if (r.counters.v[i].ts < origin) origin = r.counters.v[i].ts;
+        t->origin_us = r.events.n || r.counters.n ? origin : 0;
+        /* Nesting per lane: the events that enclose the current one, as a stack of end times.
+         * Compared in whole nanoseconds, the resolution piper's writer prints (three decimals of
+         * a microsecond): 12.015 + 44.395 is not 56.41 in binary floating point. */
+        int64_t *ends = base_xmalloc((r.events.n + 1) * sizeof *ends);
+        int *ndev = base_xcalloc(r.lanes.n + 1, sizeof *ndev);
+        int top = 0;
         for (size_t i = 0; i < r.events.n; i++) {
-            t->events[i] = r.events.v[i];
-            t->events[i].lane = where[r.events.v[i].lane];
-            /* compared in whole nanoseconds, the resolution piper's writer prints (three decimals
-             * of a microsecond): 12.015 + 44.395 is not 56.41 in binary floating point */
-            const viz_chrome_event *a = &r.events.v[i - (i > 0)], *b = &r.events.v[i];
-            if (i > 0 && a->lane == b->lane && llround(b->ts * 1e3) < llround(a->ts * 1e3) + llround(a->dur * 1e3))
+            viz_chrome_event *x = &t->events[i];
+            *x = r.events.v[i];
+            x->lane = where[r.events.v[i].lane];
+            if (i == 0 || x->lane != t->events[i - 1].lane) top = 0;
+            int64_t a = llround(x->ts * 1e3), b = a + llround(x->dur * 1e3);
+            while (top > 0 && ends[top - 1] <= a) top--;
+            if (top > 0 && b > ends[top - 1]) {
+                /* starts inside the previous event and ends after it: neither nested nor after it;
+                 * it takes that event's row */
                 t->overlaps++;
+                top--;
+            }
+            if (top > 0) t->nested++;
+            x->depth = top;
+            ends[top++] = b;
+            viz_chrome_lane *ln = &t->lanes[x->lane];
+            if (x->depth + 1 > ln->depth) ln->depth = x->depth + 1;
+            ndev[x->lane] += viz_event_kind_on_device((viz_event_kind)x->kind);
+            x->ts -= t->origin_us;
         }
+        for (size_t l = 0; l < r.lanes.n; l++) t->lanes[l].device = 2 * ndev[l] > t->lanes[l].nevents;
+        /* counters: rebased like the events, then by track and time */
+        t->ncounters = (int)r.counters.n;
+        t->counters = base_arena_alloc(&t->arena, (r.counters.n + 1) * sizeof *t->counters);
+        for (size_t i = 0; i < r.counters.n; i++) {
+            t->counters[i] = r.counters.v[i];
+            t->counters[i].ts -= t->origin_us;
+        }
+        if (r.counters.n) qsort(t->counters, r.counters.n, sizeof *t->counters, cmp_counter);
+        free(ends);
+        free(ndev);
         free(where);
         free(perm);
     }
     free(r.lanes.v);
     free(r.events.v);
     free(r.procs.v);
+    free(r.open.v);
+    free(r.counters.v);
+    free(r.strings.v);
     free(r.slot);
     if (rc) {
         viz_chrome_free(t);

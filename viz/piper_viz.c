@@ -40,6 +40,10 @@ static void usage(FILE *f)
             "                       layers (a stage's layers merged), or mb,layers\n"
             "  --max-nodes N        dag: refuse larger figures (default 600)\n"
             "  --unit               schedule: every box one unit wide (the order, not the time)\n"
+            "  --width PX           schedule: the figure at most PX wide (pixels of a png at 150\n"
+            "                       dpi, points of an svg or pdf), cells scaled to fit\n"
+            "  --column             schedule: one paper column wide (3.5 in: --width 252 for svg\n"
+            "                       and pdf, 525 for png)\n"
             "  --window START:END   timeline: only this span (2ms:3.5ms; bare numbers are\n"
             "                       microseconds; either side may be left out)\n"
             "  -h, --help           this help\n"
@@ -76,6 +80,7 @@ int main(int argc, char **argv)
 {
     const char *cmd = NULL, *input = NULL, *out = NULL, *format = NULL, *model = NULL, *cluster = NULL;
     const char *title = NULL;
+    double width_px = 0; /* --width, in the output's units; -1: --column */
     viz_dag_options dopt = {.device = -1};
     viz_schedule_options sopt = {0};
     viz_timeline_options topt = {0};
@@ -85,7 +90,7 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         bool takes = !strcmp(a, "-o") || !strcmp(a, "--format") || !strcmp(a, "--model") || !strcmp(a, "--cluster") ||
                      !strcmp(a, "--device") || !strcmp(a, "--collapse") || !strcmp(a, "--window") ||
-                     !strcmp(a, "--title") || !strcmp(a, "--max-nodes");
+                     !strcmp(a, "--title") || !strcmp(a, "--max-nodes") || !strcmp(a, "--width");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -107,6 +112,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--window")) {
             if (viz_window_parse(v, &topt.t0_us, &topt.t1_us, &e)) return usage_error("%s", e.msg);
             topt.window = true;
+        } else if (!strcmp(a, "--width")) {
+            int64_t n;
+            if (base_parse_i64(v, 50, 100000, &n, NULL, 0))
+                return usage_error("--width '%s': give the figure's width as a whole number of pixels, 50 to 100000", v);
+            width_px = (double)n;
+        } else if (!strcmp(a, "--column")) {
+            width_px = -1;
         } else if (!strcmp(a, "--unit")) {
             sopt.unit = true;
         } else if (a[0] == '-' && a[1]) {
@@ -135,6 +147,11 @@ int main(int argc, char **argv)
     if (!is_dag && (dopt.device >= 0 || dopt.collapse || dopt.max_nodes))
         return usage_error("--device, --collapse and --max-nodes are for 'dag', not '%s'", cmd);
     if (!is_sched && sopt.unit) return usage_error("--unit is for 'schedule', not '%s'", cmd);
+    if (!is_sched && width_px) return usage_error("--width and --column are for 'schedule', not '%s'", cmd);
+    /* a png is rendered at 150 dpi (render.c), the others in points */
+    double px_per_pt = fmt == VIZ_FMT_PNG ? 150.0 / 72 : 1;
+    if (width_px < 0) width_px = VIZ_COLUMN_IN * 72 * px_per_pt;
+    sopt.width_pt = width_px / px_per_pt;
     if (!is_tl && topt.window) return usage_error("--window is for 'timeline', not '%s'", cmd);
 
     base_buf dot = {0};
@@ -180,6 +197,7 @@ int main(int argc, char **argv)
             viz_pairs_from_program(&c, &pairs, &sopt.npairs);
             sopt.pairs = pairs;
             sopt.title = title;
+            sopt.schedule = viz_schedule_of_program(&c);
             rc = viz_schedule(&c.plan, &sopt, &dot, &e);
             free(pairs);
         }

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct cell {
     int32_t stage, mb;
@@ -313,6 +314,49 @@ static int replay(grid *gr, bool unit, base_error *e)
 /* Roughly how wide DejaVu Sans sets s at `size` points (average advance ~0.6 em). */
 static double text_pt(const char *s, double size) { return 0.62 * size * (double)strlen(s); }
 
+/* Builder names as papers write them; the builders themselves are sched/schedule.h's table. */
+static const struct {
+    const char *builder, *title;
+} TITLE_NAMES[] = {
+    {"gpipe", "GPipe"},   {"1f1b", "1F1B"},   {"interleaved-1f1b", "Interleaved 1F1B"},
+    {"zb-h1", "ZB-H1"},   {"zb-h2", "ZB-H2"}, {"zbv", "ZB-V"},
+    {"dualpipe", "DualPipe"}, {"dualpipev", "DualPipeV"},
+};
+
+const char *viz_schedule_title_name(const char *builder)
+{
+    if (!builder) return NULL;
+    for (size_t i = 0; i < BASE_COUNT(TITLE_NAMES); i++)
+        if (!strcasecmp(builder, TITLE_NAMES[i].builder)) return TITLE_NAMES[i].title;
+    return builder;
+}
+
+const char *viz_schedule_of_program(const sched_compilation *c)
+{
+    for (int i = 0; i < c->prog.ndirectives; i++) {
+        const ir_directive *d = &c->prog.directives[i];
+        if (d->op == IR_DIR_SCHEDULE && d->schedule) return d->schedule;
+    }
+    return c->default_schedule;
+}
+
+/* The figure's measures, in points: the natural ones (boxes 24 pt wide at the median, rows 0.42
+ * in apart), or those that fit a given width (a paper column: smaller rows and type). */
+typedef struct dims {
+    double scale;        /* points per time unit */
+    double boxh, pitch;  /* a full box's height, the rows' spacing */
+    double font;         /* micro-batch numbers (pairs: 7/9 of it) */
+    double label_w;      /* the row labels' column */
+    double label_font;
+    bool short_labels;   /* "r3" instead of "rank 3 · GPU 12" */
+    double legend_font, sw, sh, legend_line; /* legend samples and its lines' spacing */
+    double title_font;
+    double pad;          /* Graphviz's pad around the drawing (inches) */
+} dims;
+
+/* The micro-batch number drawn in a box w points wide at `fs`, or "" when it does not fit. */
+static bool number_fits(const char *label, double fs, double w) { return text_pt(label, fs) + 2 <= w; }
+
 /* `timed`: positions are the static run's; otherwise a replay's, in seconds unless o->unit. */
 static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base_buf *dot)
 {
@@ -325,8 +369,6 @@ static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base
         if (c->x1 > c->x0) BASE_VEC_PUSH(widths, c->x1 - c->x0);
     }
     if (!(T > 0)) T = 1;
-    /* points per time unit: the median box at least 24 pt wide, the grid at least 7.5 in, at most
-     * 50 in (beyond that a figure is for zooming, not reading) */
     double median = 1;
     if (widths.n) {
         for (size_t i = 1; i < widths.n; i++) /* insertion sort: a few hundred boxes */
@@ -338,44 +380,147 @@ static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base
         median = widths.v[widths.n / 2];
     }
     free(widths.v);
-    double scale = 24.0 / median;
-    if (T * scale < 7.5 * VIZ_PT) scale = 7.5 * VIZ_PT / T;
-    if (T * scale > 50 * VIZ_PT) scale = 50 * VIZ_PT / T;
-    /* Graphviz rounds node sizes to whole points: whole points per unit keep unit boxes abutting */
-    if (o->unit) scale = ceil(scale);
-    double W = T * scale, pitch = ROW_PITCH * VIZ_PT, boxh = BOX_H * VIZ_PT;
-    int R = gr->nrows;
-    /* y grows upwards in Graphviz: rank 0 on top */
+    int R = gr->nrows, most = 1;
+    for (int r = 0; r < R; r++) most = gr->rows[r].nstages > most ? gr->rows[r].nstages : most;
+
+    /* the title: "ZB-V — p = 4, v = 2, m = 8" */
+    char title[256];
+    const char *sname = viz_schedule_title_name(o->schedule);
+    int m = (int)p->model.num_microbatches;
+    if (o->title) snprintf(title, sizeof title, "%s", o->title);
+    else if (sname) snprintf(title, sizeof title, "%s \xe2\x80\x94 p = %d, v = %d, m = %d", sname, R, most, m);
+    else snprintf(title, sizeof title, "%s \xe2\x80\x94 p = %d, v = %d, m = %d", p->model.name ? p->model.name : "plan",
+                  R, most, m);
+
+    dims D = {.boxh = BOX_H * VIZ_PT, .pitch = ROW_PITCH * VIZ_PT, .font = FONT, .label_w = LABEL_W * VIZ_PT,
+              .label_font = FONT, .legend_font = 8, .sw = 0.32 * VIZ_PT, .sh = 0.22 * VIZ_PT,
+              .legend_line = 0.30 * VIZ_PT, .title_font = 11, .pad = 0.2};
+    double W;
+    if (o->width_pt > 0) {
+        /* a given width: compact rows and labels, the grid takes what the labels leave */
+        D.boxh = 11, D.pitch = 14, D.label_font = 7, D.short_labels = true, D.legend_font = 7;
+        D.sw = 14, D.sh = 9, D.legend_line = 12, D.pad = 0.04;
+        char longest[32];
+        snprintf(longest, sizeof longest, "r%d", R - 1);
+        D.label_w = text_pt(longest, D.label_font) + 2;
+        /* Graphviz rounds the drawing's size up to whole points: keep 2 in hand */
+        W = o->width_pt - 2 * D.pad * VIZ_PT - D.label_w - 6 - 2;
+        /* and half a tick label ("250 ms") past the grid's right edge */
+        if (!o->unit) W -= text_pt("250 ms", 7) / 2;
+        if (W < 24) W = 24;
+        D.scale = W / T;
+        /* numbers as large as the median box allows, up to 8 pt */
+        D.font = (median * D.scale - 2) / (0.62 * 2);
+        if (D.font > 8) D.font = 8;
+        if (D.font < VIZ_MIN_TYPE_PT) D.font = VIZ_MIN_TYPE_PT;
+        D.title_font = 9;
+        double tw = text_pt(title, D.title_font), avail = o->width_pt - 2 * D.pad * VIZ_PT - 4;
+        if (tw > avail) D.title_font = D.title_font * avail / tw;
+        if (D.title_font < VIZ_MIN_TYPE_PT) D.title_font = VIZ_MIN_TYPE_PT;
+    } else {
+        /* points per time unit: the median box at least 24 pt wide, the grid at least 7.5 in, at
+         * most 50 in (beyond that a figure is for zooming, not reading) */
+        D.scale = 24.0 / median;
+        if (T * D.scale < 7.5 * VIZ_PT) D.scale = 7.5 * VIZ_PT / T;
+        if (T * D.scale > 50 * VIZ_PT) D.scale = 50 * VIZ_PT / T;
+        /* Graphviz rounds node sizes to whole points: whole points per unit keep unit boxes abutting */
+        if (o->unit) D.scale = ceil(D.scale);
+        W = T * D.scale;
+    }
+    double scale = D.scale, pitch = D.pitch, boxh = D.boxh;
     bool seconds = !o->unit;
-    /* from the bottom: the legend, the axis (rule, tick labels, caption), the rows */
+
+    /* the legend's items, laid out first: it wraps to the grid's width, and the rows sit above it */
+    typedef struct item {
+        const viz_style *st;  /* sample fill */
+        const char *key, *cls, *text, *extra, *label;
+        int kind;             /* 0 box, 1 overlapped pair, 2 text only */
+        double x, y;
+    } item;
+    item items[16];
+    int nitems = 0;
+    bool seen[PLAN_NPASS] = {0}, pairs = false, chunks = false;
+    for (size_t k = 0; k < gr->cells.n; k++) {
+        seen[gr->cells.v[k].pass] = true;
+        pairs |= gr->cells.v[k].partner >= 0;
+    }
+    for (int r = 0; r < R; r++) chunks |= gr->rows[r].nstages > 1;
+    /* which boxes carry no number: counted before the legend is laid out, so it can say so */
+    int unnumbered = 0;
+    for (int r = 0; r < R; r++)
+        for (int32_t k = gr->rows[r].c0; k < gr->rows[r].c1; k++) {
+            const cell *c = &gr->cells.v[k];
+            if (c->mb < 0) continue;
+            double x0 = c->x0, x1 = c->x1;
+            if (c->partner >= 0) {
+                const cell *q = &gr->cells.v[c->partner];
+                x0 = q->x0 < x0 ? q->x0 : x0, x1 = q->x1 > x1 ? q->x1 : x1;
+            }
+            char num[16];
+            snprintf(num, sizeof num, "%d", c->mb);
+            double fs = c->partner >= 0 ? D.font * 7 / 9 : D.font;
+            if (fs < VIZ_MIN_TYPE_PT) fs = VIZ_MIN_TYPE_PT;
+            unnumbered += !number_fits(num, fs, (x1 - x0) * scale);
+        }
+    static const int ORDER[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_BI, PLAN_PASS_BW, PLAN_PASS_R};
+    for (size_t i = 0; i < BASE_COUNT(ORDER); i++)
+        if (seen[ORDER[i]]) {
+            const viz_style *st = viz_pass_style(ORDER[i]);
+            items[nitems++] = (item){st, st->key, st->key, st->what, NULL, st->key, 0, 0, 0};
+        }
+    static const viz_style idle = {"idle", "#f2f2f2", "black", "", "idle"};
+    items[nitems++] = (item){&idle, "idle", NULL, "idle", "color=\"#c8c8c8\"", "", 0, 0, 0};
+    char chunk_extra[96];
+    if (chunks) {
+        const viz_style *f = viz_pass_style(PLAN_PASS_F);
+        snprintf(chunk_extra, sizeof chunk_extra, "penwidth=2, color=\"%s\"", viz_mark_colour(f->fill));
+        items[nitems++] = (item){f, "chunk", NULL, most > 2 ? "a rank's 2nd, 4th, ... model chunk" : "a rank's second model chunk",
+                                 chunk_extra, "", 0, 0, 0};
+    }
+    if (pairs) items[nitems++] = (item){NULL, "overlap", NULL, "overlapped F&B pair", NULL, "", 1, 0, 0};
+    char note[128];
+    if (unnumbered) {
+        snprintf(note, sizeof note, "%s: too narrow for %g pt numbers",
+                 unnumbered == (int)gr->cells.n ? "no box numbered" : "unnumbered boxes", VIZ_MIN_TYPE_PT);
+        items[nitems++] = (item){NULL, "numbers", NULL, note, NULL, "", 2, 0, 0};
+    }
+    /* wrap: an item goes on the next line when it would pass the grid's right edge */
+    double lx = 0, ly = 0, lf = D.legend_font;
+    int nlines = 1;
+    for (int i = 0; i < nitems; i++) {
+        double tw = text_pt(items[i].text, lf) + 4, iw = (items[i].kind == 2 ? 0 : D.sw + 4) + tw;
+        if (lx > 0 && lx + iw > W) lx = 0, ly -= D.legend_line, nlines++;
+        items[i].x = lx, items[i].y = ly;
+        lx += iw + 12;
+    }
+
+    /* from the bottom: the legend's lines, the axis (rule, tick labels, caption), the rows */
     double legend_y = 0, rule_y = legend_y + (seconds ? 0.62 : 0.32) * VIZ_PT;
-    double row0_y = rule_y + 0.36 * VIZ_PT + (R - 1) * pitch;
+    if (o->width_pt > 0) rule_y = legend_y + (seconds ? 30 : 16);
+    double row0_y = rule_y + (o->width_pt > 0 ? 0.5 * pitch + 4 : 0.36 * VIZ_PT) + (R - 1) * pitch;
 
     base_buf_puts(dot, "digraph schedule {\n");
-    base_buf_printf(dot, "  graph [bgcolor=white, pad=0.2, fontname=\"%s\"];\n", VIZ_FONT);
+    base_buf_printf(dot, "  graph [bgcolor=white, pad=%.2f, fontname=\"%s\"];\n", D.pad, VIZ_FONT);
     base_buf_printf(dot, "  node [fontname=\"%s\", fontsize=%.1f];\n", VIZ_FONT, FONT);
 
-    /* title */
-    char title[256];
-    if (o->title) snprintf(title, sizeof title, "%s", o->title);
-    else snprintf(title, sizeof title, "%s: %d rank%s, %d micro-batch%s", p->model.name ? p->model.name : "plan", R,
-                  R == 1 ? "" : "s", (int)p->model.num_microbatches, p->model.num_microbatches == 1 ? "" : "es");
-    viz_dot_text(dot, "title", "title", W / 2, row0_y + 0.55 * VIZ_PT, title, 11, 'c', 0, NULL);
+    /* the title, centred over the whole figure (labels and grid) */
+    double title_x = o->width_pt > 0 ? (W - 6 - D.label_w) / 2 : W / 2;
+    viz_dot_text(dot, "title", "title", title_x, row0_y + (o->width_pt > 0 ? 0.5 * boxh + 0.9 * D.title_font : 0.55 * VIZ_PT),
+                 title, D.title_font, 'c', 0, NULL);
 
     char name[64], id[96], label[64];
-    bool chunks = false;
     for (int r = 0; r < R; r++) {
         const row *rw = &gr->rows[r];
         double y = row0_y - r * pitch;
-        snprintf(label, sizeof label, "rank %d \xc2\xb7 GPU %d", r, rw->dev);
+        if (D.short_labels) snprintf(label, sizeof label, "r%d", r);
+        else snprintf(label, sizeof label, "rank %d \xc2\xb7 GPU %d", r, rw->dev);
         snprintf(name, sizeof name, "rowlabel%d", r);
         snprintf(id, sizeof id, "label-r%d", r);
-        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, y, label, FONT, 'r', LABEL_W, NULL);
+        viz_dot_text(dot, name, id, -6 - D.label_w / 2, y, label, D.label_font, 'r', D.label_w / VIZ_PT, NULL);
         /* the lane behind the boxes: what shows through between them is idle time */
         snprintf(name, sizeof name, "lane%d", r);
         snprintf(id, sizeof id, "lane-r%d", r);
-        viz_style lane = {"lane", "#f2f2f2", "black", "", "idle"};
-        viz_dot_box(dot, name, id, "lane", W / 2, y, W / VIZ_PT, (boxh + 3) / VIZ_PT, &lane, "", FONT,
+        viz_dot_box(dot, name, id, "lane", W / 2, y, W / VIZ_PT, (boxh + 3) / VIZ_PT, &idle, "", FONT,
                     "color=\"#c8c8c8\"");
         for (int32_t k = rw->c0; k < rw->c1; k++) {
             const cell *c = &gr->cells.v[k];
@@ -397,31 +542,41 @@ static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base
             int n = snprintf(id, sizeof id, "r%d-%s", r, st->key);
             if (c->mb >= 0) n += snprintf(id + n, sizeof id - (size_t)n, "-%d", c->mb);
             if (rw->nstages > 1) snprintf(id + n, sizeof id - (size_t)n, "-s%d", c->stage);
-            char cls[48];
-            snprintf(cls, sizeof cls, "box %s%s", st->key, c->partner >= 0 ? " overlap" : "");
-            if (c->mb >= 0) snprintf(label, sizeof label, "%d", c->mb);
-            else label[0] = 0;
-            double fs = c->partner >= 0 ? 7 : FONT;
-            if (text_pt(label, fs) + 2 > w) label[0] = 0; /* too narrow for its number: the id keeps it */
-            char tip[160], extra[200];
-            snprintf(tip, sizeof tip, "%s stage %d mb %d: %.4g to %.4g %s", st->key, c->stage, c->mb, c->x0, c->x1,
-                     seconds ? "s" : "units");
-            /* a rank's later model chunks (interleaved, V shapes) get a bold outline: which of the
-             * rank's stages a box belongs to then survives greyscale and needs no extra hue */
+            /* a rank's later model chunks (interleaved, V shapes) get a thick outline in the
+             * colour that contrasts most with the fill: which of the rank's stages a box
+             * belongs to then shows on every fill, survives greyscale and needs no extra hue */
             int chunk = 0;
             while (chunk < rw->nstages && rw->stages[chunk] != c->stage) chunk++;
-            snprintf(extra, sizeof extra, "tooltip=\"%s\"%s", tip, chunk % 2 ? ", penwidth=1.8" : "");
-            if (chunk % 2) chunks = true;
+            char cls[48];
+            snprintf(cls, sizeof cls, "box %s%s%s", st->key, c->partner >= 0 ? " overlap" : "", chunk % 2 ? " chunk2" : "");
+            if (c->mb >= 0) snprintf(label, sizeof label, "%d", c->mb);
+            else label[0] = 0;
+            double fs = c->partner >= 0 ? D.font * 7 / 9 : D.font;
+            if (fs < VIZ_MIN_TYPE_PT) fs = VIZ_MIN_TYPE_PT;
+            if (!number_fits(label, fs, w)) label[0] = 0; /* the legend says so; the id keeps it */
+            char tip[160], extra[256];
+            snprintf(tip, sizeof tip, "%s stage %d mb %d: %.4g to %.4g %s", st->key, c->stage, c->mb, c->x0, c->x1,
+                     seconds ? "s" : "units");
+            int ne = snprintf(extra, sizeof extra, "tooltip=\"%s\"", tip);
+            if (chunk % 2) {
+                double pw = w / 4 < 2 ? w / 4 : 2;
+                if (pw < 0.8) pw = 0.8;
+                snprintf(extra + ne, sizeof extra - (size_t)ne, ", penwidth=%.2f, color=\"%s\"", pw,
+                         viz_mark_colour(st->fill));
+            }
             snprintf(name, sizeof name, "c%d", k);
             viz_dot_box(dot, name, id, cls, (x0 * scale + w / 2), yc, w / VIZ_PT, h / VIZ_PT, st, label, fs, extra);
         }
     }
 
     /* time axis: a rule with ticks in the unit that suits the makespan */
+    double cap_font = o->width_pt > 0 ? 7 : 8;
     if (seconds) {
         viz_style ink = {"axis", "black", "black", "", ""};
         viz_dot_box(dot, "axis", "axis", "axis", W / 2, rule_y, W / VIZ_PT, 0.6 / VIZ_PT, &ink, "", FONT, "penwidth=0");
-        double step = viz_nice_step(T, 8);
+        /* as many ticks as their labels leave room for */
+        int want = o->width_pt > 0 ? (int)(W / 40) : 8;
+        double step = viz_nice_step(T, want < 2 ? 2 : want);
         for (int k = 0; k * step <= T * (1 + 1e-9); k++) {
             double x = k * step * scale;
             char t[32];
@@ -429,64 +584,43 @@ static void draw(const grid *gr, const viz_schedule_options *o, bool timed, base
             snprintf(id, sizeof id, "tick-%d", k);
             viz_dot_box(dot, name, id, "tick", x, rule_y - 2, 0.6 / VIZ_PT, 4 / VIZ_PT, &ink, "", FONT, "penwidth=0");
             snprintf(name, sizeof name, "ticklabel%d", k);
-            viz_dot_text(dot, name, NULL, x, rule_y - 10, viz_fmt_seconds(k * step, t, sizeof t), 8, 'c', 0, NULL);
+            viz_dot_text(dot, name, NULL, x, rule_y - 10, viz_fmt_seconds(k * step, t, sizeof t), cap_font, 'c', 0, NULL);
         }
         char cap[160];
         if (timed) snprintf(cap, sizeof cap, "time (static cost model, %s)", p->gpu.name ? p->gpu.name : "GPU");
         else snprintf(cap, sizeof cap, "time (roofline on %s, no communication)", p->gpu.name ? p->gpu.name : "GPU");
-        viz_dot_text(dot, "axislabel", "axis-caption", W / 2, rule_y - 22, cap, 8, 'c', 0, NULL);
+        viz_dot_text(dot, "axislabel", "axis-caption", W / 2, rule_y - (o->width_pt > 0 ? 19 : 22), cap, cap_font, 'c', 0,
+                     NULL);
     } else {
         viz_dot_text(dot, "axislabel", "axis-caption", W / 2, rule_y - 6, "one unit per action (--unit): the order, not "
-                     "the time", 8, 'c', 0, NULL);
+                     "the time", cap_font, 'c', 0, NULL);
     }
 
-    /* legend: one sample per pass present, idle, and the overlapped pair when there is one */
-    bool seen[PLAN_NPASS] = {0}, pairs = false;
-    for (size_t k = 0; k < gr->cells.n; k++) {
-        seen[gr->cells.v[k].pass] = true;
-        pairs |= gr->cells.v[k].partner >= 0;
+    /* the legend, as laid out above */
+    double sw = D.sw, sh = D.sh;
+    for (int i = 0; i < nitems; i++) {
+        const item *it = &items[i];
+        double x = it->x, y = legend_y + it->y, tw = text_pt(it->text, lf) + 4;
+        snprintf(name, sizeof name, "legend_%s", it->key);
+        snprintf(id, sizeof id, "legend-%s", it->key);
+        if (it->kind == 0) {
+            char cls[32];
+            snprintf(cls, sizeof cls, "legend%s%s", it->cls ? " " : "", it->cls ? it->cls : "");
+            const char *sample = it->label && number_fits(it->label, lf, sw) ? it->label : "";
+            viz_dot_box(dot, name, id, cls, x + sw / 2, y, sw / VIZ_PT, sh / VIZ_PT, it->st, sample, lf, it->extra);
+        } else if (it->kind == 1) {
+            const viz_style *f = viz_pass_style(PLAN_PASS_F), *b = viz_pass_style(PLAN_PASS_B);
+            viz_dot_box(dot, "legend_pair_f", "legend-overlap", "legend", x + sw / 2, y + sh / 4, sw / VIZ_PT,
+                        sh / 2 / VIZ_PT, f, "", 6, NULL);
+            viz_dot_box(dot, "legend_pair_b", NULL, "legend", x + sw / 2, y - sh / 4, sw / VIZ_PT, sh / 2 / VIZ_PT, b, "",
+                        6, NULL);
+        }
+        double tx = it->kind == 2 ? x : x + sw + 4;
+        snprintf(name, sizeof name, "legendtext_%s", it->key);
+        snprintf(id, sizeof id, "legendtext-%s", it->key);
+        viz_dot_text(dot, name, id, tx + tw / 2, y, it->text, lf, 'l', tw / VIZ_PT, NULL);
     }
-    double x = 0, sw = 0.32 * VIZ_PT, sh = 0.22 * VIZ_PT;
-    static const int ORDER[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_BI, PLAN_PASS_BW, PLAN_PASS_R};
-    for (size_t i = 0; i < BASE_COUNT(ORDER); i++) {
-        if (!seen[ORDER[i]]) continue;
-        const viz_style *st = viz_pass_style(ORDER[i]);
-        snprintf(name, sizeof name, "legend_%s", st->key);
-        snprintf(id, sizeof id, "legend-%s", st->key);
-        char cls[32];
-        snprintf(cls, sizeof cls, "legend %s", st->key);
-        viz_dot_box(dot, name, id, cls, x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, st, st->key, 8, NULL);
-        double tw = text_pt(st->what, 8) + 4;
-        snprintf(name, sizeof name, "legendtext_%s", st->key);
-        viz_dot_text(dot, name, NULL, x + sw + 4 + tw / 2, legend_y, st->what, 8, 'l', tw / VIZ_PT, NULL);
-        x += sw + 4 + tw + 12;
-    }
-    viz_style idle = {"idle", "#f2f2f2", "black", "", "idle"};
-    viz_dot_box(dot, "legend_idle", "legend-idle", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, &idle, "", 8,
-                "color=\"#c8c8c8\"");
-    viz_dot_text(dot, "legendtext_idle", NULL, x + sw + 4 + 14, legend_y, "idle", 8, 'l', 28 / VIZ_PT, NULL);
-    x += sw + 4 + 28 + 12;
-    if (chunks) {
-        viz_style plain = {"chunk", "white", "black", "", ""};
-        viz_dot_box(dot, "legend_chunk", "legend-chunk", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, &plain,
-                    "", 8, "penwidth=1.8");
-        int most = 0;
-        for (int r = 0; r < R; r++) most = gr->rows[r].nstages > most ? gr->rows[r].nstages : most;
-        const char *t = most > 2 ? "a rank's 2nd, 4th, ... model chunk" : "a rank's second model chunk";
-        double tw = text_pt(t, 8) + 4;
-        viz_dot_text(dot, "legendtext_chunk", NULL, x + sw + 4 + tw / 2, legend_y, t, 8, 'l', tw / VIZ_PT, NULL);
-        x += sw + 4 + tw + 12;
-    }
-    if (pairs) {
-        const viz_style *f = viz_pass_style(PLAN_PASS_F), *b = viz_pass_style(PLAN_PASS_B);
-        viz_dot_box(dot, "legend_pair_f", "legend-overlap", "legend", x + sw / 2, legend_y + sh / 4, sw / VIZ_PT,
-                    sh / 2 / VIZ_PT, f, "", 6, NULL);
-        viz_dot_box(dot, "legend_pair_b", NULL, "legend", x + sw / 2, legend_y - sh / 4, sw / VIZ_PT, sh / 2 / VIZ_PT, b, "",
-                    6, NULL);
-        const char *t = "overlapped F&B pair";
-        double tw = text_pt(t, 8) + 4;
-        viz_dot_text(dot, "legendtext_pair", NULL, x + sw + 4 + tw / 2, legend_y, t, 8, 'l', tw / VIZ_PT, NULL);
-    }
+    (void)nlines;
     base_buf_puts(dot, "}\n");
 }
 

@@ -3,6 +3,7 @@
 #include "viz_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Grey values (0.299 R + 0.587 G + 0.114 B) in the comments: far enough apart to survive a
@@ -24,6 +25,60 @@ static const viz_style COMM_STYLES[] = {
     [VIZ_COMM_COLL] = {"coll", "#b9a2c8", "black", "dashed", "collective"},        /* 172 */
     [VIZ_COMM_OTHER] = {"comm", "#d9d0c1", "black", "dashed", "communication"},    /* 209 */
 };
+
+/* Piper's figures draw a transfer's waiting apart from its moving: the same hue as the transfer,
+ * much lighter, with a dotted outline (greyscale: near white, dotted). */
+static const viz_style WAIT_STYLES[] = {
+    [VIZ_COMM_P2P] = {"wait_p2p", "#f8efdc", "black", "dotted", "waiting for the peer"},        /* 238 */
+    [VIZ_COMM_COLL] = {"wait_coll", "#ece4f1", "black", "dotted", "waiting for the group"},      /* 231 */
+    [VIZ_COMM_OTHER] = {"wait_comm", "#f1ede6", "black", "dotted", "waiting for partners"},      /* 237 */
+};
+
+/* Profiler traces (Kineto, Nsight): what runs on a GPU in blue-green, host work in greens and
+ * greys, annotations light with dashed outlines; lightness apart as for the passes. */
+static const viz_style KIND_STYLES[VIZ_EV_NKINDS] = {
+    [VIZ_EV_PIPER] = {"other", "#b7c9e2", "black", "", "other"},
+    [VIZ_EV_KERNEL] = {"kernel", "#4f86c6", "black", "", "GPU kernel"},                 /* 124 */
+    [VIZ_EV_GPU_MEM] = {"gpu_mem", "#e8a75a", "black", "bold", "GPU copy / fill"},      /* 179 */
+    [VIZ_EV_GPU_ANNOT] = {"gpu_annot", "#dcd6ec", "black", "dashed", "GPU annotation"}, /* 216 */
+    [VIZ_EV_CPU] = {"cpu", "#9cc48a", "black", "", "CPU op"},                           /* 178 */
+    [VIZ_EV_CPU_ANNOT] = {"cpu_annot", "#ececec", "black", "dashed", "CPU annotation"}, /* 236 */
+};
+
+const viz_style *viz_wait_style(viz_comm_kind k)
+{
+    return k >= VIZ_COMM_P2P && k <= VIZ_COMM_OTHER ? &WAIT_STYLES[k] : &WAIT_STYLES[VIZ_COMM_OTHER];
+}
+
+const viz_style *viz_kind_style(int kind)
+{
+    return kind > VIZ_EV_PIPER && kind < VIZ_EV_NKINDS ? &KIND_STYLES[kind] : &NEUTRAL;
+}
+
+/* sRGB relative luminance of "#rrggbb" (or "white", "black"); -1 when neither. */
+static double luminance(const char *c)
+{
+    unsigned r, g, b;
+    if (!c) return -1;
+    if (!strcmp(c, "white")) return 1;
+    if (!strcmp(c, "black")) return 0;
+    if (strlen(c) != 7 || sscanf(c, "#%2x%2x%2x", &r, &g, &b) != 3) return -1;
+    double v[3] = {r / 255.0, g / 255.0, b / 255.0};
+    for (int i = 0; i < 3; i++) v[i] = v[i] <= 0.04045 ? v[i] / 12.92 : pow((v[i] + 0.055) / 1.055, 2.4);
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+}
+
+double viz_contrast(const char *a, const char *b)
+{
+    double x = luminance(a), y = luminance(b);
+    if (x < 0 || y < 0) return -1;
+    return x > y ? (x + 0.05) / (y + 0.05) : (y + 0.05) / (x + 0.05);
+}
+
+const char *viz_mark_colour(const char *fill)
+{
+    return viz_contrast("black", fill) >= viz_contrast("white", fill) ? "black" : "white";
+}
 
 const viz_style *viz_pass_style(int pass)
 {

@@ -1,6 +1,8 @@
-/* timeline.c — `piper-viz timeline`: a Chrome trace (piper-sim's, later piper-exec's) as a figure:
- * one lane per (GPU, stream), boxes at their times, a time axis with units, communication lanes
- * shaded apart from compute lanes, optionally a window of the trace. The same palette as the
+/* timeline.c — `piper-viz timeline`: a Chrome trace (piper-sim's, piper-exec's, or a profiler's:
+ * Kineto, Nsight Systems) as a figure: one lane per (process, thread) — for piper a GPU and a
+ * stream — as many rows high as its events nest, boxes at their times, a time axis with units
+ * from the first event, communication lanes shaded apart from compute lanes, a transfer's waiting
+ * drawn apart from its moving data, optionally a window of the trace. The same palette as the
  * schedule grid, so a forward is the same blue in both. */
 #include "viz_internal.h"
 
@@ -67,6 +69,8 @@ static const char *const COMM_WORDS[] = {"comm", "dp_reduce", "network", NULL};
  * starts with ("F L3.attn mb2", "BW L0.mlp"). */
 static const viz_style *event_style(const viz_chrome_event *ev, bool *comm)
 {
+    *comm = false;
+    if (ev->kind != VIZ_EV_PIPER) return viz_kind_style(ev->kind);
     *comm = true;
     const char *c = ev->cat;
     if (c && *c) {
@@ -90,6 +94,7 @@ static const viz_style *event_style(const viz_chrome_event *ev, bool *comm)
 static bool comm_lane(const viz_chrome *t, int l, const int *ncomm)
 {
     const viz_chrome_lane *ln = &t->lanes[l];
+    if (ln->device) return false; /* a profiler's GPU stream: its kernels are the work */
     if (ln->thread && (has_word(ln->thread, P2P_WORDS) || has_word(ln->thread, COLL_WORDS) ||
                        has_word(ln->thread, COMM_WORDS) || !strncasecmp(ln->thread, "pp", 2) ||
                        !strncasecmp(ln->thread, "dp", 2) || !strncasecmp(ln->thread, "tp", 2) ||
@@ -102,6 +107,7 @@ static bool comm_lane(const viz_chrome *t, int l, const int *ncomm)
 
 #define LANE_H 0.24
 #define LANE_PITCH 0.30
+#define NEST_PITCH 0.20  /* each further row of nesting in a lane */
 #define PROC_GAP 0.10
 #define LABEL_W 1.6
 
@@ -116,6 +122,17 @@ static void pick_unit(double span_us, const char **unit, double *per_us)
     else *unit = "ns", *per_us = 1e3;
 }
 
+/* "GPU 0 · compute", "python3 (GPU 0) · stream 7": the lane's process and thread. */
+static void lane_label(const viz_chrome_lane *ln, char *label, size_t n)
+{
+    char pname[64], tname[64];
+    if (ln->process) snprintf(pname, sizeof pname, "%s", ln->process);
+    else snprintf(pname, sizeof pname, "GPU %lld", (long long)ln->pid);
+    if (ln->thread) snprintf(tname, sizeof tname, "%s", ln->thread);
+    else snprintf(tname, sizeof tname, "stream %lld", (long long)ln->tid);
+    snprintf(label, n, "%s \xc2\xb7 %s", pname, tname);
+}
+
 int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *dot, base_error *e)
 {
     if (t->nlanes == 0)
@@ -123,8 +140,9 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
                            "draw; write it with piper-sim --trace");
     if (t->overlaps)
         base_warn_at(e, NULL, 0, 0, "%d event%s start before the previous event of their stream ends; a stream runs one "
-                     "thing at a time, so the trace's writer is wrong (overlapping boxes are drawn on top of each "
-                     "other)", t->overlaps, t->overlaps == 1 ? "" : "s");
+                     "thing at a time, and a profiler's nested events end inside what encloses them, so the trace's "
+                     "writer is wrong (overlapping boxes are drawn on top of each other)", t->overlaps,
+                     t->overlaps == 1 ? "" : "s");
     double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < t->nevents; i++) {
         if (t->events[i].ts < lo) lo = t->events[i].ts;
@@ -154,16 +172,57 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
     if (W < 8 * VIZ_PT) W = 8 * VIZ_PT;
     if (W > 60 * VIZ_PT) W = 60 * VIZ_PT;
     double scale = W / (t1 - t0); /* points per microsecond */
+    /* the labels' column: wide enough for the longest (profilers' thread names are long), at
+     * most 4 in */
+    double label_w = LABEL_W;
+    for (int l = 0; l < t->nlanes; l++) {
+        char lb[160];
+        lane_label(&t->lanes[l], lb, sizeof lb);
+        double need = (text_pt(lb, 8) + 6) / VIZ_PT;
+        if (need > label_w) label_w = need < 4 ? need : 4;
+    }
 
     /* lanes from the top: y of each, with a gap between processes */
-    double *ly = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *ly);
-    double y = 0, pitch = LANE_PITCH * VIZ_PT;
+    /* ly: the centre of a lane's top row; lh: the lane's height (points) */
+    double *ly = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *ly), *lh = base_xmalloc(((size_t)t->nlanes + 1) * sizeof *lh);
+    double y = 0, pitch = LANE_PITCH * VIZ_PT, nest = NEST_PITCH * VIZ_PT, bottom = 0;
+    /* counter tracks (samples grouped by pid and name), each a lane under its process's last */
+    typedef struct track {
+        int64_t pid;
+        const char *name, *process;
+        int c0, c1;
+        double peak, y;
+        bool placed;
+    } track;
+    BASE_VEC(track) tracks = {0};
+    for (int i = 0; i < t->ncounters; i++) {
+        const viz_chrome_counter *c = &t->counters[i];
+        if (!tracks.n || tracks.v[tracks.n - 1].pid != c->pid || strcmp(tracks.v[tracks.n - 1].name, c->name))
+            BASE_VEC_PUSH(tracks, ((track){c->pid, c->name, NULL, i, i, 0, 0, false}));
+        track *tr = &tracks.v[tracks.n - 1];
+        tr->c1 = i + 1;
+        if (c->value > tr->peak) tr->peak = c->value;
+    }
     for (int l = 0; l < t->nlanes; l++) {
+        int rows = t->lanes[l].depth > 1 ? t->lanes[l].depth : 1;
         if (l && t->lanes[l].pid != t->lanes[l - 1].pid) y -= PROC_GAP * VIZ_PT;
         ly[l] = y;
-        y -= pitch;
+        lh[l] = LANE_H * VIZ_PT + (rows - 1) * nest;
+        bottom = y - (rows - 1) * nest; /* the last lane's lowest row */
+        y -= pitch + (rows - 1) * nest;
+        if (l + 1 < t->nlanes && t->lanes[l + 1].pid == t->lanes[l].pid) continue;
+        for (size_t q = 0; q < tracks.n; q++)
+            if (tracks.v[q].pid == t->lanes[l].pid) {
+                tracks.v[q].y = bottom = y, tracks.v[q].placed = true, tracks.v[q].process = t->lanes[l].process;
+                y -= pitch;
+            }
     }
-    double bottom = y + pitch; /* the last lane's centre */
+    for (size_t q = 0; q < tracks.n; q++) /* processes with counters and no events */
+        if (!tracks.v[q].placed) {
+            if (!q || tracks.v[q - 1].pid != tracks.v[q].pid) y -= PROC_GAP * VIZ_PT;
+            tracks.v[q].y = bottom = y;
+            y -= pitch;
+        }
     double top_y = 0.5 * VIZ_PT, axis_y = bottom - 0.35 * VIZ_PT, legend_y = axis_y - 0.62 * VIZ_PT;
 
     base_buf_puts(dot, "digraph timeline {\n");
@@ -187,21 +246,16 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         const viz_chrome_lane *ln = &t->lanes[l];
         bool cl = comm_lane(t, l, ncomm);
         any_comm_lane |= cl;
-        char pname[64], tname[64];
-        if (ln->process) snprintf(pname, sizeof pname, "%s", ln->process);
-        else snprintf(pname, sizeof pname, "GPU %lld", (long long)ln->pid);
-        if (ln->thread) snprintf(tname, sizeof tname, "%s", ln->thread);
-        else snprintf(tname, sizeof tname, "stream %lld", (long long)ln->tid);
-        snprintf(label, sizeof label, "%s \xc2\xb7 %s", pname, tname);
+        lane_label(ln, label, sizeof label);
         snprintf(name, sizeof name, "lanelabel%d", l);
         snprintf(id, sizeof id, "label-%lld-%lld", (long long)ln->pid, (long long)ln->tid);
-        viz_dot_text(dot, name, id, -6 - LABEL_W * VIZ_PT / 2, ly[l], label, 8, 'r', LABEL_W,
+        viz_dot_text(dot, name, id, -6 - label_w * VIZ_PT / 2, ly[l], label, 8, 'r', label_w,
                      cl ? "fontcolor=\"#5a4a2a\"" : NULL);
         viz_style lane = {"lane", cl ? "#fdfaf2" : "#f2f2f2", "black", cl ? "dashed" : "", "lane"};
         snprintf(name, sizeof name, "lane%d", l);
         snprintf(id, sizeof id, "lane-%lld-%lld", (long long)ln->pid, (long long)ln->tid);
-        viz_dot_box(dot, name, id, cl ? "lane comm" : "lane compute", W / 2, ly[l], W / VIZ_PT, LANE_H * VIZ_PT / VIZ_PT,
-                    &lane, "", 8, "color=\"#c8c8c8\"");
+        viz_dot_box(dot, name, id, cl ? "lane comm" : "lane compute", W / 2, ly[l] - (lh[l] - LANE_H * VIZ_PT) / 2,
+                    W / VIZ_PT, lh[l] / VIZ_PT, &lane, "", 8, "color=\"#c8c8c8\"");
         for (int j = 0; k < t->nevents && t->events[k].lane == l; k++, j++) {
             const viz_chrome_event *ev = &t->events[k];
             double s = ev->ts, f = ev->ts + ev->dur;
@@ -213,6 +267,37 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
             int si = 0;
             while (si < nstyles && styles[si] != st) si++;
             if (si == nstyles && nstyles < 16) styles[nstyles++] = st;
+            /* a transfer's waiting for its partners first (light, dotted, class "wait"), then its
+             * moving data (the event's box) */
+            double moving = ev->ts + (ev->wait < ev->dur ? ev->wait : ev->dur), yr = ly[l] - ev->depth * nest;
+            double h = ev->depth ? NEST_PITCH - 0.04 : LANE_H - 0.04;
+            snprintf(tip, sizeof tip, "%s: %.6g us, %.6g us long", ev->name ? ev->name : "", ev->ts, ev->dur);
+            if (ev->wait > 0 && comm) {
+                double ws = s, wf = moving < f ? moving : f;
+                if (wf > ws) {
+                    const viz_style *wst = viz_wait_style(st == viz_comm_style(VIZ_COMM_COLL)  ? VIZ_COMM_COLL
+                                                          : st == viz_comm_style(VIZ_COMM_P2P) ? VIZ_COMM_P2P
+                                                                                               : VIZ_COMM_OTHER);
+                    int wi = 0;
+                    while (wi < nstyles && styles[wi] != wst) wi++;
+                    if (wi == nstyles && nstyles < 16) styles[nstyles++] = wst;
+                    double ww = (wf - ws) * scale;
+                    if (ww < 0.5) ww = 0.5;
+                    snprintf(name, sizeof name, "w%d", k);
+                    snprintf(id, sizeof id, "wait-%lld-%lld-%d", (long long)ln->pid, (long long)ln->tid, j);
+                    char wtip[400];
+                    snprintf(wtip, sizeof wtip, "%s: waiting %.6g us for its partners, then moving data %.6g us",
+                             ev->name ? ev->name : "", ev->wait, ev->dur - ev->wait);
+                    base_buf tb = {0};
+                    base_buf_puts(&tb, "tooltip=");
+                    viz_dot_quote(&tb, wtip);
+                    viz_dot_box(dot, name, id, "wait", (ws - t0) * scale + ww / 2, yr, ww / VIZ_PT, h, wst, "", 7, tb.s);
+                    free(tb.s);
+                    snprintf(tip, sizeof tip, "%s: moving data %.6g us (after waiting %.6g us)", ev->name ? ev->name : "",
+                             ev->dur - ev->wait, ev->wait);
+                }
+                if (moving > s) s = moving < f ? moving : f;
+            }
             double w = (f - s) * scale;
             if (w < 0.5) w = 0.5;
             const char *nm = ev->name ? ev->name : "";
@@ -223,12 +308,45 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
             snprintf(cls, sizeof cls, "event %s", st->key);
             /* tooltip: the SVG <title> of the box, shown on hover */
             base_buf tb = {0};
-            snprintf(tip, sizeof tip, "%s: %.6g us, %.6g us long", nm, ev->ts, ev->dur);
             base_buf_puts(&tb, "tooltip=");
             viz_dot_quote(&tb, tip);
-            viz_dot_box(dot, name, id, cls, (s - t0) * scale + w / 2, ly[l], w / VIZ_PT, (LANE_H - 0.04), st, label, 7,
-                        tb.s);
+            viz_dot_box(dot, name, id, cls, (s - t0) * scale + w / 2, yr, w / VIZ_PT, h, st, label, 7, tb.s);
             free(tb.s);
+        }
+    }
+
+    /* counter tracks: a bar per sample, from it to the next (the last to the trace's end), as
+     * high as its value over the track's peak */
+    viz_style sample = {"sample", "#8fa8c0", "black", "", "counter (each track to its own peak)"};
+    for (size_t q = 0; q < tracks.n; q++) {
+        const track *tr = &tracks.v[q];
+        char peak[32], pname[64];
+        base_fmt_bytes(tr->peak, peak, sizeof peak);
+        if (tr->process) snprintf(pname, sizeof pname, "%s", tr->process);
+        else snprintf(pname, sizeof pname, "GPU %lld", (long long)tr->pid);
+        /* "GPU 0 · memory ≤ 22.47 GiB": the track's peak, which the bars' full height stands for */
+        if (!strcmp(tr->name, "memory")) snprintf(label, sizeof label, "%s \xc2\xb7 %s \xe2\x89\xa4 %s", pname, tr->name, peak);
+        else snprintf(label, sizeof label, "%s \xc2\xb7 %s \xe2\x89\xa4 %.4g", pname, tr->name, tr->peak);
+        snprintf(name, sizeof name, "tracklabel%d", (int)q);
+        snprintf(id, sizeof id, "tracklabel-%lld-%d", (long long)tr->pid, (int)q);
+        viz_dot_text(dot, name, id, -6 - label_w * VIZ_PT / 2, tr->y, label, 7, 'r', label_w, NULL);
+        viz_style lane = {"track", "#ffffff", "black", "", "track"};
+        snprintf(name, sizeof name, "track%d", (int)q);
+        snprintf(id, sizeof id, "track-%lld-%d", (long long)tr->pid, (int)q);
+        viz_dot_box(dot, name, id, "track", W / 2, tr->y, W / VIZ_PT, LANE_H, &lane, "", 8, "color=\"#c8c8c8\"");
+        double full = (LANE_H - 0.04) * VIZ_PT, base = tr->y - full / 2;
+        for (int i = tr->c0; i < tr->c1; i++) {
+            const viz_chrome_counter *c = &t->counters[i];
+            double s = c->ts, f = i + 1 < tr->c1 ? t->counters[i + 1].ts : hi;
+            if (s < t0) s = t0;
+            if (f > t1) f = t1;
+            double h = tr->peak > 0 ? c->value / tr->peak * full : 0;
+            if (!(f > s) || !(h > 0.2)) continue;
+            double w = (f - s) * scale;
+            snprintf(name, sizeof name, "m%d_%d", (int)q, i);
+            snprintf(tip, sizeof tip, "penwidth=0, tooltip=\"%s = %.6g from %.6g us\"", tr->name, c->value, c->ts);
+            viz_dot_box(dot, name, NULL, "sample", (s - t0) * scale + w / 2, base + h / 2, w / VIZ_PT, h / VIZ_PT, &sample,
+                        "", 7, tip);
         }
     }
 
@@ -246,16 +364,21 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         snprintf(name, sizeof name, "ticklabel%d", k);
         viz_dot_text(dot, name, NULL, x, axis_y - 10, label, 8, 'c', 0, NULL);
     }
-    snprintf(label, sizeof label, "time (%s)", unit);
+    if (t->origin_us != 0) snprintf(label, sizeof label, "time (%s) from the trace's first event", unit);
+    else snprintf(label, sizeof label, "time (%s)", unit);
     viz_dot_text(dot, "axislabel", "axis-caption", W / 2, axis_y - 22, label, 8, 'c', 0, NULL);
 
     /* legend: the kinds of box present in a fixed order (passes, then communication), and the
      * lane shading */
-    const viz_style *canon[PLAN_NPASS + 4];
+    const viz_style *canon[PLAN_NPASS + 4 + 3 + VIZ_EV_NKINDS];
     int ncanon = 0;
     for (int p = 0; p < PLAN_NPASS; p++) canon[ncanon++] = viz_pass_style(p);
     canon[ncanon++] = viz_other_style();
-    for (int c = VIZ_COMM_P2P; c <= VIZ_COMM_OTHER; c++) canon[ncanon++] = viz_comm_style((viz_comm_kind)c);
+    for (int c = VIZ_COMM_P2P; c <= VIZ_COMM_OTHER; c++) {
+        canon[ncanon++] = viz_comm_style((viz_comm_kind)c);
+        canon[ncanon++] = viz_wait_style((viz_comm_kind)c);
+    }
+    for (int q = VIZ_EV_PIPER + 1; q < VIZ_EV_NKINDS; q++) canon[ncanon++] = viz_kind_style(q);
     double x = 0, sw = 0.3 * VIZ_PT, sh = 0.2 * VIZ_PT;
     for (int i = 0; i < ncanon; i++) {
         const viz_style *st = canon[i];
@@ -270,6 +393,14 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
         viz_dot_text(dot, name, NULL, x + sw + 4 + tw / 2, legend_y, st->what, 8, 'l', tw / VIZ_PT, NULL);
         x += sw + 4 + tw + 12;
     }
+    if (tracks.n) {
+        snprintf(name, sizeof name, "legend%d", ncanon);
+        viz_dot_box(dot, name, "legend-sample", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT, &sample, "", 7,
+                    "penwidth=0");
+        double tw = text_pt(sample.what, 8) + 4;
+        viz_dot_text(dot, "legendtext_sample", NULL, x + sw + 4 + tw / 2, legend_y, sample.what, 8, 'l', tw / VIZ_PT, NULL);
+        x += sw + 4 + tw + 12;
+    }
     if (any_comm_lane) {
         viz_style lane = {"lane", "#fdfaf2", "black", "dashed", ""};
         viz_dot_box(dot, "legend_commlane", "legend-commlane", "legend", x + sw / 2, legend_y, sw / VIZ_PT, sh / VIZ_PT,
@@ -282,5 +413,7 @@ int viz_timeline(const viz_chrome *t, const viz_timeline_options *o, base_buf *d
     free(nin);
     free(ncomm);
     free(ly);
+    free(lh);
+    free(tracks.v);
     return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void note_err(viz_trace *t, int rc)
@@ -31,12 +32,18 @@ static void put_us(viz_trace *t, int64_t ns)
     note_err(t, fprintf(t->f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000));
 }
 
-/* JSON has no inf or nan; -0 prints as 0. */
+/* JSON has no inf or nan; -0 prints as 0. The shortest of 15, 16 and 17 digits that reads back
+ * to the same double, so 12.345 is not 12.345000000000001. */
 static void put_num(viz_trace *t, double v)
 {
     if (v != v || v > 1.7e308 || v < -1.7e308) v = 0;
     if (v == 0) v = 0;
-    note_err(t, fprintf(t->f, "%.17g", v));
+    char buf[40];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    note_err(t, fputs(buf, t->f));
 }
 
 static void begin_record(viz_trace *t)
@@ -104,6 +111,31 @@ void viz_trace_complete(viz_trace *t, int64_t pid, int64_t tid, const char *name
     }
     note_err(t, fputs("}}", f));
     t->nevents++;
+}
+
+void viz_trace_counter(viz_trace *t, int64_t pid, const char *name, const char *key, int64_t ts_ns, double value)
+{
+    if (!t->f) return;
+    begin_record(t);
+    fputs("{\"name\": ", t->f);
+    put_str(t, name);
+    fprintf(t->f, ", \"ph\": \"C\", \"pid\": %" PRId64 ", \"ts\": ", pid);
+    put_us(t, ts_ns);
+    fputs(", \"args\": {", t->f);
+    put_str(t, key);
+    fputs(": ", t->f);
+    put_num(t, value);
+    note_err(t, fputs("}}", t->f));
+}
+
+void viz_trace_flow(viz_trace *t, int64_t pid, int64_t tid, int64_t id, int finish, int64_t ts_ns)
+{
+    if (!t->f) return;
+    begin_record(t);
+    fprintf(t->f, "{\"name\": \"p2p\", \"cat\": \"p2p\", \"ph\": \"%s\", \"id\": %" PRId64 ", \"pid\": %" PRId64
+                  ", \"tid\": %" PRId64 ", \"ts\": ", finish ? "f" : "s", id, pid, tid);
+    put_us(t, ts_ns);
+    note_err(t, fputs(finish ? ", \"bp\": \"e\"}" : "}", t->f));
 }
 
 int viz_trace_close(viz_trace *t, base_error *e)

@@ -13,7 +13,9 @@
  *  - events named alike by every writer (viz_trace_instr_name): compute by pass, region and
  *    micro-batch ("F L3.attn mb2"), communication by operation, peer or group, and bytes
  *    ("send mb2 to 5, 4.00 MiB", "all_reduce dp(pp=1,tp=0), 256.00 MiB"); categories "compute",
- *    "p2p" and "coll".
+ *    "p2p" and "coll";
+ *  - "C" counter events ("memory", args {"bytes": N}): a track per GPU of its live memory;
+ *  - "s"/"f" flow events from each send to the receive it meets (Perfetto draws an arrow).
  * The output is a function of the calls alone: the same calls give the same bytes. */
 #ifndef PIPER_VIZ_TRACE_H
 #define PIPER_VIZ_TRACE_H
@@ -49,6 +51,11 @@ void viz_trace_thread(viz_trace *t, int64_t pid, int64_t tid, const char *name);
 /* A complete event from ts_ns lasting dur_ns (negative values count as 0). */
 void viz_trace_complete(viz_trace *t, int64_t pid, int64_t tid, const char *name, const char *cat, int64_t ts_ns,
                         int64_t dur_ns, const viz_trace_arg *args, int nargs);
+/* A counter sample of process pid: its track `name` reads `value` (args key `key`) from ts_ns on. */
+void viz_trace_counter(viz_trace *t, int64_t pid, const char *name, const char *key, int64_t ts_ns, double value);
+/* One end of flow `id` (cat "p2p"): the start (a send, "s") or the finish (its receive, "f", bound
+ * to the enclosing event); ts_ns must fall inside an "X" event of the thread. */
+void viz_trace_flow(viz_trace *t, int64_t pid, int64_t tid, int64_t id, int finish, int64_t ts_ns);
 /* Writes the tail and puts the file in place; fails (naming the file) if any write failed, and
  * then leaves the old file as it was. */
 int viz_trace_close(viz_trace *t, base_error *e);

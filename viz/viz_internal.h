@@ -27,6 +27,17 @@ typedef enum { VIZ_COMM_P2P, VIZ_COMM_COLL, VIZ_COMM_OTHER } viz_comm_kind;
 const viz_style *viz_comm_style(viz_comm_kind k);
 /* The style of a timeline box whose kind is unknown (neither a pass nor communication). */
 const viz_style *viz_other_style(void);
+/* The waiting part of a transfer or collective of kind k: its hue, light, dotted. */
+const viz_style *viz_wait_style(viz_comm_kind k);
+/* A profiler event's style by viz_event_kind (VIZ_EV_PIPER: the neutral one). */
+const viz_style *viz_kind_style(int kind);
+
+/* WCAG contrast ratio (1 to 21) of two colours "#rrggbb", "white" or "black"; -1 if either is
+ * neither. */
+double viz_contrast(const char *a, const char *b);
+/* The colour of marks drawn on a fill (a rank's second model chunk): black or white, whichever
+ * contrasts more with it, so the mark shows on every fill of the palette. */
+const char *viz_mark_colour(const char *fill);
 
 /* "F" "B" "BI" "BW" "R" "UPD" "AUX" -> plan_pass; -1 otherwise. */
 int viz_pass_from_name(const char *s, size_t n);

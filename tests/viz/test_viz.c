@@ -13,8 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/doc.h"
+#include "sim/sim.h"
 #include "tests/testutil.h"
 #include "viz/viz.h"
+#include "viz/viz_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -44,9 +47,21 @@ static void compiled_free(compiled *r)
 /* One node of a rendered SVG: its id (entities undone), class, and polygon's bounding box. */
 typedef struct svg_box {
     char id[64], cls[64];
+    char fill[16], stroke[16];   /* of the first polygon or path */
     double x0, x1, y0, y1;
     bool has_poly, dashed;
 } svg_box;
+
+/* The value of attribute `attr` ("fill=\"") inside [from, to) into out. */
+static void svg_attr(const char *from, const char *to, const char *attr, char *out, size_t cap)
+{
+    out[0] = 0;
+    const char *a = strstr(from, attr);
+    if (!a || a > to) return;
+    a += strlen(attr);
+    size_t n = strcspn(a, "\"");
+    snprintf(out, cap, "%.*s", (int)n, a);
+}
 
 typedef struct svg {
     svg_box *b;
@@ -90,6 +105,8 @@ static svg svg_parse(const char *text)
         const char *close = strchr(shape, '>');
         const char *dash = strstr(shape, "stroke-dasharray");
         b->dashed = dash && dash < close;
+        svg_attr(shape, close, "fill=\"", b->fill, sizeof b->fill);
+        svg_attr(shape, close, "stroke=\"", b->stroke, sizeof b->stroke);
         const char *pts = strstr(shape, poly == shape ? "points=\"" : " d=\"");
         if (!pts || pts > close) continue;
         pts = strchr(pts, '"') + 1;
@@ -472,6 +489,191 @@ static void test_schedule_deadlocked_plan(void)
     compiled_free(c);
 }
 
+/* The SVG's own width and height in points (<svg width="250pt" height="148pt">). */
+static void svg_size(const char *text, double *w, double *h)
+{
+    *w = *h = -1;
+    const char *p = text ? strstr(text, "<svg width=\"") : NULL;
+    if (!p) return;
+    *w = strtod(p + 12, NULL);
+    const char *q = strstr(p, "height=\"");
+    if (q) *h = strtod(q + 8, NULL);
+}
+
+/* A schedule drawn and rendered: its SVG text (caller frees) and its laid-out dot read back with
+ * cgraph (node positions and widths, for the text nodes the SVG gives no box). */
+static char *schedule_text(const plan_set *p, const viz_schedule_options *o, Agraph_t **laid)
+{
+    base_buf dot = {0}, gv = {0};
+    base_error e;
+    base_error_clear(&e);
+    int rc = viz_schedule(p, o, &dot, &e);
+    if (rc) fprintf(stderr, "\n  schedule: %s\n", e.msg);
+    CU_ASSERT_EQUAL(rc, 0);
+    char *text = rc ? NULL : render_svg(&dot, "nop");
+    if (laid) {
+        *laid = NULL;
+        if (!rc && viz_render_data(dot.s, "nop", VIZ_FMT_DOT, &gv, &e) == 0) *laid = agmemread(gv.s);
+    }
+    free(dot.s);
+    free(gv.s);
+    return text;
+}
+
+/* A node's horizontal extent in the laid-out graph (points). */
+static bool node_extent(Agraph_t *g, const char *name, double *x0, double *x1)
+{
+    Agnode_t *n = agnode(g, (char *)name, 0);
+    if (!n) return false;
+    char *pos = agget(n, "pos"), *width = agget(n, "width");
+    if (!pos || !width) return false;
+    double x = strtod(pos, NULL), w = strtod(width, NULL) * 72;
+    *x0 = x - w / 2, *x1 = x + w / 2;
+    return true;
+}
+
+/* The title names the schedule, p, v and m: from the program's builder, else the model. */
+static void test_schedule_title(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_interleaved.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_of_program(&c->c), "interleaved-1f1b");
+    viz_schedule_options o = {.schedule = viz_schedule_of_program(&c->c)};
+    char *text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, ">Interleaved 1F1B \xe2\x80\x94 p = 4, v = 2, m = 8<");
+    free(text);
+    compiled_free(c);
+    c = compile_rel("configs/programs/pp4_zbv.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    o.schedule = viz_schedule_of_program(&c->c);
+    text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, ">ZB&#45;V \xe2\x80\x94 p = 4, v = 2, m = 8<"); /* SVG escapes '-' */
+    /* a plan file does not record its schedule: the model's name instead */
+    o.schedule = NULL;
+    free(text);
+    text = schedule_text(&c->c.plan, &o, NULL);
+    TEST_ASSERT_CONTAINS(text, "\xe2\x80\x94 p = 4, v = 2, m = 8<");
+    CU_ASSERT(strstr(text, "ZB&#45;V") == NULL);
+    free(text);
+    compiled_free(c);
+    /* a program without a schedule or order directive gets the compiler's default, 1F1B */
+    c = compile_rel("configs/programs/pp2_dp2_ep2_qwen3.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    const char *b = viz_schedule_of_program(&c->c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name(b), "1F1B");
+    compiled_free(c);
+    /* one written with its own orders names no builder */
+    c = compile_rel("tests/fixtures/sched/pp4_1f1b_tiny.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    CU_ASSERT_PTR_NULL(viz_schedule_of_program(&c->c));
+    compiled_free(c);
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name("DUALPIPEV"), "DualPipeV");
+    CU_ASSERT_STRING_EQUAL(viz_schedule_title_name("my-order"), "my-order");
+}
+
+/* --width: ZB-V and DualPipeV at p = 8 (16 micro-batches) in a paper column: the SVG is no wider
+ * than asked, the legend wraps inside the grid's width, and the boxes that carry no number are
+ * said to in the legend; the natural figure is many times wider. */
+static void test_schedule_width(void)
+{
+    const char *progs[] = {"tests/fixtures/viz/pp8_zbv.yaml", "tests/fixtures/viz/pp8_dualpipev.yaml"};
+    sched_options so = {.allow_oom = true};
+    for (size_t k = 0; k < BASE_COUNT(progs); k++) {
+        compiled *c = compile_rel(progs[k], &so);
+        CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+        viz_schedule_options o = {.schedule = viz_schedule_of_program(&c->c)};
+        double w, h;
+        char *text = schedule_text(&c->c.plan, &o, NULL);
+        svg_size(text, &w, &h);
+        CU_ASSERT(w > 2000); /* the natural figure: 24 pt per median box */
+        free(text);
+        for (int pass = 0; pass < 2; pass++) {
+            o.width_pt = pass ? 400 : VIZ_COLUMN_IN * 72;
+            Agraph_t *g = NULL;
+            text = schedule_text(&c->c.plan, &o, &g);
+            svg_size(text, &w, &h);
+            if (w > o.width_pt) fprintf(stderr, "\n  %s: %g pt wide for --width %g\n", progs[k], w, o.width_pt);
+            CU_ASSERT(w > 0 && w <= o.width_pt);
+            CU_ASSERT(w >= o.width_pt - 40); /* and uses it */
+            TEST_ASSERT_CONTAINS(text, "p = 8, v = 2, m = 16");
+            /* every rank's boxes: 16 micro-batches x 2 chunks of F, and of B or BI + BW */
+            svg s = svg_parse(text);
+            CU_ASSERT(count_class(&s, "box") >= 8 * 2 * 16 * 2);
+            /* the legend: inside the grid's width (the lane's extent) */
+            CU_ASSERT_FATAL(g != NULL);
+            double gx0, gx1, x0, x1;
+            CU_ASSERT_FATAL(node_extent(g, "lane0", &gx0, &gx1));
+            int items = 0;
+            for (Agnode_t *n = agfstnode(g); n; n = agnxtnode(g, n)) {
+                if (strncmp(agnameof(n), "legend", 6)) continue;
+                CU_ASSERT(node_extent(g, agnameof(n), &x0, &x1));
+                if (x0 < gx0 - 0.5 || x1 > gx1 + 0.5)
+                    fprintf(stderr, "\n  legend node %s spans %g..%g, the grid %g..%g\n", agnameof(n), x0, x1, gx0, gx1);
+                CU_ASSERT(x0 >= gx0 - 0.5 && x1 <= gx1 + 0.5);
+                items++;
+            }
+            CU_ASSERT(items >= 10);
+            /* the legend wrapped: its samples are on more than one line */
+            const svg_box *f = svg_find(&s, "legend-F"), *chunk = svg_find(&s, "legend-chunk");
+            CU_ASSERT_FATAL(f && chunk);
+            CU_ASSERT(chunk->y0 > f->y1);
+            /* in a column most boxes are narrower than a number at 5 pt: the legend says so */
+            if (pass == 0) TEST_ASSERT_CONTAINS(text, "too narrow for 5 pt numbers");
+            free(s.b);
+            free(text);
+            agclose(g);
+        }
+        compiled_free(c);
+    }
+}
+
+/* A rank's second model chunk is marked on every fill: its outline is the mark colour of its fill,
+ * which contrasts with it at least 3:1 (WCAG's figure for graphics), for every style of the
+ * palette; and in a V schedule's grid every chunk-2 box carries it, on each fill present. */
+static void test_schedule_chunk_mark(void)
+{
+    for (int pass = 0; pass <= PLAN_NPASS; pass++) {
+        const viz_style *st = viz_pass_style(pass);
+        double c = viz_contrast(viz_mark_colour(st->fill), st->fill);
+        if (c < 3) fprintf(stderr, "\n  %s (%s): mark %s contrasts %.2f\n", st->key, st->fill, viz_mark_colour(st->fill), c);
+        CU_ASSERT(c >= 3);
+    }
+    CU_ASSERT_STRING_EQUAL(viz_mark_colour(viz_pass_style(PLAN_PASS_BW)->fill), "white"); /* the dark fill */
+    CU_ASSERT_STRING_EQUAL(viz_mark_colour(viz_pass_style(PLAN_PASS_F)->fill), "black");
+    CU_ASSERT(fabs(viz_contrast("black", "white") - 21) < 1e-9);
+    CU_ASSERT(viz_contrast("red", "white") < 0);
+
+    compiled *c = compile_rel("configs/programs/pp4_zbv.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    viz_schedule_options o = {0};
+    svg s = schedule_svg(&c->c.plan, &o, &c->e);
+    int marked[PLAN_NPASS] = {0}, plain = 0;
+    for (int i = 0; i < s.n; i++) {
+        const svg_box *b = &s.b[i];
+        if (!has_class(b, "box")) continue;
+        if (!has_class(b, "chunk2")) {
+            plain++;
+            continue;
+        }
+        for (int pass = 0; pass < PLAN_NPASS; pass++) {
+            const viz_style *st = viz_pass_style(pass);
+            if (!has_class(b, st->key)) continue;
+            CU_ASSERT_STRING_EQUAL(b->fill, st->fill);
+            CU_ASSERT_STRING_EQUAL(b->stroke, viz_mark_colour(st->fill));
+            marked[pass]++;
+        }
+    }
+    /* ZB-V: each rank's second chunk runs 8 F, 8 BI and 8 BW */
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_F], 32);
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_BI], 32);
+    CU_ASSERT_EQUAL(marked[PLAN_PASS_BW], 32);
+    CU_ASSERT_EQUAL(plain, 96);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-chunk"));
+    free(s.b);
+    compiled_free(c);
+}
+
 static void test_schedule_errors(void)
 {
     plan_set p;
@@ -754,18 +956,41 @@ static void test_trace_reader(void)
     CU_ASSERT_EQUAL(t.nlanes, 1);
     CU_ASSERT_EQUAL(t.lanes[0].pid, 3);
     viz_chrome_free(&t);
-    /* two events of one stream that overlap (the second starts at 6, the first ends at 7) are
-     * counted, and the timeline warns */
+    /* two events of one stream that overlap (the second starts at 6, inside the first, and ends
+     * at 9, after it) are counted, and the timeline warns; one that ends inside is nested */
     const char *overlap = "[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 2, \"dur\": 5, \"name\": \"F\"},"
-                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 6, \"dur\": 1, \"name\": \"B\"},"
-                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1, \"name\": \"B\"}]";
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 6, \"dur\": 3, \"name\": \"B\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1, \"name\": \"B\"},"
+                          " {\"ph\": \"X\", \"pid\": 0, \"tid\": 1, \"ts\": 3.5, \"dur\": 0.5, \"name\": \"k\"}]";
     CU_ASSERT_EQUAL(viz_chrome_read(&t, "o.json", overlap, strlen(overlap), &e), 0);
     CU_ASSERT_EQUAL(t.overlaps, 1);
+    CU_ASSERT_EQUAL(t.nested, 1);
+    CU_ASSERT_EQUAL(t.lanes[1].depth, 2);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[0].ts, 0, 1e-12); /* rebased */
     base_buf dot = {0};
     viz_timeline_options o = {0};
     CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
     TEST_ASSERT_CONTAINS(e.warnings, "1 event start before the previous event of their stream ends");
     free(dot.s);
+    viz_chrome_free(&t);
+    /* counters: every numeric arg a series, named with its key when there are several; times
+     * rebased with the events' (the sample at 5 comes first) */
+    const char *ctr = "[{\"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": 10, \"dur\": 2, \"name\": \"F\"},"
+                      " {\"ph\": \"C\", \"pid\": 1, \"name\": \"mem\", \"ts\": 7, \"args\": {\"a\": 3, \"b\": 4}},"
+                      " {\"ph\": \"C\", \"pid\": 1, \"name\": \"mem\", \"ts\": 5, \"args\": {\"a\": 1, \"b\": 2}}]";
+    CU_ASSERT_EQUAL(viz_chrome_read(&t, "c.json", ctr, strlen(ctr), &e), 0);
+    CU_ASSERT_EQUAL(t.ncounters, 4);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[0].ts, 5, 1e-12);
+    if (t.ncounters == 4) {
+        CU_ASSERT_STRING_EQUAL(t.counters[0].name, "mem a");
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[0].ts, 0, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[0].value, 1, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[1].value, 3, 1e-12);
+        CU_ASSERT_STRING_EQUAL(t.counters[3].name, "mem b");
+        CU_ASSERT_DOUBLE_EQUAL(t.counters[3].value, 4, 1e-12);
+    }
     viz_chrome_free(&t);
     struct {
         const char *text, *msg;
@@ -776,6 +1001,19 @@ static void test_trace_reader(void)
         {"{\"events\": []}", "needs \"traceEvents\""},
         {"[1, 2]", "a trace event must be an object"},
         {"[{\"ph\": \"X\",", "t.json:1:"},
+        {"[{\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 1}]", "t.json:1:2: this E event closes nothing"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"name\": \"a\"},\n {\"ph\": \"E\", \"pid\": 0, \"tid\": 1, "
+         "\"ts\": 2}]", "t.json:2:2: this E event closes nothing"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 1}, {\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 2},"
+         " {\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 3}]", "t.json:1:2: this B event is never closed"},
+        {"[{\"ph\": \"B\", \"pid\": 0, \"tid\": 0, \"ts\": 5}, {\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 3}]",
+         "ends before the B event it closes begins"},
+        {"[{\"ph\": \"X\", \"pid\": [0], \"tid\": 0, \"ts\": 1}]", "t.json:1:21: 'pid' must be an integer or a string"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 2, \"args\": {\"wait_us\": 3}}]",
+         "it cannot wait longer than it lasts"},
+        {"[{\"ph\": \"C\", \"pid\": 0, \"ts\": 1, \"name\": \"memory\"}]", "t.json:1:2: this C (counter) event has no args"},
+        {"[{\"ph\": \"C\", \"pid\": 0, \"ts\": 1, \"args\": {\"bytes\": \"lots\"}}]", "expected a number for 'bytes'"},
+        {"[{\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": \"soon\"}]", "t.json:1:40: expected a number for 'ts'"},
     };
     for (size_t k = 0; k < BASE_COUNT(bad); k++) {
         base_error_clear(&e);
@@ -784,6 +1022,306 @@ static void test_trace_reader(void)
         CU_ASSERT_EQUAL(t.nlanes, 0);
         viz_chrome_free(&t);
     }
+}
+
+/* A Kineto (PyTorch profiler) trace, written by hand to the format (tests/fixtures/kineto/):
+ * CPU ops nested four deep on the main thread, a B/E pair on the autograd thread, kernels,
+ * a memset and a memcpy under a GPU annotation on stream 7, NCCL and zero-length kernels on
+ * stream 20, flow and instant events, times in microseconds since boot (5.9e9). */
+static void test_kineto_trace(void)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, test_src_path("tests/fixtures/kineto/kineto_step.json"), &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5926130000.5, 1e-6);
+    CU_ASSERT_EQUAL(t.nlanes, 4);
+    CU_ASSERT_EQUAL(t.nevents, 16);
+    CU_ASSERT_EQUAL(t.skipped, 3); /* two flow events and an instant */
+    CU_ASSERT_EQUAL(t.overlaps, 0);
+    CU_ASSERT_EQUAL(t.nested, 5 + 1 + 4);
+    /* lanes: the CPU process (pid 4123, sorted by pid) before the GPU (sort index 5000000), each
+     * named with its process_labels */
+    static const struct {
+        int64_t pid, tid;
+        const char *process, *thread;
+        int depth, nevents;
+        bool device;
+    } lanes[] = {
+        {4123, 4123, "python3 (CPU)", "thread 4123 (python3)", 4, 6, false},
+        {4123, 4200, "python3 (CPU)", "thread 4200 (pt_autograd_0)", 2, 2, false},
+        {0, 7, "python3 (GPU 0)", "stream 7", 2, 5, true},
+        {0, 20, "python3 (GPU 0)", "stream 20", 1, 3, true},
+    };
+    for (int l = 0; l < t.nlanes && l < 4; l++) {
+        CU_ASSERT_EQUAL(t.lanes[l].pid, lanes[l].pid);
+        CU_ASSERT_EQUAL(t.lanes[l].tid, lanes[l].tid);
+        CU_ASSERT_STRING_EQUAL(t.lanes[l].process, lanes[l].process);
+        CU_ASSERT_STRING_EQUAL(t.lanes[l].thread, lanes[l].thread);
+        CU_ASSERT_EQUAL(t.lanes[l].depth, lanes[l].depth);
+        CU_ASSERT_EQUAL(t.lanes[l].nevents, lanes[l].nevents);
+        CU_ASSERT_EQUAL(t.lanes[l].device, lanes[l].device);
+    }
+    /* events in lane order, each lane's by start, encloser first: names, rebased times, depths,
+     * kinds */
+    static const struct {
+        const char *name;
+        double ts, dur;
+        int depth;
+        viz_event_kind kind;
+    } ev[] = {
+        {"ProfilerStep#3", 0, 2000, 0, VIZ_EV_CPU_ANNOT},
+        {"aten::linear", 10, 300, 1, VIZ_EV_CPU},
+        {"aten::addmm", 20, 250, 2, VIZ_EV_CPU},
+        {"cudaLaunchKernel", 30, 8, 3, VIZ_EV_CPU},
+        {"aten::relu", 400, 50, 1, VIZ_EV_CPU},
+        {"cudaMemcpyAsync", 500, 12, 1, VIZ_EV_CPU},
+        {"autograd::engine::evaluate_function: AddmmBackward0", 900, 600, 0, VIZ_EV_CPU}, /* B/E */
+        {"aten::mm", 1000, 200, 1, VIZ_EV_CPU},
+        {"ProfilerStep#3", 40, 1700, 0, VIZ_EV_GPU_ANNOT},
+        {"sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", 45, 120.5, 1, VIZ_EV_KERNEL},
+        {"Memset (Device)", 200, 3, 1, VIZ_EV_GPU_MEM},
+        {"Memcpy HtoD (Pageable -> Device)", 520, 30, 1, VIZ_EV_GPU_MEM},
+        {NULL, 560, 10, 1, VIZ_EV_KERNEL},
+        {NULL, 600, 1100, 0, VIZ_EV_KERNEL},
+        {"void at::native::zero_kernel()", 1800, 0, 0, VIZ_EV_KERNEL},   /* dur 0 */
+        {"void at::native::marker_kernel()", 1900, 0, 0, VIZ_EV_KERNEL}, /* no dur */
+    };
+    for (int i = 0; i < t.nevents && i < 16; i++) {
+        if (ev[i].name) CU_ASSERT_STRING_EQUAL(t.events[i].name, ev[i].name);
+        CU_ASSERT_DOUBLE_EQUAL(t.events[i].ts, ev[i].ts, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(t.events[i].dur, ev[i].dur, 1e-6);
+        CU_ASSERT_EQUAL(t.events[i].depth, ev[i].depth);
+        CU_ASSERT_EQUAL(t.events[i].kind, ev[i].kind);
+    }
+    /* drawn: axis from 0 to 2 ms in 0.2 ms steps (not 5.92613e+09), lanes as high as their
+     * nesting, a nested kernel below its annotation inside the stream's lane, no warning */
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    CU_ASSERT(e.warnings[0] == 0);
+    TEST_ASSERT_CONTAINS(dot.s, "\"timeline: 4 lanes, 0 to 2 ms\"");
+    TEST_ASSERT_CONTAINS(dot.s, "time (ms) from the trace's first event");
+    TEST_ASSERT_CONTAINS(dot.s, "label=\"1.2\"");
+    CU_ASSERT(strstr(dot.s, "e+09") == NULL);
+    /* the labels' column widens for "python3 (CPU) · thread 4200 (pt_autograd_0)" (about 2.9 in
+     * at 8 pt) instead of cutting it */
+    const char *ll = strstr(dot.s, "lanelabel1 [");
+    const char *lw = ll ? strstr(ll, "width=") : NULL;
+    CU_ASSERT_FATAL(lw != NULL);
+    CU_ASSERT(strtod(lw + 6, NULL) > 2.5 && strtod(lw + 6, NULL) <= 4);
+    char *text = render_svg(&dot, "nop");
+    svg s = svg_parse(text);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "tick-10"));
+    CU_ASSERT_PTR_NULL(svg_find(&s, "tick-11"));
+    CU_ASSERT_EQUAL(count_class(&s, "event"), 16);
+    const svg_box *l0 = svg_find(&s, "lane-4123-4123"), *l7 = svg_find(&s, "lane-0-7"), *l20 = svg_find(&s, "lane-0-20");
+    const svg_box *annot = svg_find(&s, "ev-0-7-0"), *gemm = svg_find(&s, "ev-0-7-1"), *nccl = svg_find(&s, "ev-0-20-0");
+    const svg_box *launch = svg_find(&s, "ev-4123-4123-3"), *step = svg_find(&s, "ev-4123-4123-0");
+    CU_ASSERT_FATAL(l0 && l7 && l20 && annot && gemm && nccl && launch && step);
+    double h20 = l20->y1 - l20->y0;
+    CU_ASSERT((l7->y1 - l7->y0) > 1.5 * h20);  /* two rows */
+    CU_ASSERT((l0->y1 - l0->y0) > 3.5 * h20);  /* four rows */
+    CU_ASSERT(gemm->y0 >= annot->y1 - 0.5);    /* a row below what encloses it */
+    CU_ASSERT(gemm->y0 >= l7->y0 && gemm->y1 <= l7->y1 + 0.5);
+    CU_ASSERT(launch->y0 > step->y1);
+    CU_ASSERT(has_class(gemm, "kernel") && has_class(nccl, "kernel"));
+    CU_ASSERT(has_class(svg_find(&s, "ev-0-7-2"), "gpu_mem"));
+    CU_ASSERT(has_class(svg_find(&s, "ev-4123-4123-1"), "cpu"));
+    CU_ASSERT(has_class(step, "cpu_annot") && has_class(annot, "gpu_annot"));
+    CU_ASSERT(has_class(l7, "compute")); /* an NCCL-free GPU stream is not a communication lane */
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-kernel"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-cpu"));
+    free(s.b);
+    free(text);
+    free(dot.s);
+    viz_chrome_free(&t);
+}
+
+/* Nsight Systems' Chrome export (hand-written to the form): a bare array, string pids and tids
+ * naming processes, threads and streams, NVTX ranges as B/E pairs nesting the CUDA API calls. */
+static void test_nsight_trace(void)
+{
+    viz_chrome t;
+    base_error e;
+    base_error_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, test_src_path("tests/fixtures/kineto/nsight_export.json"), &e), 0);
+    CU_ASSERT_DOUBLE_EQUAL(t.origin_us, 5926200000.25, 1e-6);
+    CU_ASSERT_EQUAL(t.nlanes, 3);
+    CU_ASSERT_EQUAL(t.nevents, 7);
+    CU_ASSERT_EQUAL(t.overlaps, 0);
+    CU_ASSERT_EQUAL(t.nested, 2);
+    if (t.nlanes == 3) {
+        CU_ASSERT_STRING_EQUAL(t.lanes[0].process, "train.py (7781)");
+        CU_ASSERT_STRING_EQUAL(t.lanes[0].thread, "python main thread");
+        CU_ASSERT_EQUAL(t.lanes[0].depth, 3);
+        CU_ASSERT(!t.lanes[0].device);
+        CU_ASSERT_STRING_EQUAL(t.lanes[1].process, "GPU 0 (NVIDIA H100 80GB HBM3)");
+        CU_ASSERT_STRING_EQUAL(t.lanes[1].thread, "Stream 7");
+        CU_ASSERT_STRING_EQUAL(t.lanes[2].thread, "Stream 24");
+        CU_ASSERT(t.lanes[1].device && t.lanes[2].device);
+        CU_ASSERT_EQUAL(t.lanes[1].pid, t.lanes[2].pid);
+    }
+    /* the main thread: an API call, then "forward" [10, 400) holding "layer 0" [20, 120) holding
+     * a launch */
+    CU_ASSERT_STRING_EQUAL(t.events[1].name, "forward");
+    CU_ASSERT_DOUBLE_EQUAL(t.events[1].ts, 10, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(t.events[1].dur, 390, 1e-6);
+    CU_ASSERT_EQUAL(t.events[2].depth, 1);
+    CU_ASSERT_EQUAL(t.events[3].depth, 2);
+    CU_ASSERT_EQUAL(t.events[1].kind, VIZ_EV_CPU_ANNOT);
+    CU_ASSERT_EQUAL(t.events[3].kind, VIZ_EV_CPU);
+    CU_ASSERT_EQUAL(t.events[4].kind, VIZ_EV_KERNEL);
+    CU_ASSERT_EQUAL(t.events[5].kind, VIZ_EV_GPU_MEM);
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    TEST_ASSERT_CONTAINS(dot.s, "\"timeline: 3 lanes, 0 to 400 us\"");
+    free(dot.s);
+    viz_chrome_free(&t);
+}
+
+/* piper-sim's trace of a pipeline program has a flow per transfer and a memory track per GPU,
+ * and says how long each transfer waited for its partner:
+ * on 1F1B, GPU 1 posts its first receive at once and waits until GPU 0 has run its forward and
+ * posts the matching send, which finds the receive waiting and moves at once. The timeline draws
+ * the waiting apart (class "wait") from the moving (the event's box). */
+static void test_sim_trace_waiting(void)
+{
+    compiled *c = compile_rel("configs/programs/pp4_1f1b.yaml", NULL);
+    CU_ASSERT_EQUAL_FATAL(c->rc, 0);
+    char path[] = "/tmp/piper_viz_traceXXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    sim_options so;
+    sim_options_init(&so, &c->c.plan);
+    so.trace_path = path;
+    sim_result r;
+    base_error e;
+    base_error_clear(&e);
+    int rc = sim_run(&c->c.plan, &so, &r, &e);
+    if (rc) fprintf(stderr, "\n  sim: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    /* the records the reader skips: a flow from every send to the receive it met (one "s" on
+     * the sender, one "f" on the peer, per transfer), and a memory counter per GPU whose highest
+     * sample is the device's simulated peak */
+    base_arena a;
+    base_arena_init(&a);
+    ir_doc *doc = NULL;
+    CU_ASSERT_EQUAL_FATAL(ir_doc_load(&a, path, &doc, &e), 0);
+    const ir_doc *evs = ir_doc_get(doc, "traceEvents");
+    CU_ASSERT_FATAL(evs && evs->kind == IR_DOC_SEQ);
+    int sends = 0;
+    for (int d = 0; d < c->c.plan.ndevices; d++) {
+        const plan_list *L = plan_dev_list(&c->c.plan, d);
+        for (int i = 0; i < L->n; i++) sends += L->ins[i].op == PLAN_SEND;
+    }
+    CU_ASSERT(sends > 0);
+    int64_t *from = calloc((size_t)sends + 1, sizeof *from), *to = calloc((size_t)sends + 1, sizeof *to);
+    double *peak = calloc((size_t)c->c.plan.ndevices, sizeof *peak);
+    int nstart = 0, nfinish = 0, bad = 0;
+    for (int i = 0; i < evs->n; i++) {
+        const ir_doc *x = evs->items[i];
+        const char *ph = NULL;
+        int64_t id = -1, pid = -1;
+        ir_doc_string(ir_doc_get(x, "ph"), "ph", &ph, &e);
+        if (!ph || (strcmp(ph, "s") && strcmp(ph, "f") && strcmp(ph, "C"))) continue;
+        ir_doc_int(ir_doc_get(x, "pid"), "pid", &pid, &e);
+        if (pid < 0 || pid >= c->c.plan.ndevices) {
+            bad++;
+            continue;
+        }
+        if (!strcmp(ph, "C")) {
+            double v = -1;
+            ir_doc_num(ir_doc_get(ir_doc_get(x, "args"), "bytes"), "bytes", &v, &e);
+            if (v > peak[pid]) peak[pid] = v;
+            continue;
+        }
+        ir_doc_int(ir_doc_get(x, "id"), "id", &id, &e);
+        if (id < 0 || id >= sends) {
+            bad++;
+            continue;
+        }
+        int64_t *slot = !strcmp(ph, "s") ? &from[id] : &to[id];
+        if (*slot) bad++; /* each end once */
+        *slot = pid + 1;
+        nstart += !strcmp(ph, "s");
+        nfinish += !strcmp(ph, "f");
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(nstart, sends);
+    CU_ASSERT_EQUAL(nfinish, sends);
+    for (int k = 0; k < sends; k++) CU_ASSERT(from[k] && to[k] && from[k] != to[k]);
+    for (int d = 0; d < r.ndevices && d < c->c.plan.ndevices; d++) {
+        CU_ASSERT(peak[d] > 0);
+        CU_ASSERT_DOUBLE_EQUAL(peak[d], r.dev[d].peak_bytes, 0.5);
+    }
+    free(from);
+    free(to);
+    free(peak);
+    base_arena_free(&a);
+    sim_result_free(&r);
+    viz_chrome t;
+    CU_ASSERT_EQUAL_FATAL(viz_chrome_read_file(&t, path, &e), 0);
+    unlink(path);
+    int comm = 0, waited = 0;
+    const viz_chrome_event *recv = NULL, *send = NULL;
+    for (int i = 0; i < t.nevents; i++) {
+        const viz_chrome_event *x = &t.events[i];
+        const viz_chrome_lane *ln = &t.lanes[x->lane];
+        if (!x->cat || (strcmp(x->cat, "p2p") && strcmp(x->cat, "coll"))) {
+            CU_ASSERT_EQUAL(x->wait, 0);
+            continue;
+        }
+        comm++;
+        waited += x->wait > 0;
+        CU_ASSERT(x->wait >= 0 && x->wait <= x->dur);
+        if (!recv && ln->pid == 1 && x->name && !strncmp(x->name, "recv mb0 from 0", 15)) recv = x;
+        if (!send && ln->pid == 0 && x->name && !strncmp(x->name, "send mb0 to 1", 13)) send = x;
+    }
+    CU_ASSERT(comm > 0);
+    CU_ASSERT(waited > 0);
+    CU_ASSERT_FATAL(recv && send);
+    CU_ASSERT(recv->wait > 0);
+    CU_ASSERT_DOUBLE_EQUAL(recv->ts + recv->wait, send->ts, 1e-3); /* the send's post ends the wait */
+    CU_ASSERT_DOUBLE_EQUAL(send->wait, 0, 1e-9);
+    CU_ASSERT(recv->dur - recv->wait < 0.5 * recv->dur); /* it mostly waited */
+    /* drawn: a wait box per event that waited, before the event's own box */
+    base_buf dot = {0};
+    viz_timeline_options o = {0};
+    CU_ASSERT_EQUAL(viz_timeline(&t, &o, &dot, &e), 0);
+    char *text = render_svg(&dot, "nop");
+    svg s = svg_parse(text);
+    CU_ASSERT_EQUAL(count_class(&s, "wait"), waited);
+    /* and a memory track per GPU, under its streams */
+    CU_ASSERT(t.ncounters > 0);
+    CU_ASSERT_EQUAL(count_class(&s, "track"), c->c.plan.ndevices);
+    CU_ASSERT(count_class(&s, "sample") > 0);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-sample"));
+    TEST_ASSERT_CONTAINS(dot.s, "GPU 3 \xc2\xb7 memory \xe2\x89\xa4 ");
+    const svg_box *track3 = svg_find(&s, "track-3-3"), *lane3 = svg_find(&s, "lane-3-0"), *lane2 = svg_find(&s, "lane-2-0");
+    CU_ASSERT_FATAL(track3 && lane3 && lane2);
+    CU_ASSERT(track3->y0 > lane3->y1 && lane2->y1 < lane3->y0);
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-wait_p2p"));
+    CU_ASSERT_PTR_NOT_NULL(svg_find(&s, "legend-p2p"));
+    for (int i = 0; i < s.n; i++) {
+        const svg_box *w = &s.b[i];
+        if (!has_class(w, "wait")) continue;
+        char id[64];
+        snprintf(id, sizeof id, "ev-%s", w->id + 5); /* wait-P-T-K -> ev-P-T-K */
+        const svg_box *b = svg_find(&s, id);
+        CU_ASSERT_FATAL(b != NULL);
+        CU_ASSERT(w->x1 <= b->x0 + 1.0); /* waiting, then moving */
+        CU_ASSERT(strcmp(w->fill, b->fill) != 0);
+        CU_ASSERT(!strcmp(w->fill, viz_wait_style(VIZ_COMM_P2P)->fill) || !strcmp(w->fill, viz_wait_style(VIZ_COMM_COLL)->fill));
+    }
+    free(s.b);
+    free(text);
+    free(dot.s);
+    viz_chrome_free(&t);
+    compiled_free(c);
 }
 
 static svg timeline_svg(const char *rel, const viz_timeline_options *o)
@@ -932,6 +1470,9 @@ int piper_tests_register(void)
         {"DualPipe: its overlapped pairs, as many as its steps give", test_schedule_dualpipe_pairs},
         {"a plan file draws the same grid", test_schedule_from_plan_file},
         {"a deadlocking plan is drawn from a replay, with a warning", test_schedule_deadlocked_plan},
+        {"the title names the schedule, p, v and m", test_schedule_title},
+        {"--width: p = 8 V schedules in a column, the legend wrapped inside", test_schedule_width},
+        {"the second chunk's mark contrasts with every fill", test_schedule_chunk_mark},
         {"errors", test_schedule_errors},
         {"plan_check_timed reports every instruction once", test_check_timing_callback},
         {NULL, NULL},
@@ -944,6 +1485,9 @@ int piper_tests_register(void)
     };
     static const test_case timeline[] = {
         {"the trace reader", test_trace_reader},
+        {"a Kineto trace: rebased axis, lanes, nesting, kinds, B/E", test_kineto_trace},
+        {"an Nsight export: string ids, NVTX B/E nesting", test_nsight_trace},
+        {"piper-sim's trace: waiting apart from moving", test_sim_trace_waiting},
         {"one lane per (pid, tid), axis, window", test_timeline},
         {"formats, windows, collapse options", test_parsers},
         {"rendering to png, pdf, dot; errors", test_render_formats},

@@ -52,6 +52,29 @@ has "$tmp/pp4.dot" 'id="r2-F-5"'
 expect 0 "" schedule "$prog" --unit --title "1F1B" -o "$tmp/unit.svg"
 has "$tmp/unit.svg" ">1F1B<"
 expect 0 "<svg" schedule "$prog" -o - --format svg
+# its own orders name no schedule builder: the title names the model
+has "$tmp/pp4.svg" 'gpt_1.7b — p = 4, v = 1, m = 8'
+
+# --column and --width: the figure's width bounded (svg: points; png: pixels at 150 dpi)
+# width W -> "WIDTHpt" of the svg, or the png's IHDR width
+svg_width() { sed -n 's/^<svg width="\([0-9]*\)pt".*/\1/p' "$1"; }
+png_width() { od -An -tu1 -j16 -N4 "$1" | awk '{print $1 * 16777216 + $2 * 65536 + $3 * 256 + $4}'; }
+within() { # within WHAT GOT MAX MIN
+  if [ -z "$2" ] || [ "$2" -gt "$3" ] || [ "$2" -lt "$4" ]; then
+    echo "FAIL: $1 is '$2' wide, want $4..$3" >&2
+    failed=$((failed + 1))
+  fi
+}
+zbv=$src/configs/programs/pp4_zbv.yaml
+expect 0 "" schedule "$zbv" --column -o "$tmp/col.svg"
+has "$tmp/col.svg" 'ZB&#45;V — p = 4, v = 2, m = 8'
+within "--column svg" "$(svg_width "$tmp/col.svg")" 252 212
+expect 0 "" schedule "$zbv" --width 400 -o "$tmp/w400.svg"
+within "--width 400 svg" "$(svg_width "$tmp/w400.svg")" 400 360
+expect 0 "" schedule "$zbv" --column -o "$tmp/col.png"
+within "--column png" "$(png_width "$tmp/col.png")" 525 440
+expect 0 "" schedule "$zbv" --unit --width 300 -o "$tmp/wu.svg"
+within "--unit --width 300 svg" "$(svg_width "$tmp/wu.svg")" 300 260
 
 "$compile" -q "$prog" -o "$tmp/pp4.plan" || { echo "FAIL: piper-compile $prog" >&2; failed=$((failed + 1)); }
 expect 0 "" schedule "$tmp/pp4.plan" -o "$tmp/plan.svg"
@@ -101,6 +124,9 @@ expect 2 "cannot tell the format from" schedule "$prog" -o "$tmp/x.jpg"
 expect 2 "--format 'gif'" schedule "$prog" -o "$tmp/x.svg" --format gif
 expect 2 "--unit is for 'schedule'" dag "$prog" --unit -o "$tmp/x.svg"
 expect 2 "--window is for 'timeline'" schedule "$prog" --window 1:2 -o "$tmp/x.svg"
+expect 2 "--width and --column are for 'schedule'" timeline "$trace" --column -o "$tmp/x.svg"
+expect 2 "--width 'wide': give the figure's width" schedule "$prog" --width wide -o "$tmp/x.svg"
+expect 2 "--width '10'" schedule "$prog" --width 10 -o "$tmp/x.svg"
 expect 2 "unknown part 'micro'" dag "$prog" --collapse micro -o "$tmp/x.svg"
 expect 2 "expected START:END" timeline "$trace" --window 5ms -o "$tmp/x.svg"
 expect 2 "unknown option '--bogus'" schedule "$prog" --bogus -o "$tmp/x.svg"
