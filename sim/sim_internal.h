@@ -185,6 +185,7 @@ typedef struct sim_state {
     const char **skeys;
     int64_t activities, executions;
     viz_trace *trace;            /* --trace: events as they finish, or NULL */
+    double **t_start, **t_end;   /* o->times_fn: per simulated device and instruction, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
     char host_note[320];         /* why one was left out */
