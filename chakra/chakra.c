@@ -287,7 +287,7 @@ typedef struct writer {
     int ndeps_cap;
 } writer;
 
-static int write_device(writer *w, int dev, const list_deps *ld, FILE *f)
+static void write_device(writer *w, int dev, const list_deps *ld, FILE *f)
 {
     const plan_set *p = w->p;
     const plan_list *L = plan_dev_list(p, dev);
@@ -311,6 +311,7 @@ static int write_device(writer *w, int dev, const list_deps *ld, FILE *f)
     put_framed(f, &meta.base, &w->buf, &w->cap);
 
     uint64_t ctrl[1];
+    char pg[16]; /* a collective's pg_name, alive until its node is packed */
     for (int i = 0; i < L->n; i++) {
         const plan_instr *in = &L->ins[i];
         if (!is_node_op(in->op)) continue;
@@ -366,7 +367,6 @@ static int write_device(writer *w, int dev, const list_deps *ld, FILE *f)
         }
         case PLAN_COLL: {
             int g = plan_dev_group(p, dev, in);
-            char pg[16];
             snprintf(pg, sizeof pg, "%d", g);
             nd.type = CHAKRA_PROTO_MSG__NODE_TYPE__COMM_COLL_NODE;
             attr_i64(&as, "comm_type", chakra_coll_type(in->coll));
@@ -384,7 +384,6 @@ static int write_device(writer *w, int dev, const list_deps *ld, FILE *f)
         nd.attr = as.ptr;
         put_framed(f, &nd.base, &w->buf, &w->cap);
     }
-    return 0;
 }
 
 /* ---------------------------------------------------------------- files */
@@ -501,10 +500,7 @@ int chakra_write(const plan_set *p, const char *dir, const char *prefix, const c
             break;
         }
         write_device(&w, d, &ld[l], o.f);
-        if (ferror(o.f))
-            rc = base_out_fail(&o, e);
-        else
-            rc = base_out_commit(&o, e);
+        rc = ferror(o.f) ? base_out_fail(&o, e) : base_out_commit(&o, e);
     }
     for (int l = 0; l < p->nlists; l++) list_deps_free(&ld[l]);
     free(ld), free(built), free(w.buf), free(w.deps);

@@ -676,6 +676,7 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
         for (int d = 0; d < p->ndevices; d++) ts[d] = st.t_start[st.fold.rep[d]], te[d] = st.t_end[st.fold.rep[d]];
         rc = o->times_fn(o->times_ctx, p, ts, te, e);
         free(ts), free(te);
+        if (rc) sim_result_free(r);
     }
     if (st.trace && rc) {
         viz_trace_abort(st.trace);
