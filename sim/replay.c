@@ -21,6 +21,8 @@
  *    reach the instruction's segment, then sleeps until the issue time. A compute's GPU time
  *    starts once enough of its kernels are issued never to starve (sim_kernel_list_host);
  *  - the trace (replay_trace.c): one event per compute, collective and p2p run.
+ *  - the times (sim_options.times_fn, piper-sim --emit-chakra): when each instruction was issued
+ *    to its stream and when it finished, handed over once the run is done.
  *
  * Where the time goes is integrated per device as the simulation runs: compute while a compute
  * instruction runs, exposed communication while a transfer moves data (from the moment both sides
