@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chakra/chakra.h"
 #include "sched/sched.h"
 
 /* The compiler's table of passes: each name, and what it does wrapped to 80 columns. */
@@ -57,6 +58,10 @@ static void usage(FILE *f)
             "                        its order directives, as a JSON array (Piper's schema)\n"
             "  --emit-order FILE     write the per-rank order (PyTorch's CSV notation: 0F3, 2I1,\n"
             "                        (0F7;7B3)OVERLAP_F_B) of a pipelined program; - = stdout\n"
+            "  --emit-chakra DIR     write DIR/NAME.<rank>.et: the plans as MLCommons Chakra\n"
+            "                        execution traces, timed by the static check's run (ASTRA-sim;\n"
+            "                        docs/chakra.md)\n"
+            "  --chakra-prefix NAME  the traces' NAME (default: PROGRAM's name without extension)\n"
             "  --allow-oom           keep plans that exceed device memory (what-if analysis)\n"
             "  --no-sendrecv-groups  lower without pairing opposite sends and receives\n"
             "  --p2p-per-channel     one p2p stream per peer, direction and flow (asynchronous\n"
@@ -77,7 +82,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     const char *program = NULL, *out = NULL, *model = NULL, *cluster = NULL, *dump = NULL;
-    const char *emit_order = NULL, *dump_after = NULL;
+    const char *emit_order = NULL, *dump_after = NULL, *chakra_dir = NULL, *chakra_prefix = NULL;
     bool quiet = false, emit_directives = false;
     sched_options opt = {0};
     for (int i = 1; i < argc; i++) {
@@ -85,12 +90,17 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--model") || !strcmp(a, "--cluster")) {
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--model") || !strcmp(a, "--cluster") ||
+                   !strcmp(a, "--emit-chakra") || !strcmp(a, "--chakra-prefix")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "piper-compile: %s needs a file name\n", a);
                 return 2;
             }
-            const char **dst = !strcmp(a, "-o") ? &out : !strcmp(a, "--model") ? &model : &cluster;
+            const char **dst = !strcmp(a, "-o")              ? &out
+                               : !strcmp(a, "--model")       ? &model
+                               : !strcmp(a, "--cluster")     ? &cluster
+                               : !strcmp(a, "--emit-chakra") ? &chakra_dir
+                                                             : &chakra_prefix;
             *dst = argv[++i];
         } else if (!strcmp(a, "--micro-batch") || !strcmp(a, "--global-batch")) {
             char *end = NULL;
@@ -166,6 +176,11 @@ int main(int argc, char **argv)
     if (!rc && emit_directives) rc = sched_write_directives_json(&c, stdout, &e);
     if (!rc) rc = sched_lower(&c, &opt, &e);
     if (!rc && out) rc = plan_write_file(&c.plan, out, &e);
+    if (!rc && chakra_dir) {
+        char stem[256];
+        chakra_default_prefix(program, stem, sizeof stem);
+        rc = chakra_write(&c.plan, chakra_dir, chakra_prefix ? chakra_prefix : stem, NULL, &e);
+    }
     if (!rc && emit_order) {
         if (!strcmp(emit_order, "-")) {
             rc = sched_write_order_csv(&c, stdout, &e);

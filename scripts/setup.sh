@@ -13,6 +13,12 @@ PACKAGES+=(openmpi-bin libopenmpi-dev)
 PACKAGES+=(clang libclang-rt-14-dev)
 # The figures (viz/, piper-viz) render through Graphviz's gvc in the one font they name.
 PACKAGES+=(libgraphviz-dev fonts-dejavu-core)
+# Chakra execution traces (chakra/, --emit-chakra) are packed with protobuf-c: protoc-c generates
+# the message code at build time, libprotobuf-c links it.
+PACKAGES+=(protobuf-c-compiler libprotobuf-c-dev)
+# The Chakra test's independent reader (tests/chakra/) decodes the traces with Google's protobuf
+# for Python, from a module protoc generates at test time.
+PACKAGES+=(python3-protobuf protobuf-compiler)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chakra/chakra.h"
 #include "sched/sched.h"
 #include "sim/sim.h"
 
@@ -63,6 +64,9 @@ static void usage(FILE *f)
     fprintf(f,
             "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
             "                      process per GPU, one thread per stream\n"
+            "  --emit-chakra DIR   write DIR/NAME.<rank>.et, the step as MLCommons Chakra execution\n"
+            "                      traces with the simulated times (ASTRA-sim; docs/chakra.md)\n"
+            "  --chakra-prefix NAME  the traces' NAME (default: FILE's name without extension)\n"
             "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
             "                      (default: the cluster file's `platform`, if any); it needs a host\n"
             "                      gpu<d> for each device d (docs/simulator.md)\n"
@@ -125,7 +129,7 @@ static int compile_program(const char *program, plan_set *p)
 int main(int argc, char **argv)
 {
     const char *input = NULL, *json = NULL, *links = NULL, *coll = NULL, *platform_out = NULL, *trace = NULL,
-               *platform = NULL, *calib = NULL;
+               *platform = NULL, *calib = NULL, *chakra_dir = NULL, *chakra_prefix = NULL;
     const char *costs[16];
     int ncosts = 0;
     int quiet = 0, no_check = 0, in_process = 0, no_fold = 0;
@@ -136,7 +140,7 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json") || !strcmp(a, "--links") || !strcmp(a, "--costs") || !strcmp(a, "--coll") ||
                    !strcmp(a, "--platform-out") || !strcmp(a, "--trace") || !strcmp(a, "--platform") ||
-                   !strcmp(a, "--calib")) {
+                   !strcmp(a, "--calib") || !strcmp(a, "--emit-chakra") || !strcmp(a, "--chakra-prefix")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "piper-sim: %s needs a value; see piper-sim --help\n", a);
                 return 2;
@@ -149,6 +153,8 @@ int main(int argc, char **argv)
             else if (!strcmp(a, "--trace")) trace = v;
             else if (!strcmp(a, "--platform")) platform = v;
             else if (!strcmp(a, "--calib")) calib = v;
+            else if (!strcmp(a, "--emit-chakra")) chakra_dir = v;
+            else if (!strcmp(a, "--chakra-prefix")) chakra_prefix = v;
             else if (ncosts < (int)BASE_COUNT(costs)) costs[ncosts++] = v;
             else {
                 fprintf(stderr, "piper-sim: too many --costs; join them with commas\n");
@@ -220,6 +226,10 @@ int main(int argc, char **argv)
     o.platform_out = platform_out;
     o.trace_path = trace;
     if (platform) o.platform = platform;
+    char stem[256];
+    chakra_default_prefix(input, stem, sizeof stem);
+    chakra_target chakra = {chakra_dir, chakra_prefix ? chakra_prefix : stem};
+    if (chakra_dir) o.times_fn = chakra_write_simulated, o.times_ctx = &chakra;
     o.progress = isatty(STDERR_FILENO);
     o.coll = coll_algo;
     /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */

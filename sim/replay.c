@@ -21,6 +21,8 @@
  *    reach the instruction's segment, then sleeps until the issue time. A compute's GPU time
  *    starts once enough of its kernels are issued never to starve (sim_kernel_list_host);
  *  - the trace (replay_trace.c): one event per compute, collective and p2p run.
+ *  - the times (sim_options.times_fn, piper-sim --emit-chakra): when each instruction was issued
+ *    to its stream and when it finished, handed over once the run is done.
  *
  * Where the time goes is integrated per device as the simulation runs: compute while a compute
  * instruction runs, exposed communication while a transfer moves data (from the moment both sides
@@ -231,6 +233,13 @@ static void stream_main(int argc, char **argv)
             if (sim_replay_state->trace) sim_trace_memory(d, dv->total);
             break;
         default: break;
+        }
+        if (sim_replay_state->t_start) {
+            double t1 = simgrid_get_clock();
+            for (int k = 0; k < adv; k++) {
+                sim_replay_state->t_start[d][order[pos + k]] = t0;
+                sim_replay_state->t_end[d][order[pos + k]] = t1;
+            }
         }
         if (sim_replay_state->trace && (in->op == PLAN_COMPUTE || in->op == PLAN_SEND || in->op == PLAN_RECV || in->op == PLAN_COLL))
             sim_trace_event(d, s, L, order + pos, adv, t0, sc->moving_at);
@@ -490,6 +499,8 @@ static void state_free(sim_state *st)
         free(st->gr[g].tree);
         sim_group_grid_free(&st->gr[g].gg);
     }
+    for (int d = 0; st->t_start && d < p->ndevices; d++) free(st->t_start[d]), free(st->t_end[d]);
+    free(st->t_start), free(st->t_end);
     sim_fold_free(&st->fold);
     free(st->li), free(st->dv), free(st->gr), free(st->goff), free(st->inst), free(st->xf), free(st->skeys);
     free(st->mb_free), free(st->cmb);
@@ -559,6 +570,16 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
     if (o->trace_path) {
         st.trace = &trace;
         sim_trace_names(p);
+    }
+    if (o->times_fn) {
+        st.t_start = base_xcalloc((size_t)p->ndevices + 1, sizeof *st.t_start);
+        st.t_end = base_xcalloc((size_t)p->ndevices + 1, sizeof *st.t_end);
+        for (int d = 0; d < p->ndevices; d++) {
+            if (st.fold.index[d] != 0) continue; /* a folded replica takes its simulated device's */
+            size_t n = (size_t)plan_dev_list(p, d)->n + 1;
+            st.t_start[d] = base_xcalloc(n, sizeof **st.t_start);
+            st.t_end[d] = base_xcalloc(n, sizeof **st.t_end);
+        }
     }
 
     int argc = 1;
@@ -656,6 +677,14 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
         sim_result_finish(p, r);
     }
     if (st.trace) sim_trace_finish(p);
+    if (!rc && o->times_fn) {
+        const double **ts = base_xcalloc((size_t)p->ndevices + 1, sizeof *ts);
+        const double **te = base_xcalloc((size_t)p->ndevices + 1, sizeof *te);
+        for (int d = 0; d < p->ndevices; d++) ts[d] = st.t_start[st.fold.rep[d]], te[d] = st.t_end[st.fold.rep[d]];
+        rc = o->times_fn(o->times_ctx, p, ts, te, e);
+        free(ts), free(te);
+        if (rc) sim_result_free(r);
+    }
     if (st.trace && rc) {
         viz_trace_abort(st.trace);
     } else if (st.trace) {

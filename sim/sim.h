@@ -116,6 +116,13 @@ typedef struct sim_costs {
     double comm_slowdown;
 } sim_costs;
 
+/* When every instruction of a finished replay ran: start[d][i] .. end[d][i], in seconds since
+ * the step began, for instruction i of device d's list (a folded replica's are its simulated
+ * device's). Called in the process that simulated, before sim_run returns; an error it records
+ * fails the run. */
+typedef int (*sim_times_fn)(void *ctx, const plan_set *p, const double *const *start, const double *const *end,
+                            base_error *e);
+
 typedef struct sim_options {
     sim_links links;
     sim_costs costs;
@@ -129,6 +136,8 @@ typedef struct sim_options {
     const char *platform_out; /* write the generated SimGrid platform XML here too (or NULL) */
     const char *trace_path;   /* write a Chrome trace of the step here (viz/trace.h), or NULL */
     const char *platform;     /* a user's SimGrid platform XML instead of the generated one, or NULL */
+    sim_times_fn times_fn;    /* told when each instruction ran (piper-sim --emit-chakra), or NULL */
+    void *times_ctx;
     char calibration[96];     /* where the cost constants came from, for the report ("" = built-in defaults) */
 } sim_options;
 

@@ -201,6 +201,7 @@ typedef struct sim_state {
     int64_t *mem_ts;             /* per device: the time (ns) of its memory sample not yet
                                     written, -1 when none (replay_trace.c) */
     double *mem_bytes;           /* and its value */
+    double **t_start, **t_end;   /* o->times_fn: per simulated device and instruction, or NULL */
     sim_fold fold;               /* which devices run (fold.c) */
     unsigned host_sync;          /* the host's synchronisation points in effect (SIM_SYNC_*) */
     char host_note[320];         /* why one was left out */

@@ -15,7 +15,8 @@
 # A module's main programs (MAIN_SOURCES: the files of its executables, not of its libraries) may
 # also include the contracts in MAIN_RULES, and its executables (MAIN_TARGETS) link their
 # libraries (MAIN_LINKS): piper-sim compiles programs in-process with the compiler (sched/sched.h,
-# piper_sched), piper-exec predicts with the simulator (sim/sim.h, piper_sim).
+# piper_sched) and writes Chakra traces (chakra/chakra.h), piper-exec predicts with the simulator
+# (sim/sim.h, piper_sim).
 #   usage: tests/check_includes.sh [SOURCE_DIR] [MODULE...]   (default: every module of RULES)
 set -euo pipefail
 root="${1:-$(dirname "$0")/..}"
@@ -41,7 +42,7 @@ declare -A MAIN_SOURCES=(
   [exec]="exec/piper_exec.c exec/sim_predict.c"
 )
 declare -A MAIN_RULES=(
-  [sim]="sched/sched.h"
+  [sim]="sched/sched.h chakra/chakra.h"
   [exec]="sim/sim.h"
 )
 declare -A MAIN_TARGETS=(
