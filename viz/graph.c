@@ -432,17 +432,19 @@ static void write_legend(const vg_graph *g, base_buf *dot, const double *at)
 
 /* ---------------------------------------------------------------- layout choice */
 
-/* dot's time grows with the virtual nodes it inserts, one per column an edge crosses: a plan's
- * F-to-B data edges span the whole step, so one ZeRO-3 device of 335 nodes makes ~10^5 of them
- * and dot runs for minutes whatever its limits (nslimit, mclimit, searchsize: still 20 s). Up to
- * this many (nodes plus crossed columns) dot lays out in about two seconds on one core; above it
- * piper places the nodes itself and Graphviz only draws them. */
+/* dot's time grows with the virtual nodes it inserts, one per column an edge crosses, and with
+ * the clusters it keeps apart: a plan's F-to-B data edges span the whole step, so one ZeRO-3
+ * device of 335 nodes makes ~3 x 10^4 of them and dot runs for 20 minutes (with its limits
+ * nslimit, mclimit and searchsize at their lowest, still 20 s). The cost is (nodes + crossed
+ * columns) x clusters; measured on one core: pp4_1f1b's plan, device 0 (238 nodes, cost 2,081)
+ * 0.2 s; all 4 devices merged over micro-batches (164 nodes, cost 14,000) 4.2 s. Above the
+ * budget piper places the nodes itself and Graphviz only draws them. */
 #define DOT_BUDGET 6000
 
 typedef struct layout {
     int32_t *rank;   /* column of each node: the longest data path that reaches it */
     int32_t nranks;
-    int64_t cost;    /* nodes + columns crossed by all edges: dot's virtual nodes */
+    int64_t cost;    /* (nodes + columns crossed by all edges) x clusters used: see DOT_BUDGET */
 } layout;
 
 /* Columns by data edges only (as dot ranks them: temporal edges carry constraint=false), in a
@@ -510,6 +512,12 @@ static void layout_rank(const vg_graph *g, layout *L)
         int32_t d = L->rank[g->edges.v[i].dst] - L->rank[g->edges.v[i].src];
         L->cost += d < 0 ? -d : d;
     }
+    int64_t bands = 0;
+    bool *used = base_xcalloc(g->clusters.n + 1, sizeof *used);
+    for (size_t v = 0; v < n; v++)
+        if (!used[g->nodes.v[v].cluster]) used[g->nodes.v[v].cluster] = true, bands++;
+    free(used);
+    L->cost *= bands > 1 ? bands : 1;
     free(off), free(adj), free(indeg), free(queue), free(done);
 }
 
