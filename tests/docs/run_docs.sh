@@ -13,7 +13,8 @@
 #     renders as nothing but that anyone reading the source sees:
 #       <!-- docs-test: skip REASON why -->   not run; REASON is gpu, long, network or ci
 #       <!-- docs-test: timeout SECONDS -->   a longer time limit than the default for this block
-#     Skipped blocks are printed with their reason.
+#     Skipped blocks are printed with their reason; a marker that is not right before a sh or
+#     bash fence, or that says something else, fails the test (it would silently do nothing).
 #
 # Each file gets its own copy of the tree (the tracked and untracked-but-not-ignored files, as a
 # clone would have them) and runs its blocks in order, so that a later block may use what an
@@ -72,6 +73,7 @@ extract() {
       lang = substr($0, 4); sub(/[ \t].*/, "", lang)
       inblk = 1
       run = (lang == "sh" || lang == "bash")
+      if (!run && mkind != "" && mkind != "bad") printf "%d\tstray\t-\t-\n", mline
       if (run) {
         n++
         body = sprintf("%s/block%03d.sh", out, n)
@@ -90,10 +92,14 @@ extract() {
       if (w[1] == "skip") { mkind = "skip"; marg = substr(s, 6) }
       else if (w[1] == "timeout" && w[2] ~ /^[0-9]+$/) { mkind = "timeout"; marg = w[2] }
       else { mkind = "bad"; marg = s }
+      mline = NR
       if (mkind == "bad") printf "%d\tbad\t%s\t-\n", NR, s
       next
     }
-    { flush_marker() }
+    {
+      if (mkind != "" && mkind != "bad") printf "%d\tstray\t-\t-\n", mline
+      flush_marker()
+    }
   ' "$md"
 }
 
@@ -118,6 +124,10 @@ for md in "$@"; do
     case "$kind" in
       bad)
         echo "$md:$line: unknown docs-test marker '$arg'; use 'skip gpu|long|network|ci WHY' or 'timeout SECONDS'"
+        failures=$((failures + 1))
+        continue ;;
+      stray)
+        echo "$md:$line: a docs-test marker that no \`\`\`sh or \`\`\`bash fence follows; put it on the line right before the block's fence"
         failures=$((failures + 1))
         continue ;;
       skip)
