@@ -597,7 +597,8 @@ static void layout_place(const vg_graph *g, layout *L, double *x, double *y, dou
             int cnt = 0;
             for (int32_t q = off[v]; q < off[v + 1]; q++)
                 if (row[adj[q]] >= 0 && g->nodes.v[adj[q]].cluster == pl[k].cluster) sum += row[adj[q]], cnt++;
-            pl[k].key = cnt ? sum / cnt : (double)v / (double)(n + 1) * 1e-3 + 1e9;
+            /* nodes that nothing of their band feeds go below the others, in instruction order */
+            pl[k].key = cnt ? sum / cnt : 1e9 + (double)v;
         }
         qsort(pl + a, b - a, sizeof *pl, cmp_placed);
         int32_t r = 0;
