@@ -1,7 +1,7 @@
 /* graph.c — the small graph both DAG figures are drawn from (the IR's global DAG and a plan's
  * instruction graph): nodes with the fields a label and a merge need, data and temporal edges,
  * clusters; collapsing (micro-batches, layers) so that a few hundred nodes stay legible; and the
- * dot text for Graphviz's `dot` layout. */
+ * dot text for Graphviz: laid out by `dot` when that is quick, else placed here by column. */
 #include "viz_internal.h"
 
 #include <stdlib.h>
@@ -324,7 +324,9 @@ static void node_label(const vg_node *x, base_buf *b)
 
 static const char *const KIND_CLASS[] = {"compute", "p2p", "coll", "order"};
 
-static void write_node(base_buf *dot, const char *name, const vg_node *x, const char *label, const char *id)
+/* pos: "x,y" in points for a layout piper made (see vg_write_dot), or NULL for dot's. */
+static void write_node(base_buf *dot, const char *name, const vg_node *x, const char *label, const char *id,
+                       const char *pos)
 {
     base_buf_printf(dot, "    %s [", name);
     if (x->kind == VG_DUMMY) {
@@ -343,13 +345,17 @@ static void write_node(base_buf *dot, const char *name, const vg_node *x, const 
         base_buf_puts(dot, ", id=");
         viz_dot_quote(dot, id);
     }
+    if (pos) base_buf_printf(dot, ", pos=\"%s\"", pos);
     base_buf_puts(dot, "];\n");
 }
 
 /* A legend cluster with one sample per kind of node present and per kind of edge: a column of
  * samples (one rank, so it stacks vertically in a left-to-right layout) and, for the samples
- * that have no room for text inside (the ORDER point, the edges), a column of captions. */
-static void write_legend(const vg_graph *g, base_buf *dot)
+ * that have no room for text inside (the ORDER point, the edges), a column of captions. With
+ * `at` (the top left corner, in points) the samples are placed there for a layout piper made:
+ * one row each, captions to their right. */
+#define LEGEND_PITCH 30.0
+static void write_legend(const vg_graph *g, base_buf *dot, const double *at)
 {
     bool pass_seen[PLAN_NPASS + 1] = {0}, kind_seen[4] = {0}, edge_seen[2] = {0};
     for (size_t i = 0; i < g->nodes.n; i++) {
@@ -361,8 +367,13 @@ static void write_legend(const vg_graph *g, base_buf *dot)
     base_buf_puts(dot, "  subgraph cluster_legend {\n    label=\"legend\"; id=\"legend\"; style=\"rounded,dashed\"; "
                        "color=\"#a0a0a0\"; fontsize=9;\n");
     base_buf samples = {0}, captions = {0};
-    int k = 0;
-    char name[32], id[48], label[96];
+    int k = 0, row = 0;
+    char name[32], id[48], label[96], pos[64], cpos[64];
+#define LEGEND_POS(col)                                                                                          \
+    (at ? (snprintf(pos, sizeof pos, "%.1f,%.1f", at[0] + 90.0, at[1] - 24.0 - LEGEND_PITCH * row),             \
+           snprintf(cpos, sizeof cpos, "%.1f,%.1f", at[0] + 220.0, at[1] - 24.0 - LEGEND_PITCH * row),         \
+           (col) ? cpos : pos)                                                                                   \
+        : NULL)
     for (int p = 0; p <= PLAN_NPASS; p++) {
         if (!pass_seen[p]) continue;
         vg_node x = {.kind = VG_COMPUTE, .pass = (uint8_t)p, .op = ""};
@@ -370,7 +381,8 @@ static void write_legend(const vg_graph *g, base_buf *dot)
         snprintf(name, sizeof name, "legend%d", k++);
         snprintf(id, sizeof id, "legend-%s", st->key);
         snprintf(label, sizeof label, "%s: %s", st->key, st->what);
-        write_node(dot, name, &x, label, id);
+        write_node(dot, name, &x, label, id, LEGEND_POS(0));
+        row++;
         base_buf_printf(&samples, " %s;", name);
     }
     static const char *const KIND_TEXT[] = {"", "send / receive", "collective", "order (joins order groups)"};
@@ -379,29 +391,249 @@ static void write_legend(const vg_graph *g, base_buf *dot)
         if (!kind_seen[kd]) continue;
         vg_node x = {.kind = (uint8_t)kd, .pass = PLAN_NPASS, .op = ""};
         snprintf(name, sizeof name, "legend%d", k++);
-        write_node(dot, name, &x, kd == VG_DUMMY ? "" : KIND_TEXT[kd], KIND_ID[kd]);
+        write_node(dot, name, &x, kd == VG_DUMMY ? "" : KIND_TEXT[kd], KIND_ID[kd], LEGEND_POS(0));
         base_buf_printf(&samples, " %s;", name);
         if (kd == VG_DUMMY) {
-            base_buf_printf(dot, "    %s_text [shape=plaintext, fontsize=9, label=\"%s\"];\n", name, KIND_TEXT[kd]);
+            base_buf_printf(dot, "    %s_text [shape=plaintext, fontsize=9, label=\"%s\"", name, KIND_TEXT[kd]);
+            if (at) base_buf_printf(dot, ", pos=\"%s\"", LEGEND_POS(1));
+            base_buf_puts(dot, "];\n");
             base_buf_printf(dot, "    %s -> %s_text [style=invis];\n", name, name);
             base_buf_printf(&captions, " %s_text;", name);
         }
+        row++;
     }
     static const char *const EDGE_TEXT[] = {"data", "temporal"};
     for (int t = 0; t < 2; t++) {
         if (!edge_seen[t]) continue;
-        base_buf_printf(dot, "    legend_e%da [shape=point, width=0.02, style=invis];\n", t);
-        base_buf_printf(dot, "    legend_e%db [shape=plaintext, fontsize=9, label=\"%s edge\"];\n", t, EDGE_TEXT[t]);
+        base_buf_printf(dot, "    legend_e%da [shape=point, width=0.02, style=invis", t);
+        if (at) base_buf_printf(dot, ", pos=\"%s\"", LEGEND_POS(0));
+        base_buf_printf(dot, "];\n    legend_e%db [shape=plaintext, fontsize=9, label=\"%s edge\"", t, EDGE_TEXT[t]);
+        if (at) base_buf_printf(dot, ", pos=\"%s\"", LEGEND_POS(1));
+        base_buf_puts(dot, "];\n");
         base_buf_printf(dot, "    legend_e%da -> legend_e%db [id=\"legend-%s\"%s];\n", t, t, EDGE_TEXT[t],
                         t ? ", style=dashed, color=\"#707070\"" : "");
         base_buf_printf(&samples, " legend_e%da;", t);
         base_buf_printf(&captions, " legend_e%db;", t);
+        row++;
     }
-    if (samples.s) base_buf_printf(dot, "    {rank=same;%s}\n", samples.s);
-    if (captions.s) base_buf_printf(dot, "    {rank=same;%s}\n", captions.s);
+#undef LEGEND_POS
+    if (at) {
+        /* a cluster of a layout piper made is drawn only with its box given */
+        base_buf_printf(dot, "    bb=\"%.1f,%.1f,%.1f,%.1f\";\n", at[0], at[1] - 12.0 - LEGEND_PITCH * row - 8.0,
+                        at[0] + 300.0, at[1]);
+    } else {
+        if (samples.s) base_buf_printf(dot, "    {rank=same;%s}\n", samples.s);
+        if (captions.s) base_buf_printf(dot, "    {rank=same;%s}\n", captions.s);
+    }
     free(samples.s);
     free(captions.s);
     base_buf_puts(dot, "  }\n");
+}
+
+/* ---------------------------------------------------------------- layout choice */
+
+/* dot's time grows with the virtual nodes it inserts, one per column an edge crosses, and with
+ * the clusters it keeps apart: a plan's F-to-B data edges span the whole step, so one ZeRO-3
+ * device of 335 nodes makes ~3 x 10^4 of them and dot runs for 20 minutes (with its limits
+ * nslimit, mclimit and searchsize at their lowest, still 20 s). The cost is (nodes + crossed
+ * columns) x clusters; measured on one core: pp4_1f1b's plan, device 0 (238 nodes, cost 2,081)
+ * 0.2 s; all 4 devices merged over micro-batches (164 nodes, cost 14,000) 4.2 s. Above the
+ * budget piper places the nodes itself and Graphviz only draws them. */
+#define DOT_BUDGET 6000
+
+typedef struct layout {
+    int32_t *rank;   /* column of each node: the longest data path that reaches it */
+    int32_t nranks;
+    int64_t cost;    /* (nodes + columns crossed by all edges) x clusters used: see DOT_BUDGET */
+} layout;
+
+/* Columns by data edges only (as dot ranks them: temporal edges carry constraint=false), in a
+ * topological order; nodes on a cycle (a plan's record/wait could make one) take their column
+ * from the predecessors ranked before them, so every node gets one and the pass is linear. */
+static void layout_rank(const vg_graph *g, layout *L)
+{
+    size_t n = g->nodes.n, m = g->edges.n;
+    int32_t *off = base_xcalloc(n + 2, sizeof *off), *adj = base_xmalloc((m + 1) * sizeof *adj);
+    int32_t *indeg = base_xcalloc(n + 1, sizeof *indeg), *queue = base_xmalloc((n + 1) * sizeof *queue);
+    bool *done = base_xcalloc(n + 1, sizeof *done);
+    for (size_t i = 0; i < m; i++)
+        if (!g->edges.v[i].temporal) off[g->edges.v[i].src + 1]++, indeg[g->edges.v[i].dst]++;
+    for (size_t v = 0; v < n; v++) off[v + 1] += off[v];
+    int32_t *fill = base_xmalloc((n + 1) * sizeof *fill);
+    memcpy(fill, off, (n + 1) * sizeof *fill);
+    for (size_t i = 0; i < m; i++)
+        if (!g->edges.v[i].temporal) adj[fill[g->edges.v[i].src]++] = g->edges.v[i].dst;
+    free(fill);
+    L->rank = base_xcalloc(n + 1, sizeof *L->rank);
+    size_t head = 0, tail = 0, next = 0;
+    for (size_t v = 0; v < n; v++)
+        if (!indeg[v]) queue[tail++] = (int32_t)v;
+    while (head < n) {
+        if (head == tail) { /* a cycle: take the first node not yet placed */
+            while (done[next]) next++;
+            queue[tail++] = (int32_t)next;
+            indeg[next] = 0;
+        }
+        int32_t u = queue[head++];
+        if (done[u]) continue;
+        done[u] = true;
+        for (int32_t k = off[u]; k < off[u + 1]; k++) {
+            int32_t v = adj[k];
+            if (done[v]) continue;
+            if (L->rank[v] < L->rank[u] + 1) L->rank[v] = L->rank[u] + 1;
+            if (--indeg[v] == 0) queue[tail++] = v;
+        }
+    }
+    /* A node no data reaches (a parameter gather, a receive) sits just before its first reader
+     * rather than all of them in column 0; one with no data edge at all just after the node its
+     * stream order puts before it. */
+    bool *fed = base_xcalloc(n + 1, sizeof *fed);
+    for (size_t i = 0; i < m; i++)
+        if (!g->edges.v[i].temporal) fed[g->edges.v[i].dst] = true;
+    for (size_t u = 0; u < n; u++) {
+        if (fed[u] || off[u] == off[u + 1]) continue;
+        int32_t first = INT32_MAX;
+        for (int32_t k = off[u]; k < off[u + 1]; k++)
+            if (L->rank[adj[k]] < first) first = L->rank[adj[k]];
+        if (first - 1 > L->rank[u]) L->rank[u] = first - 1;
+    }
+    for (size_t i = 0; i < m; i++) {
+        const vg_edge *ed = &g->edges.v[i];
+        int32_t d = ed->dst;
+        if (ed->temporal && !fed[d] && off[d] == off[d + 1] && ed->src < d && L->rank[d] < L->rank[ed->src] + 1)
+            L->rank[d] = L->rank[ed->src] + 1;
+    }
+    free(fed);
+    L->nranks = 0;
+    for (size_t v = 0; v < n; v++)
+        if (L->rank[v] + 1 > L->nranks) L->nranks = L->rank[v] + 1;
+    L->cost = (int64_t)n;
+    for (size_t i = 0; i < m; i++) {
+        int32_t d = L->rank[g->edges.v[i].dst] - L->rank[g->edges.v[i].src];
+        L->cost += d < 0 ? -d : d;
+    }
+    int64_t bands = 0;
+    bool *used = base_xcalloc(g->clusters.n + 1, sizeof *used);
+    for (size_t v = 0; v < n; v++)
+        if (!used[g->nodes.v[v].cluster]) used[g->nodes.v[v].cluster] = true, bands++;
+    free(used);
+    L->cost *= bands > 1 ? bands : 1;
+    free(off), free(adj), free(indeg), free(queue), free(done);
+}
+
+/* The laid-out box of a label in points: DejaVu Sans at 9 pt averages ~0.6 em a character;
+ * ellipses and hexagons need room around the text. */
+static void label_size(const vg_node *x, const char *label, double *w, double *h)
+{
+    int lines = 1, len = 0, widest = 0;
+    for (const char *c = label; *c; c++) {
+        if (*c == '\n') lines++, len = 0;
+        else if (++len > widest) widest = len;
+    }
+    *w = widest * 9.0 * 0.6 + 2 * 0.06 * 72;
+    *h = lines * 11.0 + 2 * 0.02 * 72;
+    if (x->kind != VG_COMPUTE) *w = *w * 1.3 + 8.0, *h += 4.0;
+    if (*h < 0.22 * 72) *h = 0.22 * 72;
+}
+
+typedef struct placed {
+    int32_t node, cluster, rank;
+    double key; /* order within a cluster's column: the mean row of its data predecessors */
+} placed;
+
+static int cmp_placed(const void *a, const void *b)
+{
+    const placed *x = a, *y = b;
+    if (x->rank != y->rank) return (x->rank > y->rank) - (x->rank < y->rank);
+    if (x->cluster != y->cluster) return (x->cluster > y->cluster) - (x->cluster < y->cluster);
+    if (x->key != y->key) return (x->key > y->key) - (x->key < y->key);
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+#define ROW_GAP 10.0   /* points between two nodes of a column */
+#define COL_GAP 24.0   /* points between two columns */
+#define BAND_PAD 14.0  /* a cluster's margin; its label sits in the top one */
+
+/* Positions for every node, left to right by column, one horizontal band per cluster, rows
+ * within a band ordered by their predecessors' rows (one barycentre sweep): O(E + N log N),
+ * so a figure of any size that passes --max-nodes is drawn in well under a second. */
+static void layout_place(const vg_graph *g, layout *L, double *x, double *y, double *bb, double *bottom)
+{
+    size_t n = g->nodes.n, nc = g->clusters.n;
+    placed *pl = base_xmalloc((n + 1) * sizeof *pl);
+    int32_t *row = base_xmalloc((n + 1) * sizeof *row);
+    double *w = base_xmalloc((n + 1) * sizeof *w), *h = base_xmalloc((n + 1) * sizeof *h);
+    base_buf label = {0};
+    double pitch = 0;
+    for (size_t v = 0; v < n; v++) {
+        label.n = 0;
+        if (label.s) label.s[0] = 0;
+        node_label(&g->nodes.v[v], &label);
+        label_size(&g->nodes.v[v], label.s ? label.s : "", &w[v], &h[v]);
+        if (h[v] + ROW_GAP > pitch) pitch = h[v] + ROW_GAP;
+        pl[v] = (placed){(int32_t)v, g->nodes.v[v].cluster, L->rank[v], 0};
+        row[v] = -1;
+    }
+    free(label.s);
+    /* in-edges by data, for the barycentre */
+    int32_t *off = base_xcalloc(n + 2, sizeof *off), *adj = base_xmalloc((g->edges.n + 1) * sizeof *adj);
+    for (size_t i = 0; i < g->edges.n; i++)
+        if (!g->edges.v[i].temporal) off[g->edges.v[i].dst + 1]++;
+    for (size_t v = 0; v < n; v++) off[v + 1] += off[v];
+    int32_t *fill = base_xmalloc((n + 1) * sizeof *fill);
+    memcpy(fill, off, (n + 1) * sizeof *fill);
+    for (size_t i = 0; i < g->edges.n; i++)
+        if (!g->edges.v[i].temporal) adj[fill[g->edges.v[i].dst]++] = g->edges.v[i].src;
+    free(fill);
+    qsort(pl, n, sizeof *pl, cmp_placed);
+    int32_t *rows = base_xcalloc(nc + 1, sizeof *rows); /* rows of each cluster's band */
+    double *colw = base_xcalloc((size_t)L->nranks + 1, sizeof *colw);
+    for (size_t a = 0; a < n;) {
+        size_t b = a;
+        while (b < n && pl[b].rank == pl[a].rank) b++;
+        for (size_t k = a; k < b; k++) {
+            int32_t v = pl[k].node;
+            double sum = 0;
+            int cnt = 0;
+            for (int32_t q = off[v]; q < off[v + 1]; q++)
+                if (row[adj[q]] >= 0 && g->nodes.v[adj[q]].cluster == pl[k].cluster) sum += row[adj[q]], cnt++;
+            /* nodes that nothing of their band feeds go below the others, in instruction order */
+            pl[k].key = cnt ? sum / cnt : 1e9 + (double)v;
+        }
+        qsort(pl + a, b - a, sizeof *pl, cmp_placed);
+        int32_t r = 0;
+        for (size_t k = a; k < b; k++) {
+            if (k > a && pl[k].cluster != pl[k - 1].cluster) r = 0;
+            row[pl[k].node] = r++;
+            if (r > rows[pl[k].cluster]) rows[pl[k].cluster] = r;
+            if (w[pl[k].node] > colw[pl[k].rank]) colw[pl[k].rank] = w[pl[k].node];
+        }
+        a = b;
+    }
+    double *colx = base_xmalloc(((size_t)L->nranks + 1) * sizeof *colx);
+    double cx = 0;
+    for (int32_t r = 0; r < L->nranks; r++) {
+        colx[r] = cx + colw[r] / 2;
+        cx += colw[r] + COL_GAP;
+    }
+    double *band = base_xmalloc((nc + 1) * sizeof *band), top = 0;
+    for (size_t c = 0; c < nc; c++) {
+        band[c] = top;
+        if (rows[c]) top -= rows[c] * pitch + 3 * BAND_PAD;
+    }
+    for (size_t c = 0; c < nc; c++) bb[4 * c] = 1e300, bb[4 * c + 1] = 1e300, bb[4 * c + 2] = -1e300, bb[4 * c + 3] = -1e300;
+    for (size_t v = 0; v < n; v++) {
+        int32_t c = g->nodes.v[v].cluster;
+        x[v] = colx[L->rank[v]];
+        y[v] = band[c] - 2 * BAND_PAD - pitch / 2 - row[v] * pitch;
+        double *B = &bb[4 * c];
+        if (x[v] - w[v] / 2 - BAND_PAD < B[0]) B[0] = x[v] - w[v] / 2 - BAND_PAD;
+        if (x[v] + w[v] / 2 + BAND_PAD > B[2]) B[2] = x[v] + w[v] / 2 + BAND_PAD;
+        B[1] = band[c] - rows[c] * pitch - 2 * BAND_PAD - BAND_PAD / 2;
+        B[3] = band[c];
+    }
+    *bottom = top;
+    free(pl), free(row), free(w), free(h), free(off), free(adj), free(rows), free(colw), free(colx), free(band);
 }
 
 int vg_write_dot(const vg_graph *g, const char *title, int max_nodes, base_buf *dot, base_error *e)
@@ -411,9 +643,22 @@ int vg_write_dot(const vg_graph *g, const char *title, int max_nodes, base_buf *
         return base_errorf(e, "the DAG has %zu nodes, too many to lay out legibly (the limit is %d); draw one device "
                            "(--device N) or merge nodes (--collapse mb, --collapse layers, or both: --collapse mb,layers)",
                            g->nodes.n, max_nodes);
+    layout L;
+    layout_rank(g, &L);
+    bool own = L.cost > DOT_BUDGET;
+    double *px = NULL, *py = NULL, *bb = NULL, bottom = 0;
+    if (own) {
+        px = base_xmalloc((g->nodes.n + 1) * sizeof *px);
+        py = base_xmalloc((g->nodes.n + 1) * sizeof *py);
+        bb = base_xmalloc((g->clusters.n + 1) * 4 * sizeof *bb);
+        layout_place(g, &L, px, py, bb, &bottom);
+    }
     base_buf_puts(dot, "digraph piper {\n");
     base_buf_printf(dot, "  graph [rankdir=LR, newrank=true, nodesep=0.12, ranksep=0.28, fontname=\"%s\", fontsize=11, "
                          "labelloc=t, bgcolor=white, pad=0.2", VIZ_FONT);
+    /* Graphviz takes the engine from the graph's `layout`: nop draws at the given positions, with
+     * straight edges (no spline routing, which is quadratic in what an edge passes) */
+    if (own) base_buf_puts(dot, ", layout=nop, splines=line");
     if (title) {
         base_buf_puts(dot, ", label=");
         viz_dot_quote(dot, title);
@@ -436,14 +681,16 @@ int vg_write_dot(const vg_graph *g, const char *title, int max_nodes, base_buf *
         base_buf_printf(dot, "  subgraph cluster_%zu {\n    label=", c);
         viz_dot_quote(dot, g->clusters.v[c]);
         base_buf_printf(dot, "; id=\"cluster-%zu\"; style=rounded; color=\"#808080\"; fontsize=10;\n", c);
+        if (own) base_buf_printf(dot, "    bb=\"%.1f,%.1f,%.1f,%.1f\";\n", bb[4 * c], bb[4 * c + 1], bb[4 * c + 2], bb[4 * c + 3]);
         for (size_t k = off[c]; k < off[c + 1]; k++) {
             size_t i = order[k];
-            char name[32];
+            char name[32], pos[64];
             snprintf(name, sizeof name, "n%zu", i);
+            if (own) snprintf(pos, sizeof pos, "%.1f,%.1f", px[i], py[i]);
             label.n = 0;
             if (label.s) label.s[0] = 0;
             if (g->nodes.v[i].kind != VG_DUMMY) node_label(&g->nodes.v[i], &label);
-            write_node(dot, name, &g->nodes.v[i], label.s ? label.s : "", name);
+            write_node(dot, name, &g->nodes.v[i], label.s ? label.s : "", name, own ? pos : NULL);
         }
         base_buf_puts(dot, "  }\n");
     }
@@ -462,7 +709,9 @@ int vg_write_dot(const vg_graph *g, const char *title, int max_nodes, base_buf *
                         ed->temporal ? " [style=dashed, color=\"#707070\", class=\"temporal\", constraint=false]"
                                      : " [class=\"data\"]");
     }
-    if (g->nodes.n) write_legend(g, dot);
+    double at[2] = {0, bottom - BAND_PAD};
+    if (g->nodes.n) write_legend(g, dot, own ? at : NULL);
     base_buf_puts(dot, "}\n");
+    free(L.rank), free(px), free(py), free(bb);
     return 0;
 }

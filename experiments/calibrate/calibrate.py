@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """calibrate.py — piper-sim against measured and published training step times.
 
-For every row of ../shared/reference/measured/a100_single_node.csv and a100_multi_node.csv (GPT
+For every row of experiments/data/measured/a100_single_node.csv and a100_multi_node.csv (GPT
 models trained with Megatron-DeepSpeed on A100s, published by vTrain) this script writes a piper
 program and cluster, compiles them with piper-compile, simulates one step with piper-sim, and
 prints the predicted against the measured iteration time, then the mean absolute percentage error
 (MAPE) of each file separately. It does the same for the Megatron-LM rows of
-../shared/reference/measured/README.md (TFLOP/s per GPU predicted against published).
+experiments/data/measured/README.md (TFLOP/s per GPU predicted against published).
 
 Python only orchestrates: piper compiles and simulates; this script writes inputs, runs the
 tools in parallel and does arithmetic on their JSON output.
@@ -48,7 +48,7 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MEASURED = os.path.abspath(os.path.join(ROOT, "..", "shared", "reference", "measured"))
+MEASURED = os.path.join(ROOT, "experiments", "data", "measured")
 
 # Megatron-LM, arXiv 2104.04473, Table 1 (README.md of the measurements): params (B), heads,
 # hidden, layers, TP, PP, GPUs, batch, TFLOP/s per GPU. A100 80 GB (Selene), vocabulary 51200,
@@ -65,7 +65,7 @@ MEGATRON_MICRO = 1
 # --fit starts here (docs/calibration.md): three constants fixed by published measurements or
 # by construction, three fitted. gemm_eff: a 16384^3 fp16 GEMM reaches 256 of 312 TFLOP/s on an
 # A100; net_eff: NCCL's 8 x A100 all-reduce reaches 231.6 GB/s of bus bandwidth over 300 GB/s
-# NVLink (both ../shared/reference/hardware.md); gemm_half: one 128-wide tensor-core tile. The
+# NVLink (both experiments/data/measured/README.md); gemm_half: one 128-wide tensor-core tile. The
 # fitted three: hbm_eff, and the host's time per kernel entry of the Python forward (launch) and
 # of the autograd backward (launch_bwd), under piper-sim's host model (launch_model=host) with
 # the synchronisation points Megatron has (host_sync=p2p+norm+batch; docs/simulator.md).

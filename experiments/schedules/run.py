@@ -29,7 +29,11 @@ moe.csv — the DualPipe(V) comparison on a MoE model with expert parallelism: q
 A figure of each schedule's per-rank grid at p = 4 is drawn with piper-viz when --figures is
 given (results/figures/, SVG; not meant for committing).
 
-usage: run.py [--build DIR] [--out DIR] [--figures]   (default build: build, out: results/)
+--check recomputes both tables into a scratch folder and compares them with the committed files
+in results/, naming the first row that differs (ctest `results`: the committed figures must be
+what the code produces; after a change that moves them, rerun without --check and commit).
+
+usage: run.py [--build DIR] [--out DIR] [--figures] [--check]   (default build: build, out: results/)
 """
 import argparse
 import csv
@@ -282,11 +286,39 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--figures", action="store_true")
+    ap.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing them")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="piper-schedules-") as work:
-        print(schedules_table(a.build, work, a.out, a.figures))
-        print(moe_table(a.build, work, a.out))
+        out = os.path.join(work, "results") if a.check else a.out
+        os.makedirs(out, exist_ok=True)
+        made = [schedules_table(a.build, work, out, a.figures and not a.check), moe_table(a.build, work, out)]
+        if not a.check:
+            print("\n".join(made))
+            return
+        bad = 0
+        for path in made:
+            committed = os.path.join(a.out, os.path.basename(path))
+            shown = os.path.relpath(committed, ROOT)
+            if not os.path.exists(committed):
+                print("%s: missing; run experiments/schedules/run.py to write it" % shown)
+                bad += 1
+                continue
+            with open(committed) as f:
+                old = f.read().splitlines()
+            with open(path) as f:
+                new = f.read().splitlines()
+            diff = next((i for i in range(max(len(old), len(new)))
+                         if i >= len(old) or i >= len(new) or old[i] != new[i]), None)
+            if diff is None:
+                print("%s: %d rows, as the code produces them" % (shown, len(old) - 1))
+                continue
+            bad += 1
+            print("%s:%d: the committed row differs from what the code produces; rerun "
+                  "experiments/schedules/run.py --build BUILD and commit the file if the change is meant" % (shown, diff + 1))
+            print("  committed: %s" % (old[diff] if diff < len(old) else "(no row)"))
+            print("  produced:  %s" % (new[diff] if diff < len(new) else "(no row)"))
+        sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

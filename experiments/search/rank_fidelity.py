@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """rank_fidelity.py — does piper-search rank strategies as the hardware does?
 
-For every group of experiments/search/data/a100_single_node.csv (the same model, GPU count and
+For every group of experiments/data/measured/a100_single_node.csv (the same model, GPU count and
 global batch; rows differ in TP, PP, DP and micro-batch size), piper-search is restricted to the
 group's measured configurations (1F1B, ZeRO-0, no recompute, no SP, as the measurements ran) and
 simulates all of them (--top large). Per group it reports Kendall's tau-b between predicted and
@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(ROOT, "experiments", "search", "data", "a100_single_node.csv")
+DATA = os.path.join(ROOT, "experiments", "data", "measured", "a100_single_node.csv")
 
 
 def padded_vocab(tp, vocab=50257):
