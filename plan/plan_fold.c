@@ -67,6 +67,52 @@ static int gindex_shifted(const gindex *ix, int g, int32_t shift)
     }
 }
 
+/* What a replica-0 device's instructions can break, per list, in launch order of first
+ * occurrence: each distinct p2p peer (the list's own numbering), and each group slot with a
+ * collective other than all-reduce, reduce-scatter and all-gather. The first instruction of a
+ * device that breaks the rules is the first entry that does, so the walk is per entry, not per
+ * instruction. */
+typedef struct reach {
+    int32_t at;   /* launch index of the first occurrence */
+    int32_t what; /* peer, or slot */
+    bool p2p;
+} reach;
+typedef struct list_reach {
+    reach *r;
+    int n;
+} list_reach;
+
+static int cmp_reach(const void *a, const void *b)
+{
+    const reach *x = a, *y = b;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+static void reach_build(const plan_set *p, const plan_fold_rules *rules, list_reach *lr)
+{
+    for (int l = 0; l < p->nlists; l++) {
+        const plan_list *L = &p->lists[l];
+        BASE_VEC(reach) v = {0};
+        uint8_t *slot_seen = base_xcalloc((size_t)L->ngroup_slots + 1, 1);
+        for (int i = 0; i < L->n; i++) {
+            const plan_instr *in = &L->ins[i];
+            if (in->op == PLAN_SEND || in->op == PLAN_RECV) {
+                bool dup = false; /* lists have few distinct peers */
+                for (size_t k = 0; k < v.n && !dup; k++) dup = v.v[k].p2p && v.v[k].what == in->peer;
+                if (!dup) BASE_VEC_PUSH(v, ((reach){i, in->peer, true}));
+            } else if (rules && rules->ring_colls_only && in->op == PLAN_COLL && in->coll != PLAN_ALL_REDUCE &&
+                       in->coll != PLAN_REDUCE_SCATTER && in->coll != PLAN_ALL_GATHER && !slot_seen[in->group]) {
+                slot_seen[in->group] = 1;
+                BASE_VEC_PUSH(v, ((reach){i, in->group, false}));
+            }
+        }
+        free(slot_seen);
+        qsort(v.v, v.n, sizeof *v.v, cmp_reach);
+        lr[l].r = v.v;
+        lr[l].n = (int)v.n;
+    }
+}
+
 static void no_fold(plan_fold *f, int ndev, const char *why)
 {
     f->replicas = 1;
@@ -76,7 +122,8 @@ static void no_fold(plan_fold *f, int ndev, const char *why)
 }
 
 /* Tries one shift; 0 when the plan folds with it (f filled), else -1 with f->reason. */
-static int try_shift(const plan_set *p, const plan_fold_rules *r, const gindex *ix, int32_t shift, plan_fold *f)
+static int try_shift(const plan_set *p, const plan_fold_rules *r, const gindex *ix, const list_reach *lr,
+                     int32_t shift, plan_fold *f)
 {
     int nd = p->ndevices;
     uint8_t *linked = base_xcalloc((size_t)nd + 1, 1);
@@ -146,9 +193,9 @@ static int try_shift(const plan_set *p, const plan_fold_rules *r, const gindex *
     /* what replica 0 does: p2p inside it; on spanning groups, the collectives the rules allow */
     for (int d = 0; d < nd && !rc; d++) {
         if (f->index[d] != 0) continue;
-        const plan_list *L = plan_dev_list(p, d);
-        for (int i = 0; i < L->n && !rc; i++) {
-            const plan_instr *in = &L->ins[i];
+        const list_reach *lrd = &lr[p->devices[d].list];
+        for (int k = 0; k < lrd->n && !rc; k++) {
+            const plan_instr *in = &plan_dev_list(p, d)->ins[lrd->r[k].at];
             if (in->op == PLAN_SEND || in->op == PLAN_RECV) {
                 int peer = plan_dev_peer(p, d, in);
                 if (peer >= 0 && peer < nd && f->index[peer] != 0) {
@@ -230,12 +277,14 @@ void plan_fold_find(const plan_set *p, const plan_fold_rules *r, plan_fold *f)
     }
     gindex ix;
     gindex_build(&ix, p);
+    list_reach *lr = base_xcalloc((size_t)p->nlists + 1, sizeof *lr);
+    reach_build(p, r, lr);
     plan_fold cur = *f;
     int best_r = 1, best_shift = 0;
     char reason[sizeof f->reason] = "no data-parallel replicas (no group of evenly spaced devices sharing a list)";
     /* the shift giving the most replicas wins (ties: the smaller shift) */
     for (int k = 0; k < nc; k++) {
-        if (try_shift(p, r, &ix, cand[k], &cur) == 0) {
+        if (try_shift(p, r, &ix, lr, cand[k], &cur) == 0) {
             if (cur.replicas > best_r || (cur.replicas == best_r && cur.shift < best_shift)) {
                 best_r = cur.replicas;
                 best_shift = cur.shift;
@@ -244,8 +293,10 @@ void plan_fold_find(const plan_set *p, const plan_fold_rules *r, plan_fold *f)
             snprintf(reason, sizeof reason, "%s", cur.reason);
         }
     }
-    if (best_r > 1) try_shift(p, r, &ix, best_shift, f); /* refill the tables for the winner */
+    if (best_r > 1) try_shift(p, r, &ix, lr, best_shift, f); /* refill the tables for the winner */
     else no_fold(f, nd, reason);
+    for (int l = 0; l < p->nlists; l++) free(lr[l].r);
+    free(lr);
     free(ix.slot);
     free(cand);
     plan_fold_finish(f, p);
