@@ -82,12 +82,6 @@ typedef struct list_reach {
     int n;
 } list_reach;
 
-static int cmp_reach(const void *a, const void *b)
-{
-    const reach *x = a, *y = b;
-    return (x->at > y->at) - (x->at < y->at);
-}
-
 static void reach_build(const plan_set *p, const plan_fold_rules *rules, list_reach *lr)
 {
     for (int l = 0; l < p->nlists; l++) {
@@ -106,8 +100,7 @@ static void reach_build(const plan_set *p, const plan_fold_rules *rules, list_re
                 BASE_VEC_PUSH(v, ((reach){i, in->group, false}));
             }
         }
-        free(slot_seen);
-        qsort(v.v, v.n, sizeof *v.v, cmp_reach);
+        free(slot_seen); /* entries come in launch order: the walk is in it */
         lr[l].r = v.v;
         lr[l].n = (int)v.n;
     }
