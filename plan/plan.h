@@ -363,6 +363,44 @@ const char *plan_instr_role_problem(const plan_instr *in, char *msg, size_t n);
  * instruction that breaks a rule. */
 int plan_roles_check(const plan_set *p, base_error *e);
 
+/* ---------------------------------------------------------------- replicas (plan_fold.c) */
+
+/* Data-parallel replicas that are relabelled copies of replica 0 (plan_fold.c states the proof):
+ * device d + k x shift does what d does, with peers and replica-internal groups shifted and the
+ * groups across replicas shared. A consumer may then run replica 0 alone: every copy's
+ * instructions start and end when their originals do. */
+typedef struct plan_fold {
+    int replicas;        /* R >= 2 when folded, else 1 */
+    int shift;           /* replica k is replica 0 shifted by k x shift devices */
+    int nsimulated;      /* devices of replica 0 (all devices when not folded) */
+    int32_t *rep;        /* per device: the replica-0 device it copies (itself when in replica 0) */
+    int32_t *index;      /* per device: its replica */
+    uint8_t *spanning;   /* per group: spans replicas */
+    int32_t *nsim;       /* per group: members in replica 0 */
+    int32_t *first_sim;  /* per group: its first member in replica 0, in rank order (-1: none) */
+    char reason[200];    /* when not folded: why */
+} plan_fold;
+
+/* What a consumer asks beyond the proof (the simulator: its collective algorithms and links).
+ * group_ok is asked about each group that spans replicas and layout_ok about a shift that
+ * passes everything else; each returns true, or false with why in reason[n]. */
+typedef struct plan_fold_rules {
+    bool (*group_ok)(void *ctx, const plan_set *p, int g, char *reason, size_t n);
+    bool (*layout_ok)(void *ctx, const plan_set *p, const plan_fold *f, char *reason, size_t n);
+    void *ctx;
+    bool ring_colls_only; /* collectives across replicas: only all-reduce, reduce-scatter, all-gather */
+} plan_fold_rules;
+
+/* Finds the shift that folds the most replicas (ties: the smaller shift) under the proof and
+ * `rules` (may be NULL), or sets replicas = 1 and the reason. Never fails; expects a plan whose
+ * devices, slots, groups and peers are in range (the static check's preparation proves it). */
+void plan_fold_find(const plan_set *p, const plan_fold_rules *rules, plan_fold *f);
+/* No folding, with the reason (a consumer's own, such as a user's platform). */
+void plan_fold_none(plan_fold *f, const plan_set *p, const char *why);
+/* Fills nsim, first_sim, spanning (unfolded: every member simulated) and nsimulated. */
+void plan_fold_finish(plan_fold *f, const plan_set *p);
+void plan_fold_free(plan_fold *f);
+
 /* ---------------------------------------------------------------- static checks */
 
 typedef struct plan_device_stats {
@@ -426,6 +464,34 @@ unsigned plan_host_blocks(const plan_set *p, base_error *why);
  * the plan does not pass plan_check. What an order costs, whatever the model's sizes: the
  * compiler compares p2p stream layouts by it. */
 double plan_unit_makespan(const plan_set *p);
+
+/* A deadlock's stuck instructions as data, for callers that point at their source (the
+ * compiler names an order file's cells): per device the report lists, in its order, the
+ * instruction its first listed stream is stuck at. */
+#define PLAN_STUCK_MAX 8
+typedef struct plan_stuck_instr {
+    int32_t dev, instr; /* device, launch index in its list */
+} plan_stuck_instr;
+typedef struct plan_stuck {
+    int n;
+    plan_stuck_instr at[PLAN_STUCK_MAX];
+} plan_stuck;
+
+/* How a check runs. By default it runs one device per replica class (plan_fold_find): the verdict,
+ * every device's peaks and times are those of the run over every device, which all_devices asks
+ * for (piper-compile --check-all-devices); a failing run is run again over every device for its
+ * message. */
+typedef struct plan_check_opts {
+    unsigned host;      /* as plan_check_host: PLAN_BLOCK_* kinds at which the host blocks; 0: none */
+    bool unit;          /* unit costs and free communication (plan_unit_makespan) */
+    bool all_devices;   /* run every device itself */
+    plan_stuck *stuck;  /* may be NULL: filled (n = 0 when none) with a deadlock's stuck instructions */
+} plan_check_opts;
+int plan_check_opt(const plan_set *p, const plan_check_opts *o, plan_stats *st, base_error *e);
+/* plan_host_blocks and plan_unit_makespan with o's all_devices (o may be NULL: the defaults). */
+unsigned plan_host_blocks_opt(const plan_set *p, const plan_check_opts *o, base_error *why);
+double plan_unit_makespan_opt(const plan_set *p, const plan_check_opts *o);
+
 
 /* ---------------------------------------------------------------- index of a list */
 

@@ -26,6 +26,8 @@ typedef struct list_info {
     plan_index ix;        /* stream queues, wait targets, p2p runs, collective numbers */
     double *udur;         /* unit costs (plan_unit_makespan): seconds per instruction */
     uint8_t *slot_used;   /* per group slot: named by a collective or a compute's tp/ep group */
+    int32_t *coll_off;    /* ngroup_slots + 1: slot s's collectives are coll_ins[coll_off[s] ..) */
+    int32_t *coll_ins;    /* launch indices of the list's collectives by slot, in launch order */
     double busy;          /* compute seconds */
     int64_t count[PLAN_NOP + 1];
     int32_t peer_lo, peer_hi, peer_lo_at, peer_hi_at; /* extreme p2p peers, for peer_offset checks */
@@ -91,6 +93,9 @@ typedef struct checker {
     int failed;
     unsigned host;        /* PLAN_BLOCK_* kinds at which the modelled host blocks; 0: no host */
     bool unit;            /* unit costs and free communication instead of the header's GPU */
+    bool all_devices;     /* run every device, not one per replica class */
+    plan_fold fold;       /* the replicas the run leaves to replica 0 (replicas 1: none) */
+    plan_stuck *stuck;    /* optional: the stuck instructions of a deadlock */
     plan_timing_fn timing; /* optional: told when each instruction ran */
     void *timing_ctx;
 } checker;
@@ -98,6 +103,10 @@ typedef struct checker {
 /* ---------------------------------------------------------------- helpers */
 
 static const plan_list *dev_list(const checker *c, int d) { return plan_dev_list(c->p, d); }
+
+/* Whether the run runs device d itself: a copy of a replica-0 device does what its original does
+ * at the same times (plan_fold.c), so its original stands for it. */
+static bool runs_dev(const checker *c, int d) { return c->fold.replicas <= 1 || c->fold.index[d] == 0; }
 
 static void heap_push(checker *c, double t, int32_t slot)
 {
@@ -299,6 +308,11 @@ static int prepare_list(checker *c, int l)
         c->failed = 1;
         return -1;
     }
+    li->coll_off = base_xcalloc((size_t)L->ngroup_slots + 1, sizeof *li->coll_off);
+    for (int s = 0; s < L->ngroup_slots; s++) li->coll_off[s + 1] = li->coll_off[s] + li->ix.slot_ncoll[s];
+    li->coll_ins = base_xmalloc(((size_t)li->coll_off[L->ngroup_slots] + 1) * sizeof *li->coll_ins);
+    for (int i = 0; i < L->n; i++)
+        if (L->ins[i].op == PLAN_COLL) li->coll_ins[li->coll_off[L->ins[i].group] + li->ix.coll_seq[i]] = i;
     if (c->unit) {
         static const double unit[PLAN_NPASS] = {[PLAN_PASS_F] = 1, [PLAN_PASS_B] = 2, [PLAN_PASS_BI] = 1,
                                                 [PLAN_PASS_BW] = 1};
@@ -431,53 +445,64 @@ static int coll_mismatch(checker *c, int g, int r, int d, int pos, int ri, int d
     return -1;
 }
 
+/* The launch indices of device d's collectives on group g, in launch order, into *out: the
+ * list's per-slot arrays of the slots d maps to g, merged when there are several (rare). */
+typedef BASE_VEC(int32_t) i32vec;
+static void group_colls(const checker *c, int d, int g, i32vec *out)
+{
+    const plan_list *L = dev_list(c, d);
+    const list_info *li = &c->li[c->p->devices[d].list];
+    const int32_t *slots = c->p->devices[d].group_slots;
+    out->n = 0;
+    int nslots = 0;
+    for (int s = 0; s < L->ngroup_slots; s++) {
+        if (slots[s] != g || li->coll_off[s + 1] == li->coll_off[s]) continue;
+        for (int k = li->coll_off[s]; k < li->coll_off[s + 1]; k++) BASE_VEC_PUSH(*out, li->coll_ins[k]);
+        nslots++;
+    }
+    if (nslots > 1) qsort(out->v, out->n, sizeof *out->v, cmp_i32);
+}
+
 /* Every member of a group issues the same sequence of collectives (kind, bytes) on it; the k-th
- * of each member then meet as one instance, so the run can count arrivals per (group, k). */
+ * of each member then meet as one instance, so the run can count arrivals per (group, k).
+ * Members whose list and slots to the group equal a member already compared see the same
+ * sequence (same_pattern) and are not walked again. */
 static int check_sequences(checker *c)
 {
     const plan_set *p = c->p;
     c->goff = base_xcalloc((size_t)p->ngroups + 1, sizeof *c->goff);
-    BASE_VEC(int32_t) ref = {0};
-    for (int g = 0; g < p->ngroups; g++) {
+    i32vec ref = {0}, mine = {0}, seen = {0};
+    int rc = 0;
+    for (int g = 0; g < p->ngroups && !rc; g++) {
         const plan_group *gr = &p->groups[g];
         ref.n = 0;
         if (gr->n > 0) {
             int r = gr->devices[0];
             const plan_list *L = dev_list(c, r);
-            const int32_t *slots = p->devices[r].group_slots;
-            for (int i = 0; i < L->n; i++)
-                if (L->ins[i].op == PLAN_COLL && slots[L->ins[i].group] == g) BASE_VEC_PUSH(ref, i);
-            for (int m = 1; m < gr->n; m++) {
-                int d = gr->devices[m];
-                if (same_pattern(c, d, r, g)) continue;
+            group_colls(c, r, g, &ref);
+            seen.n = 0;
+            BASE_VEC_PUSH(seen, r);
+            for (int m = 1; m < gr->n && !rc; m++) {
+                int d = gr->devices[m], known = 0;
+                for (size_t k = 0; k < seen.n && !known; k++) known = same_pattern(c, d, seen.v[k], g);
+                if (known) continue;
+                BASE_VEC_PUSH(seen, d);
                 const plan_list *M = dev_list(c, d);
-                const int32_t *ms = p->devices[d].group_slots;
+                group_colls(c, d, g, &mine);
                 size_t pos = 0;
-                for (int i = 0; i < M->n; i++) {
-                    const plan_instr *in = &M->ins[i];
-                    if (in->op != PLAN_COLL || ms[in->group] != g) continue;
-                    if (pos >= ref.n) {
-                        free(ref.v);
-                        return coll_mismatch(c, g, r, d, (int)pos, -1, i);
-                    }
-                    const plan_instr *rf = &L->ins[ref.v[pos]];
-                    if (rf->coll != in->coll || rf->bytes != in->bytes) {
-                        int ri = ref.v[pos];
-                        free(ref.v);
-                        return coll_mismatch(c, g, r, d, (int)pos, ri, i);
-                    }
-                    pos++;
+                for (; pos < mine.n && !rc; pos++) {
+                    const plan_instr *in = &M->ins[mine.v[pos]];
+                    if (pos >= ref.n) rc = coll_mismatch(c, g, r, d, (int)pos, -1, mine.v[pos]);
+                    else if (L->ins[ref.v[pos]].coll != in->coll || L->ins[ref.v[pos]].bytes != in->bytes)
+                        rc = coll_mismatch(c, g, r, d, (int)pos, ref.v[pos], mine.v[pos]);
                 }
-                if (pos < ref.n) {
-                    int ri = ref.v[pos];
-                    free(ref.v);
-                    return coll_mismatch(c, g, r, d, (int)pos, ri, -1);
-                }
+                if (!rc && pos < ref.n) rc = coll_mismatch(c, g, r, d, (int)pos, ref.v[pos], -1);
             }
         }
         c->goff[g + 1] = c->goff[g] + (int32_t)ref.n;
     }
-    free(ref.v);
+    free(ref.v), free(mine.v), free(seen.v);
+    if (rc) return rc;
     c->gcount = base_xcalloc((size_t)c->goff[p->ngroups] + 1, sizeof *c->gcount);
     c->ghead = base_xmalloc(((size_t)c->goff[p->ngroups] + 1) * sizeof *c->ghead);
     memset(c->ghead, 0xff, ((size_t)c->goff[p->ngroups] + 1) * sizeof *c->ghead);
@@ -670,7 +695,9 @@ static int post_coll(checker *c, int32_t slot, int i)
     ss->batch = 1;
     ss->next = c->ghead[inst];
     c->ghead[inst] = slot;
-    if (++c->gcount[inst] == p->groups[g].n) {
+    /* folded: the members of other replicas arrive when their originals do */
+    int arrivals = c->fold.replicas > 1 ? c->fold.nsim[g] : p->groups[g].n;
+    if (++c->gcount[inst] == arrivals) {
         double t = c->now + (c->unit ? 0 : coll_seconds(in->coll, p->groups[g].n, in->bytes));
         for (int32_t w = c->ghead[inst]; w >= 0; w = c->ss[w].next) heap_push(c, t, w);
     }
@@ -940,7 +967,10 @@ static int report_deadlock(checker *c)
                 break;
             }
             base_buf_puts(&b, shown ? ", " : " ");
-            describe(&b, c, d, li->ix.sidx[li->ix.soff[s] + c->ss[slot].cur]);
+            int at = li->ix.sidx[li->ix.soff[s] + c->ss[slot].cur];
+            if (!shown && c->stuck && c->stuck->n < PLAN_STUCK_MAX)
+                c->stuck->at[c->stuck->n++] = (plan_stuck_instr){d, at};
+            describe(&b, c, d, at);
             why_stuck(&b, c, slot, mark);
             shown++;
         }
@@ -973,8 +1003,8 @@ static int report_deadlock(checker *c)
 
 /* ---------------------------------------------------------------- entry point */
 
-static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
-                      base_error *e);
+static int check_with(const plan_set *p, const plan_check_opts *o, bool verdict_only, plan_stats *st,
+                      plan_timing_fn timing, void *ctx, base_error *e);
 
 static int run(checker *c)
 {
@@ -996,11 +1026,18 @@ static int run(checker *c)
         if (prepare_device(c, d)) return -1;
     }
     if (check_sequences(c)) return -1;
+    if (!c->all_devices) plan_fold_find(p, NULL, &c->fold);
 
     c->ss = base_xcalloc((size_t)c->nslots + 1, sizeof *c->ss);
     for (int d = 0; d < p->ndevices; d++) {
         const plan_list *L = dev_list(c, d);
         dev_state *dv = &c->dv[d];
+        dv->blocked = -1;
+        if (!runs_dev(c, d)) { /* its original runs for it: no state per buffer */
+            for (int s = 0; s < L->nstreams; s++)
+                c->ss[dv->slot0 + s] = (stream_state){.dev = d, .s = s, .next = -1, .state = ST_DONE};
+            continue;
+        }
         dv->buf = base_xmalloc(2 * (size_t)L->nbufs * sizeof *dv->buf + 1);
         dv->last = dv->buf + L->nbufs;
         memset(dv->buf, 0xff, 2 * (size_t)L->nbufs * sizeof *dv->buf);
@@ -1009,11 +1046,11 @@ static int run(checker *c)
             ss->dev = d, ss->s = s, ss->next = -1;
             work_push(c, dv->slot0 + s);
         }
-        dv->blocked = -1;
         dv->issued = c->host ? 0 : L->n; /* without a host, everything is issued at the start */
         dv->need = base_xcalloc((size_t)L->nstreams + 1, sizeof *dv->need);
     }
-    for (int d = 0; d < p->ndevices && c->host; d++) host_go(c, d);
+    for (int d = 0; d < p->ndevices && c->host; d++)
+        if (runs_dev(c, d)) host_go(c, d);
     /* stream 0 of device 0 first: the work list is a stack */
     for (int a = 0, b = c->nwork - 1; a < b; a++, b--) {
         int32_t t = c->work[a];
@@ -1039,15 +1076,24 @@ int plan_check(const plan_set *p, plan_stats *st, base_error *e)
 int plan_check_timed(const plan_set *p, plan_stats *st, plan_timing_fn timing, void *ctx,
                      base_error *e)
 {
-    return check_with(p, 0, false, st, timing, ctx, e);
+    static const plan_check_opts none;
+    return check_with(p, &none, false, st, timing, ctx, e);
+}
+
+int plan_check_opt(const plan_set *p, const plan_check_opts *o, plan_stats *st, base_error *e)
+{
+    plan_check_opts k = *o;
+    k.host &= PLAN_BLOCK_ALL;
+    return check_with(p, &k, false, st, NULL, NULL, e);
 }
 
 int plan_check_host(const plan_set *p, unsigned host, plan_stats *st, base_error *e)
 {
-    return check_with(p, host & PLAN_BLOCK_ALL, false, st, NULL, NULL, e);
+    plan_check_opts o = {.host = host & PLAN_BLOCK_ALL};
+    return check_with(p, &o, false, st, NULL, NULL, e);
 }
 
-unsigned plan_host_blocks(const plan_set *p, base_error *why)
+unsigned plan_host_blocks_opt(const plan_set *p, const plan_check_opts *o, base_error *why)
 {
     /* by monotonicity (plan.h) the first host that passes allows every host that blocks at less */
     static const unsigned tries[] = {PLAN_BLOCK_ALL, PLAN_BLOCK_NORM | PLAN_BLOCK_BATCH, PLAN_BLOCK_NORM,
@@ -1056,27 +1102,37 @@ unsigned plan_host_blocks(const plan_set *p, base_error *why)
     base_error_clear(&e);
     if (why) base_error_clear(why);
     for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
-        if (check_with(p, tries[k], false, NULL, NULL, NULL, k == 0 && why ? why : &e) == 0) return tries[k];
+        plan_check_opts h = {.host = tries[k], .all_devices = o && o->all_devices};
+        bool tell = k == 0 && why;
+        if (check_with(p, &h, !tell, NULL, NULL, NULL, tell ? why : &e) == 0) return tries[k];
         base_error_clear(&e);
     }
     return 0;
 }
 
-double plan_unit_makespan(const plan_set *p)
+unsigned plan_host_blocks(const plan_set *p, base_error *why) { return plan_host_blocks_opt(p, NULL, why); }
+
+double plan_unit_makespan_opt(const plan_set *p, const plan_check_opts *o)
 {
     base_error e;
     base_error_clear(&e);
     plan_stats st;
-    if (check_with(p, 0, true, &st, NULL, NULL, &e)) return -1;
+    plan_check_opts u = {.unit = true, .all_devices = o && o->all_devices};
+    if (check_with(p, &u, true, &st, NULL, NULL, &e)) return -1;
     double t = st.makespan_seconds;
     plan_stats_free(&st);
     return t;
 }
 
-static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *st, plan_timing_fn timing, void *ctx,
-                      base_error *e)
+double plan_unit_makespan(const plan_set *p) { return plan_unit_makespan_opt(p, NULL); }
+
+/* One run; *folded tells whether it left replicas to replica 0. */
+static int check_once(const plan_set *p, const plan_check_opts *o, bool all, plan_stats *st, plan_timing_fn timing,
+                      void *ctx, base_error *e, bool *folded)
 {
-    checker c = {.p = p, .e = e, .host = host, .unit = unit, .timing = timing, .timing_ctx = ctx};
+    checker c = {.p = p, .e = e, .host = o->host, .unit = o->unit, .all_devices = all, .stuck = o->stuck,
+                 .timing = timing, .timing_ctx = ctx};
+    if (c.stuck) c.stuck->n = 0;
     c.ds = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.ds);
     c.li = base_xcalloc((size_t)p->nlists + 1, sizeof *c.li);
     c.dv = base_xcalloc((size_t)p->ndevices + 1, sizeof *c.dv);
@@ -1088,20 +1144,23 @@ static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *s
                  : run(&c);
     if (rc == 0) rc = plan_roles_check(p, e); /* roles agree with categories and kinds */
     double makespan = 0;
+    *folded = c.fold.replicas > 1;
     if (rc == 0)
         for (int d = 0; d < p->ndevices; d++) {
             const list_info *li = &c.li[p->devices[d].list];
+            if (!runs_dev(&c, d)) c.ds[d] = c.ds[c.fold.rep[d]]; /* its original's peaks and end */
             c.ds[d].busy_seconds = li->busy;
             memcpy(c.ds[d].count_by_op, li->count, sizeof li->count);
             if (c.ds[d].end_seconds > makespan) makespan = c.ds[d].end_seconds;
         }
     for (int l = 0; l < p->nlists && c.li; l++) {
         list_info *li = &c.li[l];
-        plan_index_free(&li->ix), free(li->slot_used), free(li->udur);
+        plan_index_free(&li->ix), free(li->slot_used), free(li->udur), free(li->coll_off), free(li->coll_ins);
     }
     for (int d = 0; d < p->ndevices; d++) free(c.dv[d].buf), free(c.dv[d].coll_seq), free(c.dv[d].post), free(c.dv[d].need);
     free(c.li), free(c.dv), free(c.ss), free(c.kl_dur), free(c.gsorted), free(c.gmoff), free(c.goff);
     free(c.gcount), free(c.ghead), free(c.heap), free(c.work);
+    plan_fold_free(&c.fold);
     if (st) {
         memset(st, 0, sizeof *st);
         if (rc == 0) {
@@ -1112,6 +1171,23 @@ static int check_with(const plan_set *p, unsigned host, bool unit, plan_stats *s
         }
     }
     free(c.ds);
+    return rc;
+}
+
+/* The run over one device per replica class gives every device's verdict, peaks and times
+ * (plan_fold.c); a failure is run again over every device, so that its message names the devices
+ * and counts a full run names (verdict_only: the caller reads no message). A timed run tells
+ * about every device's instructions and runs them all. */
+static int check_with(const plan_set *p, const plan_check_opts *o, bool verdict_only, plan_stats *st,
+                      plan_timing_fn timing, void *ctx, base_error *e)
+{
+    bool all = o->all_devices || timing, folded = false;
+    base_error before = *e; /* the warnings the run adds are added once */
+    int rc = check_once(p, o, all, st, timing, ctx, e, &folded);
+    if (rc && folded && !verdict_only) {
+        *e = before;
+        rc = check_once(p, o, true, st, timing, ctx, e, &folded);
+    }
     return rc;
 }
 

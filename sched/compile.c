@@ -443,9 +443,9 @@ static void clear_keeping_warnings(base_error *e)
 /* A deadlock under an order file: names, at the file's cell, the action each stuck device cannot
  * get past (the compute its stuck transfer feeds or comes from, found in its list next to the
  * stuck instruction), and the schedule directive, so that the user knows which cells to move.
- * The stuck instructions are read from the check's message ("device D (list L): #I ..."); when
- * none is found the message is only prefixed with the directive. */
-static void locate_order_deadlock(const sched_ctx *x, base_error *e)
+ * The stuck instructions are the check's (plan_stuck); when none maps to a cell the message is
+ * only prefixed with the directive. */
+static void locate_order_deadlock(const sched_ctx *x, const plan_stuck *stuck, base_error *e)
 {
     const ir_directive *d = NULL;
     for (int i = 0; i < x->prog->ndirectives; i++)
@@ -459,10 +459,9 @@ static void locate_order_deadlock(const sched_ctx *x, base_error *e)
     const plan_set *p = &x->c->plan;
     char where[1024] = "";
     size_t o = 0;
-    for (const char *at = strstr(e->msg, "device "); at && o + 200 < sizeof where; at = strstr(at + 1, "device ")) {
-        int dev, list, idx;
-        if (sscanf(at, "device %d (list %d): #%d", &dev, &list, &idx) != 3 || dev < 0 || dev >= p->ndevices)
-            continue;
+    for (int j = 0; j < stuck->n && o + 200 < sizeof where; j++) {
+        int dev = stuck->at[j].dev, idx = stuck->at[j].instr;
+        if (dev < 0 || dev >= p->ndevices) continue;
         const plan_list *L = plan_dev_list(p, dev);
         if (idx < 0 || idx >= L->n) continue;
         const plan_instr *in = &L->ins[idx];
@@ -513,11 +512,14 @@ static int pass_check(sched_ctx *x, base_error *e)
     sched_compilation *c = x->c;
     const sched_options *o = &x->opt;
     if (o->no_check) return 0;
-    int rc = plan_check(&c->plan, &c->stats, e);
+    plan_stuck stuck;
+    plan_check_opts co = {.all_devices = o->check_all_devices, .stuck = &stuck};
+    int rc = plan_check_opt(&c->plan, &co, &c->stats, e);
+    co.stuck = NULL; /* the shared stream's deadlock is the one reported */
     if (o->p2p_per_channel || o->no_sendrecv_groups || (rc && !strstr(e->msg, "deadlock"))) {
         if (rc) {
             base_error_prefix(e, "the plan cannot run: ");
-            locate_order_deadlock(x, e);
+            locate_order_deadlock(x, &stuck, e);
         }
         return rc ? -1 : check_memory(c, o, e);
     }
@@ -538,10 +540,10 @@ static int pass_check(sched_ctx *x, base_error *e)
      * deadlock, so the full check (for the statistics) runs only on channels that are kept */
     bool channels = sched_lower_plan(x, &x->order, &o2, &again) == 0;
     if (channels && !rc) {
-        double ch = plan_unit_makespan(&c->plan);
-        channels = ch >= 0 && ch < plan_unit_makespan(&shared) - 1e-9;
+        double ch = plan_unit_makespan_opt(&c->plan, &co);
+        channels = ch >= 0 && ch < plan_unit_makespan_opt(&shared, &co) - 1e-9;
     }
-    if (channels) channels = plan_check(&c->plan, &c->stats, &again) == 0;
+    if (channels) channels = plan_check_opt(&c->plan, &co, &c->stats, &again) == 0;
     if (channels) {
         plan_free(&shared);
         plan_stats_free(&shared_st);
@@ -555,7 +557,7 @@ static int pass_check(sched_ctx *x, base_error *e)
     c->stats = shared_st;
     if (rc) {
         base_error_prefix(e, "the plan cannot run: ");
-        locate_order_deadlock(x, e);
+        locate_order_deadlock(x, &stuck, e);
         return -1;
     }
     return check_memory(c, o, e);

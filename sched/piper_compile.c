@@ -69,6 +69,8 @@ static void usage(FILE *f)
             "                        shared stream unless it deadlocks or the order runs\n"
             "                        faster on channels under unit costs\n"
             "  --no-check            skip the static deadlock and memory check (debugging)\n"
+            "  --check-all-devices   run the check over every device instead of one per\n"
+            "                        data-parallel replica class (same verdict and peaks)\n"
             "  -q, --quiet           no summary\n"
             "  -h, --help            this help\n"
             "\n"
@@ -137,6 +139,8 @@ int main(int argc, char **argv)
             opt.p2p_per_channel = true;
         } else if (!strcmp(a, "--no-check")) {
             opt.no_check = true;
+        } else if (!strcmp(a, "--check-all-devices")) {
+            opt.check_all_devices = true;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
         } else if (a[0] == '-' && a[1]) {

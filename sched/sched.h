@@ -16,6 +16,7 @@ typedef struct sched_options {
     bool allow_oom;            /* keep plans whose static peak exceeds usable memory (what-if) */
     bool no_sendrecv_groups;   /* lower without pairing opposite p2p (demonstrates deadlock) */
     bool no_check;             /* skip the static deadlock/memory check (benchmarks only) */
+    bool check_all_devices;    /* run the check over every device, not one per replica class */
     bool p2p_per_channel;      /* one stream per peer and direction for sends and receives; the
                                   compiler falls back to it when the single p2p stream could
                                   deadlock (multi-chunk schedules) */

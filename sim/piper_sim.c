@@ -79,6 +79,7 @@ static void usage(FILE *f)
             "                      exactly what another does are simulated once, where that is exact)\n"
             "  --no-check          skip the static check of a plan file (deadlock, memory; a program's\n"
             "                      plan is checked by the compiler)\n"
+            "  --check-all-devices run that check over every device instead of one per replica class\n"
             "  --in-process        simulate in this process (profiling; SimGrid errors abort)\n"
             "  -q, --quiet         no report (use with --json)\n"
             "  -h, --help          this help\n"
@@ -106,12 +107,14 @@ static int is_plan_file(const char *path)
  * simulated and flagged rather than refused) into *p. The compiler's warnings and errors go to
  * stderr as piper-compile prints them. The compiler runs the plan's static check. */
 static int64_t batch_micro, batch_global; /* --micro-batch, --global-batch; 0: the program's */
+static bool check_all;                     /* --check-all-devices */
 
 static int compile_program(const char *program, plan_set *p)
 {
     sched_compilation c;
     sched_compilation_init(&c);
-    sched_options so = {.allow_oom = true, .micro_batch = batch_micro, .global_batch = batch_global};
+    sched_options so = {.allow_oom = true, .micro_batch = batch_micro, .global_batch = batch_global,
+                        .check_all_devices = check_all};
     base_error e;
     base_error_clear(&e);
     int rc = sched_compile(&c, program, NULL, NULL, &so, &e);
@@ -173,6 +176,8 @@ int main(int argc, char **argv)
             quiet = 1;
         } else if (!strcmp(a, "--no-check")) {
             no_check = 1;
+        } else if (!strcmp(a, "--check-all-devices")) {
+            check_all = true;
         } else if (!strcmp(a, "--no-fold")) {
             no_fold = 1;
         } else if (!strcmp(a, "--in-process")) {
@@ -263,7 +268,8 @@ int main(int argc, char **argv)
     }
     if (kind && !no_check) { /* a compiled program's plan passed the compiler's check */
         plan_stats st;
-        rc = plan_check(&p, &st, &e);
+        plan_check_opts co = {.all_devices = check_all};
+        rc = plan_check_opt(&p, &co, &st, &e);
         if (!rc) plan_stats_free(&st);
     }
     sim_result r;
