@@ -250,6 +250,9 @@ typedef struct base_progress {
 void base_progress_begin(base_progress *p, const char *prog, const char *what);
 /* done of total units (total <= 0: unknown, no percentage or ETA); detail may be NULL. */
 void base_progress_update(base_progress *p, double done, double total, const char *detail);
+/* Erases the line for a moment (before other output on the terminal); the next update draws it
+ * again. */
+void base_progress_clear(base_progress *p);
 void base_progress_end(base_progress *p);
 double base_now(void);
 

@@ -46,8 +46,8 @@ static int store(const base_opt *o, const char *v, base_error *e)
     case BASE_OPT_INT: {
         int64_t x;
         if (base_parse_i64(v, o->lo, o->hi, &x, why, sizeof why)) {
-            int64_t any;
-            if (!base_parse_i64(v, INT64_MIN, INT64_MAX, &any, NULL, 0))
+            int64_t any; /* "in [1, 9223372036854775807]" says less than "too small" */
+            if ((o->lo == INT64_MIN || o->hi == INT64_MAX) && !base_parse_i64(v, INT64_MIN, INT64_MAX, &any, NULL, 0))
                 snprintf(why, sizeof why, "is %s", any < o->lo ? "too small" : "too large");
             if (!o->want)
                 snprintf(want, sizeof want, "a whole number from %" PRId64 " to %" PRId64, o->lo, o->hi);

@@ -62,6 +62,15 @@ void base_progress_update(base_progress *p, double done, double total, const cha
     p->shown = 1;
 }
 
+void base_progress_clear(base_progress *p)
+{
+    if (p->f && p->shown) {
+        fprintf(p->f, "\r\033[K");
+        fflush(p->f);
+    }
+    p->shown = 0;
+}
+
 void base_progress_end(base_progress *p)
 {
     if (p->f && p->shown) {

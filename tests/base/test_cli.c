@@ -139,11 +139,11 @@ static void test_values_and_kinds(void)
 static void test_errors(void)
 {
     CU_ASSERT_EQUAL(parse("--steps 0"), -1);
-    CU_ASSERT_STRING_EQUAL(E.msg, "--steps: '0' is too small; write a whole number from 1 to 100");
+    CU_ASSERT_STRING_EQUAL(E.msg, "--steps: '0' is not a whole number in [1, 100]; write a whole number from 1 to 100");
     CU_ASSERT_EQUAL(parse("--steps=1.5"), -1);
     CU_ASSERT_STRING_EQUAL(E.msg, "--steps: '1.5' is not a whole number; write a whole number from 1 to 100");
     CU_ASSERT_EQUAL(parse("-s 101"), -1);
-    CU_ASSERT_STRING_EQUAL(E.msg, "--steps: '101' is too large; write a whole number from 1 to 100");
+    CU_ASSERT_STRING_EQUAL(E.msg, "--steps: '101' is not a whole number in [1, 100]; write a whole number from 1 to 100");
     CU_ASSERT_EQUAL(parse("--lr inf"), -1);
     CU_ASSERT_STRING_EQUAL(E.msg, "--lr: 'inf' is not a finite number; write a learning rate > 0");
     CU_ASSERT_EQUAL(parse("--lr 0"), -1);

@@ -103,7 +103,7 @@ expect 2 "--unit is for 'schedule'" dag "$prog" --unit -o "$tmp/x.svg"
 expect 2 "--window is for 'timeline'" schedule "$prog" --window 1:2 -o "$tmp/x.svg"
 expect 2 "unknown part 'micro'" dag "$prog" --collapse micro -o "$tmp/x.svg"
 expect 2 "expected START:END" timeline "$trace" --window 5ms -o "$tmp/x.svg"
-expect 2 "unknown option '--bogus'" schedule "$prog" --bogus -o "$tmp/x.svg"
+expect 2 "piper-viz: --bogus: unknown option" schedule "$prog" --bogus -o "$tmp/x.svg"
 expect 0 "exit status: 0 on success" --help
 # inputs that cannot be read or drawn
 expect 1 "error: $tmp/missing.yaml" schedule "$tmp/missing.yaml" -o "$tmp/x.svg"
