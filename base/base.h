@@ -238,7 +238,8 @@ int base_cli_usage_error(const base_cli *cli, const char *fmt, ...) BASE_PRINTF(
 /* A progress line on a terminal: "piper-X: what 40% (detail), 3 s left" rewritten in place on
  * stderr, at most ten times a second, and only once a run has taken two seconds, so that short
  * runs print nothing; never when stderr is not a terminal, so pipes, files and tests see no
- * change. base_progress_end erases the line. */
+ * change. base_progress_end erases the line. PIPER_PROGRESS_AFTER=SECONDS in the environment
+ * moves the two seconds (tests). */
 typedef struct base_progress {
     FILE *f;            /* NULL: off (stderr is no terminal) */
     const char *prog, *what;

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, fileno */
 #include "base.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +24,11 @@ void base_progress_begin(base_progress *p, const char *prog, const char *what)
     p->what = what;
     p->t0 = base_now();
     p->after = 2;
+    /* PIPER_PROGRESS_AFTER=SECONDS moves the two seconds (tests show the line at once) */
+    const char *env = getenv("PIPER_PROGRESS_AFTER");
+    const base_range nonneg = {0, 1e9, 0, 0};
+    double after;
+    if (env && !base_parse_double(env, nonneg, &after, NULL, 0)) p->after = after;
 }
 
 /* "1m05s" or "42 s" */
