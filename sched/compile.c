@@ -194,6 +194,11 @@ static int run_passes(sched_ctx *x, int from, int to, base_error *e)
 {
     for (int i = from; i < to; i++) {
         const sched_pass *p = &PASSES[i];
+        if (x->c->progress) { /* passes differ in length by orders: no percentage, no ETA */
+            char what[96];
+            snprintf(what, sizeof what, "pass %d of %d: %s", i + 1, NPASSES, p->name);
+            base_progress_update(x->c->progress, 0, 0, what);
+        }
         int rc = p->run(x, e);
         reset_scratch(x);
         if (rc) return -1;

@@ -235,15 +235,14 @@ int main(int argc, char **argv)
         sched_compilation_free(&c);
         return 2;
     }
-    /* a terminal sees which phase a long compilation is in (base_progress: nothing otherwise) */
+    /* a terminal sees which pass a long compilation is in (base_progress: nothing otherwise) */
     base_progress pg;
     base_progress_begin(&pg, "piper-compile", "compiling");
+    if (pg.f) c.progress = &pg;
     int rc = sched_load(&c, program, model, cluster, &e);
     if (!rc && (opt.micro_batch || opt.global_batch))
         rc = ir_program_set_batch(&c.prog, opt.micro_batch, opt.global_batch, &e);
-    base_progress_update(&pg, 1, 3, "the directives' passes");
     if (!rc) rc = sched_build_dag(&c, &e);
-    base_progress_update(&pg, 2, 3, "ordering, lowering and the static check");
     if (!rc && dump) {
         if (!strcmp(dump, "dot"))
             ir_dag_dump_dot(&c.dag, stdout);

@@ -56,17 +56,17 @@ static const base_cli cli = {.prog = "piper-test", .usage = "piper-test FILE [op
                              .opts = opts, .nopts = BASE_COUNT(opts), .epilogue = "exit status: 0.\n"};
 
 /* parse the words of `line` (space-separated) after a program name */
-static const char *pos[32];
+static const char *pos[64];
 static int npos;
 static base_error E;
 static int parse(const char *line)
 {
     static char buf[512];
-    static char *argv[33];
+    static char *argv[64];
     snprintf(buf, sizeof buf, "%s", line);
     int argc = 0;
     argv[argc++] = "piper-test";
-    for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) argv[argc++] = t;
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
     argv[argc] = NULL;
     memset(&V, 0, sizeof V);
     V.steps = 5;

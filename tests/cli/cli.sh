@@ -13,6 +13,11 @@ declare -A bin
 for kv in "$@"; do bin[${kv%%=*}]=${kv#*=}; done
 tmp=$(mktemp -d /tmp/piper_cli.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+# the sanitizer build: what OpenMPI (piper-exec's MPI_Init) and Graphviz keep at exit is theirs,
+# as tests/mpirun.sh and tests/viz/ say; the release build ignores these
+cat "$src/tests/lsan_mpi.supp" "$src/tests/viz/lsan.supp" > "$tmp/lsan.supp"
+export LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0"
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
