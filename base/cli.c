@@ -94,7 +94,10 @@ static int store(const base_opt *o, const char *v, base_error *e)
         if (o->parse(v, o->dst, why, sizeof why)) {
             char lb[80];
             if (!why[0]) snprintf(why, sizeof why, "'%s' is not valid; write %s", v, o->want ? o->want : "another value");
-            return base_errorf(e, "%s: %s", opt_label(o, lb, sizeof lb), why);
+            opt_label(o, lb, sizeof lb);
+            /* a reader that names the option itself ("--coll direct: ...") is not named twice */
+            if (!strncmp(why, lb, strlen(lb))) return base_errorf(e, "%s", why);
+            return base_errorf(e, "%s: %s", lb, why);
         }
         return 0;
     }
