@@ -9,6 +9,7 @@
 #define PIPER_BASE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,6 +154,108 @@ int base_out_fail(base_out *o, base_error *e);
 int base_out_write_file(const char *path, const char *what, const void *data, size_t n, base_error *e);
 /* fsyncs a directory, so that renames and creations in it survive a crash. */
 int base_fsync_dir(const char *dir, base_error *e);
+
+/* ---------------------------------------------------------------- command lines (cli.c) */
+
+/* The one command-line convention of every piper binary (docs/cli.md): each binary describes its
+ * options in one table, one base_opt row per option, and base_cli_parse reads argv by that table
+ * (getopt_long: `--opt=value` and `--opt value`, short options, `--` ends the options), reads
+ * numbers by base_parse_* and states the range in the message, and base_cli_help prints --help
+ * from the same rows (grouped, aligned, with defaults). --help and --version are in every table
+ * without being written. The parser never prints and never exits: main decides (exit status 2
+ * for a usage error, BASE_CLI_USAGE_EXIT). */
+
+/* The project's version, printed by every binary's --version as "piper-X <version>". */
+#define PIPER_VERSION "0.1.0"
+#define BASE_CLI_USAGE_EXIT 2
+
+typedef enum base_opt_kind {
+    BASE_OPT_GROUP,  /* not an option: a heading in --help (`help` is the heading) */
+    BASE_OPT_FLAG,   /* bool *dst = true */
+    BASE_OPT_INT,    /* int64_t *dst, a whole number in [lo, hi] */
+    BASE_OPT_U64,    /* uint64_t *dst, any whole number from 0 to 2^64 - 1 */
+    BASE_OPT_DOUBLE, /* double *dst, a finite number in `range` */
+    BASE_OPT_STRING, /* const char **dst = the value (argv's own storage) */
+    BASE_OPT_PATH,   /* the same, a file name: an empty one is refused */
+    BASE_OPT_LIST,   /* base_cli_list *dst: each use appends its value */
+    BASE_OPT_CALL,   /* parse(value, dst, why, n) reads it; nonzero with `why` refuses it */
+} base_opt_kind;
+
+#define BASE_CLI_LIST_MAX 16
+typedef struct base_cli_list {
+    const char *v[BASE_CLI_LIST_MAX];
+    int n;
+} base_cli_list;
+
+typedef struct base_opt {
+    base_opt_kind kind;
+    const char *name;       /* long name without "--"; NULL: a short option only */
+    char short_name;        /* 0: none */
+    const char *arg;        /* the value's name in --help ("FILE", "N"); NULL for a flag */
+    void *dst;
+    const char *help;       /* what it does; '\n' starts a new line of help */
+    const char *def;        /* the default, shown as "(default: ...)"; NULL: none shown */
+    int64_t lo, hi;         /* BASE_OPT_INT: the range */
+    base_range range;       /* BASE_OPT_DOUBLE: the range */
+    const char *want;       /* for messages, what to write ("a learning rate > 0"); NULL: from
+                               the range */
+    int (*parse)(const char *value, void *dst, char *why, size_t n); /* BASE_OPT_CALL */
+    const char *implicit;   /* non-NULL: the value may be left out (only as --opt, never
+                               --opt VALUE), and this is the value then */
+    bool *given;            /* non-NULL: set when the option appears */
+} base_opt;
+
+typedef struct base_cli {
+    const char *prog;       /* "piper-compile", in every message */
+    const char *usage;      /* after "usage: ": "piper-compile PROGRAM [options]" */
+    const char *about;      /* the paragraph after the usage line; may be NULL */
+    const base_opt *opts;
+    size_t nopts;
+    const char *epilogue;   /* printed after the options (exit status, examples); may be NULL */
+    void (*epilogue_fn)(FILE *f); /* then this, for tables only the binary knows */
+} base_cli;
+
+enum { BASE_CLI_OK = 0, BASE_CLI_HELP = 1, BASE_CLI_VERSION = 2 };
+
+/* Reads argv[1..argc) by the table: options into their destinations, the other arguments, in
+ * order, into pos (room for argc entries) and *npos. Returns BASE_CLI_OK, BASE_CLI_HELP or
+ * BASE_CLI_VERSION when asked (main prints and exits 0), or -1 with e saying "--opt: what is
+ * wrong; what to do" (main prints it after "prog: " and exits BASE_CLI_USAGE_EXIT). Abbreviated
+ * long options are refused: a name is written whole. */
+int base_cli_parse(const base_cli *cli, int argc, char **argv, const char **pos, int *npos, base_error *e);
+void base_cli_help(const base_cli *cli, FILE *f);
+void base_cli_version(const base_cli *cli, FILE *f);
+/* The usual end of a parse in main: help or version printed on stdout (returns 0), an error
+ * printed on stderr as "prog: message" (returns BASE_CLI_USAGE_EXIT); -1 when rc is BASE_CLI_OK
+ * (go on). */
+int base_cli_finish(const base_cli *cli, int rc, const base_error *e);
+/* A usage error found after parsing (a missing input, options that do not go together): prints
+ * "prog: message; see prog --help" on stderr and returns BASE_CLI_USAGE_EXIT. */
+int base_cli_usage_error(const base_cli *cli, const char *fmt, ...) BASE_PRINTF(2, 3);
+
+/* ---------------------------------------------------------------- progress (progress.c) */
+
+/* A progress line on a terminal: "piper-X: what 40% (detail), 3 s left" rewritten in place on
+ * stderr, at most ten times a second, and only once a run has taken two seconds, so that short
+ * runs print nothing; never when stderr is not a terminal, so pipes, files and tests see no
+ * change. base_progress_end erases the line. PIPER_PROGRESS_AFTER=SECONDS in the environment
+ * moves the two seconds (tests). */
+typedef struct base_progress {
+    FILE *f;            /* NULL: off (stderr is no terminal) */
+    const char *prog, *what;
+    double t0, last;    /* monotonic seconds: the start, the last line */
+    double after;       /* seconds before the first line (2) */
+    int shown;          /* a line is on the screen */
+} base_progress;
+
+void base_progress_begin(base_progress *p, const char *prog, const char *what);
+/* done of total units (total <= 0: unknown, no percentage or ETA); detail may be NULL. */
+void base_progress_update(base_progress *p, double done, double total, const char *detail);
+/* Erases the line for a moment (before other output on the terminal); the next update draws it
+ * again. */
+void base_progress_clear(base_progress *p);
+void base_progress_end(base_progress *p);
+double base_now(void);
 
 /* ---------------------------------------------------------------- arrays */
 

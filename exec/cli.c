@@ -2,8 +2,6 @@
  * (cli.h). */
 #include "cli.h"
 
-#include <errno.h>
-#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,124 +22,68 @@ void exec_cli_defaults(exec_cli_common *c)
     c->optim.weight_decay = 0.1;
 }
 
-const char *exec_cli_value(int argc, char **argv, int *i, base_error *e)
+static int parse_optimizer(const char *v, void *dst, char *why, size_t n)
 {
-    if (*i + 1 >= argc) {
-        base_errorf(e, "%s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-/* One option's value through base/'s number rules, as "--lr: 'inf' is not a finite number;
- * write ..." when it breaks them. */
-static int bad_value(base_error *e, const char *opt, const char *v, const char *why, const char *want)
-{
-    return base_errorf(e, "%s: '%s' %s; write %s", opt, v, why, want);
-}
-
-int exec_cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int64_t *v, base_error *e)
-{
-    const char *s = argv[*i];
-    const char *t = exec_cli_value(argc, argv, i, e);
-    if (!t) return -1;
-    char why[128], want[96];
-    if (base_parse_i64(t, lo, hi, v, why, sizeof why)) {
-        snprintf(want, sizeof want, "a whole number from %lld to %lld", (long long)lo, (long long)hi);
-        return bad_value(e, s, t, why, want);
+    exec_optim *o = dst;
+    if (strcmp(v, "adamw") == 0)
+        o->kind = EXEC_ADAMW;
+    else if (strcmp(v, "sgd") == 0)
+        o->kind = EXEC_SGD;
+    else {
+        snprintf(why, n, "'%s' is not an optimizer; write adamw or sgd", v);
+        return -1;
     }
     return 0;
 }
 
-/* The numeric options, one row each: its range (what the optimizer and the loop can use: a
- * learning rate of 0 trains nothing, beta = 1 never forgets, eps = 0 divides by zero) and where
- * it goes. Integers are read exactly (base_parse_i64/u64), never through a double; a seed takes
- * all 64 bits, so its row states no range. */
-enum { NUM_REAL, NUM_STEPS, NUM_SEED };
-static const struct {
-    const char *name, *what;
-    int kind;
-    base_range r;
-    size_t off;
-} cli_nums[] = {
-    {"--steps", "a whole number of steps", NUM_STEPS, {1, EXEC_CLI_MAX_STEPS, 0, 0}, offsetof(exec_cli_common, steps)},
-    {"--seed", "a whole number from 0 to 18446744073709551615", NUM_SEED, {0, 0, 0, 0}, offsetof(exec_cli_common, seed)},
-    {"--timeout", "seconds, a number >= 0 (0 disables the watchdog)", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, timeout_s)},
-    {"--lr", "a learning rate > 0", NUM_REAL, {0, HUGE_VAL, 1, 0}, offsetof(exec_cli_common, optim.lr)},
-    {"--weight-decay", "a number >= 0", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, optim.weight_decay)},
-    {"--beta1", "a number in [0, 1), e.g. 0.9", NUM_REAL, {0, 1, 0, 1}, offsetof(exec_cli_common, optim.beta1)},
-    {"--beta2", "a number in [0, 1), e.g. 0.95", NUM_REAL, {0, 1, 0, 1}, offsetof(exec_cli_common, optim.beta2)},
-    {"--eps", "a number > 0, e.g. 1e-8", NUM_REAL, {0, HUGE_VAL, 1, 0}, offsetof(exec_cli_common, optim.eps)},
-    {"--grad-clip", "a norm >= 0", NUM_REAL, {0, HUGE_VAL, 0, 0}, offsetof(exec_cli_common, grad_clip)},
-};
-
-int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_common *c,
-                    base_error *e)
+/* The options both drivers take, one row each (base_opt, base.h): the ranges are what the
+ * optimizer and the loop can use (a learning rate of 0 trains nothing, beta = 1 never forgets,
+ * eps = 0 divides by zero). Integers are read exactly (base_parse_i64/u64), never through a
+ * double; a seed takes all 64 bits. */
+void exec_cli_rows(exec_cli_common *c, base_opt *rows, size_t *n)
 {
-    const char *s = argv[*i];
-    for (size_t k = 0; k < BASE_COUNT(cli_nums); k++) {
-        if (strcmp(s, cli_nums[k].name) != 0) continue;
-        const char *t = exec_cli_value(argc, argv, i, e);
-        if (!t) return -1;
-        char why[128], want[160];
-        char *dst = (char *)c + cli_nums[k].off;
-        int bad;
-        if (cli_nums[k].kind == NUM_STEPS) {
-            int64_t n = 0;
-            bad = base_parse_i64(t, (int64_t)cli_nums[k].r.lo, (int64_t)cli_nums[k].r.hi, &n, why, sizeof why);
-            if (!bad) memcpy(dst, &n, sizeof n);
-        } else if (cli_nums[k].kind == NUM_SEED) {
-            uint64_t n = 0;
-            bad = base_parse_u64(t, 0, UINT64_MAX, &n, why, sizeof why);
-            if (!bad) memcpy(dst, &n, sizeof n), c->seed_given = true;
-        } else {
-            double d = 0;
-            bad = base_parse_double(t, cli_nums[k].r, &d, why, sizeof why);
-            if (!bad) memcpy(dst, &d, sizeof d);
-        }
-        if (bad) {
-            if (cli_nums[k].kind == NUM_STEPS)
-                snprintf(want, sizeof want, "%s from %.0f to %.0f", cli_nums[k].what, cli_nums[k].r.lo, cli_nums[k].r.hi);
-            else
-                snprintf(want, sizeof want, "%s", cli_nums[k].what);
-            return bad_value(e, s, t, why, want);
-        }
-        return 0;
-    }
-    const char *v;
-    if (strcmp(s, "--optimizer") == 0) {
-        if (!(v = exec_cli_value(argc, argv, i, e))) return -1;
-        if (strcmp(v, "adamw") == 0)
-            c->optim.kind = EXEC_ADAMW;
-        else if (strcmp(v, "sgd") == 0)
-            c->optim.kind = EXEC_SGD;
-        else
-            return base_errorf(e, "--optimizer takes adamw or sgd, not '%s'", v);
-    } else if (strcmp(s, "--log") == 0) {
-        if (!(c->log = exec_cli_value(argc, argv, i, e))) return -1;
-    } else if (strcmp(s, "--trace") == 0) {
-        if (!(c->trace = exec_cli_value(argc, argv, i, e))) return -1;
-    } else if (strcmp(s, "--memory") == 0) {
-        c->memory = true;
-    } else if (strcmp(s, "--no-check") == 0) {
-        c->no_check = true;
-    } else if (strcmp(s, "-q") == 0) {
-        c->quiet = true;
-    } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
-        return 1;
-    } else if (s[0] == '-') {
-        return base_errorf(e, "unknown option %s; see %s --help", s, prog);
-    } else if (c->plan) {
-        return base_errorf(e, "two plans given (%s and %s); %s runs one", c->plan, s, prog);
-    } else {
-        c->plan = s;
-    }
-    return 0;
+    const base_opt common[] = {
+        {.kind = BASE_OPT_GROUP, .help = "training"},
+        {BASE_OPT_INT, "steps", 0, "K", &c->steps, .lo = 1, .hi = EXEC_CLI_MAX_STEPS,
+         .want = "a whole number of steps from 1 to 1000000", .help = "training steps", .def = "5"},
+        {BASE_OPT_U64, "seed", 0, "S", &c->seed, .given = &c->seed_given,
+         .help = "initialisation, data and dropout seed, a whole number from 0 to 2^64-1, read exactly",
+         .def = "1"},
+        {BASE_OPT_CALL, "optimizer", 0, "adamw|sgd", &c->optim, .parse = parse_optimizer, .help = "the optimizer",
+         .def = "adamw"},
+        {BASE_OPT_DOUBLE, "lr", 0, "X", &c->optim.lr, .range = {0, HUGE_VAL, 1, 0}, .want = "a learning rate > 0",
+         .help = "learning rate, finite and > 0", .def = "1e-3 for AdamW, 0.1 for SGD"},
+        {BASE_OPT_DOUBLE, "weight-decay", 0, "X", &c->optim.weight_decay, .range = {0, HUGE_VAL, 0, 0},
+         .want = "a number >= 0", .help = "decoupled weight decay of matrices, >= 0", .def = "0.1"},
+        {BASE_OPT_DOUBLE, "beta1", 0, "X", &c->optim.beta1, .range = {0, 1, 0, 1},
+         .want = "a number in [0, 1), e.g. 0.9", .help = "AdamW's first beta, in [0, 1)", .def = "0.9"},
+        {BASE_OPT_DOUBLE, "beta2", 0, "X", &c->optim.beta2, .range = {0, 1, 0, 1},
+         .want = "a number in [0, 1), e.g. 0.95", .help = "AdamW's second beta, in [0, 1)", .def = "0.95"},
+        {BASE_OPT_DOUBLE, "eps", 0, "X", &c->optim.eps, .range = {0, HUGE_VAL, 1, 0},
+         .want = "a number > 0, e.g. 1e-8", .help = "AdamW's epsilon, > 0", .def = "1e-8"},
+        {BASE_OPT_DOUBLE, "grad-clip", 0, "X", &c->grad_clip, .range = {0, HUGE_VAL, 0, 0}, .want = "a norm >= 0",
+         .help = "clip to this global norm when the plan computes it, >= 0", .def = "1"},
+        {.kind = BASE_OPT_GROUP, .help = "the run"},
+        {BASE_OPT_FLAG, "no-check", 0, NULL, &c->no_check,
+         .help = "run a plan that fails the static check (plan_check: deadlock, transfers whose two sides "
+         "disagree, buffers used when not live), which is otherwise refused before the first step"},
+        {BASE_OPT_DOUBLE, "timeout", 0, "SEC", &c->timeout_s, .range = {0, HUGE_VAL, 0, 0},
+         .want = "seconds, a number >= 0 (0 disables the watchdog)",
+         .help = "watchdog: fail when communication makes no progress for SEC seconds; 0 disables",
+         .def = "300"},
+        {BASE_OPT_FLAG, "memory", 0, NULL, &c->memory,
+         .help = "each rank prints its buffers' bytes by category, as the plan sizes them and as the executor "
+         "holds them, and after the last step its peak next to the plan's"},
+        {BASE_OPT_FLAG, "quiet", 'q', NULL, &c->quiet, .help = "print only the per-step lines"},
+    };
+    for (size_t k = 0; k < BASE_COUNT(common); k++) rows[(*n)++] = common[k];
 }
 
-int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e)
+int exec_cli_finish(exec_cli_common *c, const char *prog, int npos, const char **pos, base_error *e)
 {
-    if (!c->plan) return base_errorf(e, "no plan given; see %s --help", prog);
+    if (npos > 1) return base_errorf(e, "two plans given (%s and %s); %s runs one", pos[0], pos[1], prog);
+    if (npos < 1) return base_errorf(e, "no plan given; see %s --help", prog);
+    c->plan = pos[0];
     if (c->optim.lr < 0) c->optim.lr = c->optim.kind == EXEC_SGD ? 0.1 : 1e-3;
     return 0;
 }

@@ -29,22 +29,17 @@ typedef struct exec_cli_common {
  * exec_cli_finish), clipping at 1, a 300 s watchdog. */
 void exec_cli_defaults(exec_cli_common *c);
 
-/* The value of option argv[*i] (argv[*i + 1], *i advanced), or NULL with an error. */
-const char *exec_cli_value(int argc, char **argv, int *i, base_error *e);
-/* The value of option argv[*i] as a whole number in [lo, hi] (base_parse_i64's rules), or -1
- * with an error naming the option. */
-int exec_cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int64_t *v, base_error *e);
-
 /* The most --steps one run takes: rank 0 keeps each step's time for the report. */
 #define EXEC_CLI_MAX_STEPS 1000000
 
-/* Reads argv[*i] as one of the common options, the plan, or help (advancing *i past a value):
- * 0 read, 1 help asked, -1 an error (an unknown option, a second plan, a bad value). `prog`
- * names the driver in messages. A driver tries its own options first. */
-int exec_cli_option(int argc, char **argv, int *i, const char *prog, exec_cli_common *c,
-                    base_error *e);
-/* After the last option: a plan must be given; the learning rate defaults by optimizer. */
-int exec_cli_finish(exec_cli_common *c, const char *prog, base_error *e);
+/* The rows of the options both drivers take (base_opt, base.h; docs/cli.md), appended to a
+ * driver's table at rows[*n] (room for EXEC_CLI_NROWS more); each writes into c. A driver adds
+ * its own rows (--log and --trace, whose files differ, and what only it has). */
+#define EXEC_CLI_NROWS 16
+void exec_cli_rows(exec_cli_common *c, base_opt *rows, size_t *n);
+/* After base_cli_parse: exactly one plan among the arguments; the learning rate defaults by
+ * optimizer. */
+int exec_cli_finish(exec_cli_common *c, const char *prog, int npos, const char **pos, base_error *e);
 
 /* The static check (plan_check) of the plan read from c->plan, unless --no-check: a plan that
  * could deadlock, whose two sides of a transfer disagree, or whose buffers are used when not

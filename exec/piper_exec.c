@@ -1,7 +1,7 @@
 /* piper_exec.c — piper-exec: runs a compiled plan for real on CPUs, one MPI rank per device,
  *   mpirun -np N piper-exec PLAN [--steps K] [--seed S] ...   (or without mpirun: one device)
  * and prints per step the loss, step time, tokens/s and each rank's peak memory (rank 0 gathers
- * them). Failures: a rank that cannot start (bad plan file, unsupported plan) makes every rank
+ * them; --log and --json write them to a file too). Failures: a rank that cannot start (bad plan file, unsupported plan) makes every rank
  * stop with a message naming it and its cause; a rank that fails during a step tells every other
  * rank (which print it) and aborts the job; a watchdog (--timeout) stops ranks whose
  * communication makes no progress. */
@@ -16,115 +16,101 @@
 #include "cpu/cpu_exec.h"
 #include "sim_predict.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: [mpirun -np N] piper-exec PLAN [options]\n"
-            "Runs a plan written by piper-compile -o, one MPI rank per device (rank r runs device\n"
-            "r; a plan whose only device is 0 also runs without mpirun).\n"
-            "  --steps K          training steps, a whole number from 1 to 1000000 (default 5)\n"
-            "  --seed S           initialisation, data and dropout seed, a whole number from 0 to\n"
-            "                     2^64-1, read exactly (default 1)\n"
-            "  --dtype fp32|fp64  element type of the kernels (default: the plan's activations)\n"
-            "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --lr X             learning rate, finite and > 0 (default 1e-3 for AdamW, 0.1 for SGD)\n"
-            "  --weight-decay X   decoupled weight decay of matrices, >= 0 (default 0.1)\n"
-            "  --beta1 X --beta2 X --eps X   AdamW: betas in [0, 1), eps > 0 (defaults 0.9, 0.95,\n"
-            "                     1e-8)\n"
-            "  --grad-clip X      clip to this global norm when the plan computes it, >= 0 (default 1)\n"
-            "  --no-check         run a plan that fails the static check (plan_check: deadlock,\n"
-            "                     transfers whose two sides disagree, buffers used when not live),\n"
-            "                     which piper-exec otherwise refuses before the first step\n"
-            "  --timeout SEC      watchdog: fail when communication makes no progress for SEC\n"
-            "                     seconds (default 300; 0 disables)\n"
-            "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
-            "                     seconds tokens_per_s gflops_per_s\n"
-            "  --dump-grads DIR   each rank writes the gradients its optimizer steps see in step 1\n"
-            "                     (DIR/grads.devD.txt)\n"
-            "  --dump-params DIR  each rank writes its parameters after the last step\n"
-            "  --data SRC         tokens: synthetic (default), corpus (the bundled text, byte-level\n"
-            "                     tokens), uint16:PATH or uint32:PATH (a pre-tokenised file of\n"
-            "                     little-endian tokens)\n"
-            "  --save DIR         after the last step, write a sharded checkpoint (parameters,\n"
-            "                     optimizer state, step, seed, data source) to DIR/step-K, then\n"
-            "                     switch DIR/latest to it; DIR is created and checked for\n"
-            "                     writing before the first step\n"
-            "  --save-every N     with --save: a checkpoint every N steps (and after the last)\n"
-            "  --keep N           with --save: after each save keep only N checkpoints (the\n"
-            "                     latest and the N - 1 of the highest other steps)\n"
-            "  --resume DIR       start from a checkpoint (written under any strategy of the same\n"
-            "                     model): DIR's latest, or DIR/step-K itself; run --steps more\n"
-            "                     steps after its step\n"
-            "  --trace FILE       write what every rank ran as a Chrome trace (the format of\n"
-            "                     piper-sim --trace: a process per rank, a thread per stream)\n"
-            "  --no-sim           do not print piper-sim's prediction of the plan next to the\n"
-            "                     measurement at the end (rank 0 simulates the plan with the\n"
-            "                     simulator built into piper-exec; never with -q)\n"
-            "  --memory           each rank prints its buffers' bytes by category, as the plan\n"
-"                     sizes them and as the executor holds them; after the last\n"
-            "                     step, its parameter and gradient bytes, communicated bytes\n"
-            "                     and peak next to the plan's\n"
-            "  -q                 print only the per-step lines\n"
-            "Numbers are read whole and exactly (1.5 is not a step count, inf not a rate). A loss or\n"
-            "gradient norm that is not finite stops the run, naming the rank, the step and the first\n"
-            "tensor that is not finite, with exit status 1.\n");
-}
-
 typedef struct args {
     exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
     const char *dump_params, *save, *resume, *data;
+    const char *json;       /* --json: one JSON object per step (docs/cli.md) */
     int64_t save_every;     /* 0: only after the last step */
-    int keep;               /* 0: every checkpoint stays */
+    int64_t keep;           /* 0: every checkpoint stays */
     bool no_sim;
     exec_cpu_options o;
 } args;
 
-static int parse_args(int argc, char **argv, args *a, base_error *e)
+static int parse_dtype(const char *v, void *dst, char *why, size_t n)
+{
+    if (strcmp(v, "fp32") == 0)
+        *(int *)dst = PLAN_FP32;
+    else if (strcmp(v, "fp64") == 0)
+        *(int *)dst = PLAN_FP64;
+    else {
+        snprintf(why, n, "'%s' is not an element type; write fp32 or fp64", v);
+        return -1;
+    }
+    return 0;
+}
+
+/* The options: the drivers' common rows (exec_cli_rows) and piper-exec's own, one row each
+ * (base_opt, base.h). The table lives as long as main's args. */
+static base_opt g_opts[EXEC_CLI_NROWS + 24];
+static const base_cli *cli_of(args *a)
+{
+    static base_cli cli;
+    size_t n = 0;
+    exec_cli_rows(&a->c, g_opts, &n);
+    const base_opt own[] = {
+        {BASE_OPT_CALL, "dtype", 0, "fp32|fp64", &a->o.dtype, .parse = parse_dtype,
+         .help = "element type of the kernels", .def = "the plan's activations"},
+        {BASE_OPT_STRING, "data", 0, "SRC", &a->data,
+         .help = "tokens: synthetic, corpus (the bundled text, byte-level tokens), uint16:PATH or uint32:PATH (a "
+         "pre-tokenised file of little-endian tokens)", .def = "synthetic"},
+        {BASE_OPT_FLAG, "no-sim", 0, NULL, &a->no_sim,
+         .help = "do not print piper-sim's prediction of the plan next to the measurement at the end (rank 0 "
+         "simulates the plan with the simulator built into piper-exec; never with -q)"},
+        {.kind = BASE_OPT_GROUP, .help = "outputs"},
+        {BASE_OPT_PATH, "log", 0, "FILE", &a->c.log, .help = "rank 0 writes one line per step: step loss ce aux "
+         "grad_norm seconds tokens_per_s gflops_per_s"},
+        {BASE_OPT_PATH, "json", 0, "FILE", &a->json, .help = "rank 0 writes one JSON object per step (JSON Lines, "
+         "docs/cli.md); - for stdout instead of the per-step lines"},
+        {BASE_OPT_PATH, "trace", 0, "FILE", &a->c.trace, .help = "write what every rank ran as a Chrome trace (the "
+         "format of piper-sim --trace: a process per rank, a thread per stream)"},
+        {BASE_OPT_PATH, "dump-grads", 0, "DIR", &a->o.dump_grads,
+         .help = "each rank writes the gradients its optimizer steps see in step 1 (DIR/grads.devD.txt)"},
+        {BASE_OPT_PATH, "dump-params", 0, "DIR", &a->dump_params,
+         .help = "each rank writes its parameters after the last step"},
+        {.kind = BASE_OPT_GROUP, .help = "checkpoints"},
+        {BASE_OPT_PATH, "save", 0, "DIR", &a->save,
+         .help = "after the last step, write a sharded checkpoint (parameters, optimizer state, step, seed, data "
+         "source) to DIR/step-K, then switch DIR/latest to it; DIR is created and checked for writing before the "
+         "first step"},
+        {BASE_OPT_INT, "save-every", 0, "N", &a->save_every, .lo = 1, .hi = EXEC_CLI_MAX_STEPS,
+         .help = "with --save: a checkpoint every N steps (and after the last)"},
+        {BASE_OPT_INT, "keep", 0, "N", &a->keep, .lo = 1, .hi = 1000000,
+         .want = "a number of checkpoints of at least 1",
+         .help = "with --save: after each save keep only N checkpoints (the latest and the N - 1 of the highest "
+         "other steps)"},
+        {BASE_OPT_PATH, "resume", 0, "DIR", &a->resume,
+         .help = "start from a checkpoint (written under any strategy of the same model): DIR's latest, or "
+         "DIR/step-K itself; run --steps more steps after its step"},
+    };
+    for (size_t k = 0; k < BASE_COUNT(own); k++) g_opts[n++] = own[k];
+    cli = (base_cli){
+        .prog = "piper-exec",
+        .usage = "[mpirun -np N] piper-exec PLAN [options]",
+        .about = "Runs a plan written by piper-compile -o, one MPI rank per device (rank r runs device\n"
+                 "r; a plan whose only device is 0 also runs without mpirun).",
+        .opts = g_opts,
+        .nopts = n,
+        .epilogue = "Numbers are read whole and exactly (1.5 is not a step count, inf not a rate). A loss or\n"
+                    "gradient norm that is not finite stops the run, naming the rank, the step and the first\n"
+                    "tensor that is not finite, with exit status 1.\n"
+                    "\n"
+                    "exit status: 0 on success, 1 when the plan cannot run or a step fails, 2 on usage errors.\n",
+    };
+    return &cli;
+}
+
+static int parse_args(int argc, char **argv, args *a, const base_cli **cli, base_error *e)
 {
     memset(a, 0, sizeof *a);
     exec_cli_defaults(&a->c);
     a->o.dtype = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        const char *v;
-        if (strcmp(s, "--dtype") == 0) {
-            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
-            if (strcmp(v, "fp32") == 0)
-                a->o.dtype = PLAN_FP32;
-            else if (strcmp(v, "fp64") == 0)
-                a->o.dtype = PLAN_FP64;
-            else
-                return base_errorf(e, "--dtype takes fp32 or fp64, not '%s'", v);
-        } else if (strcmp(s, "--dump-grads") == 0) {
-            if (!(a->o.dump_grads = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else if (strcmp(s, "--dump-params") == 0) {
-            if (!(a->dump_params = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else if (strcmp(s, "--data") == 0) {
-            if (!(a->data = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else if (strcmp(s, "--save") == 0) {
-            if (!(a->save = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else if (strcmp(s, "--save-every") == 0) {
-            int64_t n;
-            if (exec_cli_int(argc, argv, &i, 1, EXEC_CLI_MAX_STEPS, &n, e)) return -1;
-            a->save_every = n;
-        } else if (strcmp(s, "--keep") == 0) {
-            if (!(v = exec_cli_value(argc, argv, &i, e))) return -1;
-            char *end = NULL;
-            errno = 0;
-            long n = strtol(v, &end, 10);
-            if (errno || !end || *end || n < 1 || n > 1000000)
-                return base_errorf(e, "--keep takes a number of checkpoints of at least 1, not '%s'", v);
-            a->keep = (int)n;
-        } else if (strcmp(s, "--resume") == 0) {
-            if (!(a->resume = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else if (strcmp(s, "--no-sim") == 0) {
-            a->no_sim = true;
-        } else {
-            int rc = exec_cli_option(argc, argv, &i, "piper-exec", &a->c, e);
-            if (rc) return rc;
-        }
-    }
-    if (exec_cli_finish(&a->c, "piper-exec", e)) return -1;
+    *cli = cli_of(a);
+    const char **pos = base_xcalloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int rc = base_cli_parse(*cli, argc, argv, pos, &npos, e);
+    if (rc == BASE_CLI_OK && exec_cli_finish(&a->c, "piper-exec", npos, pos, e)) rc = -1;
+    free(pos);
+    if (rc) return rc;
     if (a->save_every && !a->save)
         return base_errorf(e, "--save-every needs --save DIR, the directory its checkpoints go to");
     if (a->keep && !a->save)
@@ -188,7 +174,7 @@ static void print_prediction(const args *a, const plan_set *plan, int size, cons
 /* Rank 0: one step's line (and log line) from every rank's figures `all` (nv per rank); keeps
  * the step's time and the ranks' peaks for the prediction at the end. */
 static void print_step(const double *all, int size, int nv, int64_t step, int64_t first_step,
-                       int64_t tokens, double flops, double *times, double *peaks, FILE *log)
+                       int64_t tokens, double flops, double *times, double *peaks, FILE *log, FILE *json)
 {
     double ce, aux, norm, t;
     exec_cli_step_reduce(all, size, nv, &ce, &aux, &norm, &t);
@@ -200,12 +186,30 @@ static void print_step(const double *all, int size, int nv, int64_t step, int64_
     }
     char nbuf[32];
     exec_cli_norm_text(norm, nbuf, sizeof nbuf);
-    printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
-           (double)tokens / t, flops / t * 1e-9);
-    for (int k = 0; k < size; k++)
-        printf(" r%d %.2f/%.2f", k, exec_cli_mib(all[k * nv + 4]), exec_cli_mib(all[k * nv + 5]));
-    printf("\n");
-    fflush(stdout);
+    if (json != stdout) {
+        printf("%-5lld %-11.6f %-10s %7.1f ms %-10.0f %-8.2f", (long long)step, loss, nbuf, t * 1e3,
+               (double)tokens / t, flops / t * 1e-9);
+        for (int k = 0; k < size; k++)
+            printf(" r%d %.2f/%.2f", k, exec_cli_mib(all[k * nv + 4]), exec_cli_mib(all[k * nv + 5]));
+        printf("\n");
+        fflush(stdout);
+    }
+    if (json) {
+        /* one object per line (JSON Lines; docs/cli.md, "piper-exec --json") */
+        fprintf(json, "{\"step\": %lld, \"loss\": %.17g, \"ce\": %.17g, \"aux\": %.17g, \"grad_norm\": ",
+                (long long)step, loss, ce, aux);
+        if (norm >= 0)
+            fprintf(json, "%.17g", sqrt(norm));
+        else
+            fprintf(json, "null");
+        fprintf(json, ", \"seconds\": %.9g, \"tokens_per_s\": %.9g, \"gflops_per_s\": %.9g, \"peak_bytes\": [",
+                t, (double)tokens / t, flops / t * 1e-9);
+        for (int k = 0; k < size; k++) fprintf(json, "%s%.17g", k ? ", " : "", all[k * nv + 4]);
+        fprintf(json, "], \"plan_peak_bytes\": [");
+        for (int k = 0; k < size; k++) fprintf(json, "%s%.17g", k ? ", " : "", all[k * nv + 5]);
+        fprintf(json, "]}\n");
+        fflush(json);
+    }
     if (log) {
         fprintf(log, "%lld %.17g %.17g %.17g %.17g %.9g %.9g %.9g\n", (long long)step, loss, ce,
                 aux, norm >= 0 ? sqrt(norm) : -1.0, t, (double)tokens / t, flops / t * 1e-9);
@@ -240,7 +244,7 @@ static int save_checkpoint(exec_cpu *c, const plan_set *plan, const args *a, int
     for (int k = 0; k < size; k++) bytes[k] = sh[2 * k], sums[k] = sh[2 * k + 1];
     char final[4400];
     int rc = exec_ckpt_write_manifest(dir, plan, c->dt, &meta, size, bytes, sums, e);
-    if (!rc) rc = exec_ckpt_commit(a->save, step, a->keep, final, sizeof final, e);
+    if (!rc) rc = exec_ckpt_commit(a->save, step, (int)a->keep, final, sizeof final, e);
     free(bytes);
     free(sums);
     free(sh);
@@ -255,7 +259,8 @@ int main(int argc, char **argv)
     base_error e;
     base_error_clear(&e);
     args a;
-    int prc = parse_args(argc, argv, &a, &e);
+    const base_cli *cli;
+    int prc = parse_args(argc, argv, &a, &cli, &e);
     exec_startup *guard = exec_startup_begin(prc ? 0 : a.c.timeout_s);
     MPI_Init(&argc, &argv);
     exec_startup_phase(guard, 2);
@@ -264,14 +269,10 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (prc) {
         exec_startup_end(guard);
-        if (rank == 0) {
-            if (prc > 0)
-                usage(stdout);
-            else
-                fprintf(stderr, "piper-exec: %s\n", e.msg);
-        }
+        int status = 0;
+        if (rank == 0) status = base_cli_finish(cli, prc, &e);
         MPI_Finalize();
-        return prc > 0 ? 0 : 2;
+        return prc > 0 ? 0 : rank == 0 ? status : BASE_CLI_USAGE_EXIT;
     }
 
     /* start: every rank reads the plan and its device; any failure stops all, named */
@@ -343,9 +344,15 @@ int main(int argc, char **argv)
     const int64_t tokens = m->global_batch * m->seq;
     /* the arithmetic of a step, by the plan's kernel lists (GEMMs exact), for GFLOP/s */
     const double flops = exec_cli_plan_flops(&plan, size);
-    FILE *log = NULL;
+    FILE *log = NULL, *json = NULL;
     if (rank == 0 && a.c.log && !(log = fopen(a.c.log, "w"))) {
         base_errorf(&e, "cannot write %s: %s", a.c.log, strerror(errno));
+        goto fail;
+    }
+    /* --json -: stdout carries the objects alone, as piper-sim --json - does */
+    if (a.json && !strcmp(a.json, "-")) a.c.quiet = true;
+    if (rank == 0 && a.json && !(json = strcmp(a.json, "-") ? fopen(a.json, "w") : stdout)) {
+        base_errorf(&e, "cannot write %s: %s; check the path", a.json, strerror(errno));
         goto fail;
     }
     if (rank == 0 && !a.c.quiet) {
@@ -389,6 +396,10 @@ int main(int argc, char **argv)
     }
     if (rank == 0 && !a.c.quiet && a.resume)
         printf("resumed from %s after step %lld\n", a.resume, (long long)(first_step - 1));
+    /* rank 0, on a terminal: the steps done and the time left (base_progress) */
+    base_progress pg;
+    base_progress_begin(&pg, "piper-exec", "training");
+    if (rank != 0) pg.f = NULL;
     for (int64_t step = first_step; step < first_step + a.c.steps; step++) {
         exec_cpu_step_stats st;
         if (exec_cpu_step(c, it, step, &st, &e)) {
@@ -399,12 +410,19 @@ int main(int argc, char **argv)
         MPI_Request r;
         MPI_Igather(v, NV, MPI_DOUBLE, all, NV, MPI_DOUBLE, 0, MPI_COMM_WORLD, &r);
         if (exec_cpu_wait(c, &r, "gathering the step's figures", &e)) goto fail;
-        if (rank == 0) print_step(all, size, NV, step, first_step, tokens, flops, times, peaks, log);
+        if (rank == 0) {
+            base_progress_clear(&pg);
+            print_step(all, size, NV, step, first_step, tokens, flops, times, peaks, log, json);
+            char what[64];
+            snprintf(what, sizeof what, "step %lld of %lld", (long long)(step - first_step + 1), (long long)a.c.steps);
+            base_progress_update(&pg, (double)(step - first_step + 1), (double)a.c.steps, what);
+        }
         /* after the step's line, so that the output reads in order */
         if (a.save_every && step % a.save_every == 0 &&
             save_checkpoint(c, &plan, &a, rank, size, step, data_name, optim_name, &e))
             goto fail;
     }
+    base_progress_end(&pg);
     if (a.dump_params && exec_cpu_dump_params(c, a.dump_params, &e)) goto fail;
     if (a.c.trace) {
         if (exec_cpu_trace_write(&tr, a.c.trace, &e)) goto fail;
@@ -437,6 +455,15 @@ int main(int argc, char **argv)
     free(peaks);
     free(all);
     if (log) fclose(log);
+    if (json && json != stdout && fclose(json)) {
+        fprintf(stderr, "piper-exec: cannot write %s: %s\n", a.json, strerror(errno));
+        exec_interp_free(it);
+        exec_cpu_close(c);
+        plan_free(&plan);
+        exec_data_close(&data);
+        MPI_Finalize();
+        return 1;
+    }
     exec_interp_free(it);
     exec_cpu_close(c);
     plan_free(&plan);

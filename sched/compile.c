@@ -194,6 +194,11 @@ static int run_passes(sched_ctx *x, int from, int to, base_error *e)
 {
     for (int i = from; i < to; i++) {
         const sched_pass *p = &PASSES[i];
+        if (x->c->progress) { /* passes differ in length by orders: no percentage, no ETA */
+            char what[96];
+            snprintf(what, sizeof what, "pass %d of %d: %s", i + 1, NPASSES, p->name);
+            base_progress_update(x->c->progress, 0, 0, what);
+        }
         int rc = p->run(x, e);
         reset_scratch(x);
         if (rc) return -1;
@@ -631,7 +636,11 @@ void sched_print_summary(const sched_compilation *c, FILE *f)
     if (c->default_schedule)
         fprintf(f, "  schedule: %s (the default for a pipeline without order directives)\n",
                 c->default_schedule);
-    fprintf(f, "\n  %-6s %8s %6s %6s %6s %6s %6s %6s  %11s  %s\n", "device", "compute", "send",
+    /* the columns' groups: instruction counts by kind, then the static check's peak and what
+     * made it up at that moment */
+    fprintf(f, "\n  %-6s %-50s  %11s  %s\n", "", "instructions in the plan, by kind", "static",
+            "memory at the peak, by category");
+    fprintf(f, "  %-6s %8s %6s %6s %6s %6s %6s %6s  %11s  %s\n", "device", "compute", "send",
             "recv", "coll", "wait", "alloc", "free", "peak memory",
             "params / grads / optimizer / activations / comm / workspace");
     for (int d = 0; d < p->ndevices; d++) {

@@ -50,6 +50,8 @@ typedef struct sched_compilation {
     ir_directive *expanded;
     int dump_pass;             /* sched_dump_after: the pass after which to print the IR; -1 */
     FILE *dump_to;
+    base_progress *progress;   /* non-NULL: each pass is named on it as it starts (piper-compile's
+                                  progress line on a terminal) */
 } sched_compilation;
 
 void sched_compilation_init(sched_compilation *c);

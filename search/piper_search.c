@@ -13,47 +13,6 @@
 
 #include "search/search.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: piper-search --model MODEL.yaml --cluster CLUSTER.yaml --global-batch N [options]\n"
-            "\n"
-            "Finds the fastest strategy for the model on the cluster: enumerates candidate programs\n"
-            "(TP, SP, PP with every schedule, DP, EP, ZeRO, recompute, micro-batch size), drops those\n"
-            "that cannot fit by a memory lower bound (tier a), compiles and checks the rest (tier b:\n"
-            "exact peak memory, deadlock proof, a quick step-time estimate), simulates the best K\n"
-            "(tier c) and prints them ranked (docs/search.md).\n"
-            "\n"
-            "options:\n"
-            "  --model FILE        the model (configs/models/)\n"
-            "  --cluster FILE      the cluster (configs/clusters/)\n"
-            "  --gpus N            use the cluster's first N GPUs (default: all)\n"
-            "  --global-batch N    sequences per optimizer step\n"
-            "  --space FILE        a search space (YAML; configs/search/default.yaml); each key it\n"
-            "                      omits means everything piper supports\n");
-    for (int k = 0; k < SEARCH_NKEYS; k++)
-        fprintf(f, "  --%-17s %s\n", search_key_name((search_key)k), search_key_doc((search_key)k));
-    fprintf(f,
-            "                      (comma-separated lists; they replace the space file's values)\n"
-            "  --fix KEY=VALUE     one value for one key, e.g. --fix pp=8\n"
-            "  --top K             simulate the best K by the estimate (default 16)\n"
-            "  --dry-run           tier (a) only: count the candidates and those within the memory\n"
-            "                      bound, compile nothing (to size a space first)\n"
-            "  --exhaustive        compile every candidate; by default a candidate whose step-time\n"
-            "                      lower bound is above the K-th best estimate is not compiled\n"
-            "                      (the K simulated are the same either way)\n"
-            "  -j N                worker processes (default 1); the output does not depend on N\n"
-            "  --json FILE         also write the results as JSON (docs/search.md); - for stdout\n"
-            "  -o FILE             write the winner as a program (piper-compile and piper-sim take it)\n"
-            "  --emit-top K DIR    write the best K as DIR/rank01.yaml, rank02.yaml, ... (DIR is made\n"
-            "                      if missing)\n"
-            "  -q, --quiet         no report\n"
-            "  -h, --help          this help\n"
-            "\n"
-            "exit status: 0 when a strategy fits, 1 when none does or the input is invalid, 2 on usage\n"
-            "errors.\n");
-}
-
 /* The path of `target` relative to the folder of `from` (both made absolute), for -o's model and
  * cluster references. */
 static void relative_to(const char *from, const char *target, char *out, size_t n)
@@ -75,19 +34,6 @@ static void relative_to(const char *from, const char *target, char *out, size_t 
     for (const char *p = a + common; *p; p++)
         if (*p == '/') at += snprintf(out + at, n - (size_t)at, "../");
     snprintf(out + at, n - (size_t)at, "%s", b + common + 1);
-}
-
-static int parse_count(const char *flag, const char *v, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || x < 1) {
-        fprintf(stderr, "piper-search: %s %s: give a positive integer; see piper-search --help\n", flag, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 /* Candidate c as a program at `path`, naming the model and cluster relative to it. */
@@ -131,70 +77,83 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *cluster = NULL, *space_file = NULL, *json = NULL, *outp = NULL;
     int64_t gpus = 0, batch = 0, top = 16, jobs = 1;
-    int quiet = 0, dry_run = 0, exhaustive = 0;
-    const char *emit_dir = NULL;
+    bool quiet = false, dry_run = false, exhaustive = false;
     int64_t emit_k = 0;
-    const char *flags[SEARCH_NKEYS] = {0}, *fixes[16];
-    int nfix = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
-        }
-        if (!strcmp(a, "--dry-run")) {
-            dry_run = 1;
-            continue;
-        }
-        if (!strcmp(a, "--exhaustive")) {
-            exhaustive = 1;
-            continue;
-        }
-        if (a[0] != '-') {
-            fprintf(stderr, "piper-search: unexpected argument '%s'; see piper-search --help\n", a);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "piper-search: %s needs a value; see piper-search --help\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int key = !strncmp(a, "--", 2) ? search_key_of(a + 2) : -1;
-        if (key >= 0) flags[key] = v;
-        else if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--cluster")) cluster = v;
-        else if (!strcmp(a, "--space")) space_file = v;
-        else if (!strcmp(a, "--json")) json = v;
-        else if (!strcmp(a, "-o")) outp = v;
-        else if (!strcmp(a, "--fix") && nfix < 16) fixes[nfix++] = v;
-        else if (!strcmp(a, "--gpus")) {
-            if (parse_count(a, v, &gpus)) return 2;
-        } else if (!strcmp(a, "--global-batch")) {
-            if (parse_count(a, v, &batch)) return 2;
-        } else if (!strcmp(a, "--top")) {
-            if (parse_count(a, v, &top)) return 2;
-        } else if (!strcmp(a, "--emit-top")) {
-            if (parse_count(a, v, &emit_k)) return 2;
-            if (i + 1 >= argc) {
-                fprintf(stderr, "piper-search: --emit-top needs K and a directory; see piper-search --help\n");
-                return 2;
-            }
-            emit_dir = argv[++i];
-        } else if (!strcmp(a, "-j")) {
-            if (parse_count(a, v, &jobs)) return 2;
-        } else {
-            fprintf(stderr, "piper-search: unknown option '%s'; see piper-search --help\n", a);
-            return 2;
+    const char *emit_dir = NULL;
+    const char *flags[SEARCH_NKEYS] = {0};
+    base_cli_list fixes = {0};
+    /* one row per option (base.h, base_opt), the space's keys from search/'s table; --help and
+     * --version come with the parser */
+    enum { NFIXED = 18 };
+    base_opt opts[NFIXED + SEARCH_NKEYS + 1];
+    const base_opt fixed[NFIXED] = {
+        {.kind = BASE_OPT_GROUP, .help = "the problem"},
+        {BASE_OPT_PATH, "model", 0, "FILE", &model, .help = "the model (configs/models/)"},
+        {BASE_OPT_PATH, "cluster", 0, "FILE", &cluster, .help = "the cluster (configs/clusters/)"},
+        {BASE_OPT_INT, "gpus", 0, "N", &gpus, .lo = 1, .hi = INT64_MAX, .want = "a positive integer",
+         .help = "use the cluster's first N GPUs", .def = "all"},
+        {BASE_OPT_INT, "global-batch", 0, "N", &batch, .lo = 1, .hi = INT64_MAX, .want = "a positive integer",
+         .help = "sequences per optimizer step"},
+        {.kind = BASE_OPT_GROUP, .help = "the space"},
+        {BASE_OPT_PATH, "space", 0, "FILE", &space_file, .help = "a search space (YAML; configs/search/default.yaml); "
+         "each key it omits means everything piper supports"},
+        {BASE_OPT_LIST, "fix", 0, "KEY=VALUE", &fixes, .help = "one value for one key, e.g. --fix pp=8"},
+        {.kind = BASE_OPT_GROUP, .help = "the search"},
+        {BASE_OPT_INT, "top", 0, "K", &top, .lo = 1, .hi = INT64_MAX, .want = "a positive integer",
+         .help = "simulate the best K by the estimate", .def = "16"},
+        {BASE_OPT_FLAG, "dry-run", 0, NULL, &dry_run, .help = "tier (a) only: count the candidates and those within "
+         "the memory bound, compile nothing (to size a space first)"},
+        {BASE_OPT_FLAG, "exhaustive", 0, NULL, &exhaustive, .help = "compile every candidate; by default a candidate "
+         "whose step-time lower bound is above the K-th best estimate is not compiled (the K simulated are the "
+         "same either way)"},
+        {BASE_OPT_INT, NULL, 'j', "N", &jobs, .lo = 1, .hi = 4096, .want = "a positive integer",
+         .help = "worker processes; the output does not depend on N", .def = "1"},
+        {.kind = BASE_OPT_GROUP, .help = "outputs"},
+        {BASE_OPT_PATH, "json", 0, "FILE", &json, .help = "also write the results as JSON (docs/search.md); - for "
+         "stdout"},
+        {BASE_OPT_PATH, NULL, 'o', "FILE", &outp, .help = "write the winner as a program (piper-compile and piper-sim "
+         "take it)"},
+        {BASE_OPT_INT, "emit-top", 0, "K DIR", &emit_k, .lo = 1, .hi = 1 << 20, .want = "a positive integer",
+         .help = "write the best K as DIR/rank01.yaml, rank02.yaml, ... (DIR, the next argument, is made if "
+         "missing)"},
+        {BASE_OPT_FLAG, "quiet", 'q', NULL, &quiet, .help = "no report"},
+    };
+    size_t nopts = 0;
+    for (size_t k = 0; k < NFIXED; k++) {
+        opts[nopts++] = fixed[k];
+        if (fixed[k].dst == &fixes) { /* the space's keys after --fix, under "the space" */
+            for (int q = 0; q < SEARCH_NKEYS; q++)
+                opts[nopts++] = (base_opt){BASE_OPT_STRING, search_key_name((search_key)q), 0, "LIST", &flags[q],
+                                           .help = search_key_doc((search_key)q)};
         }
     }
-    if (!model || !cluster || !batch) {
-        fprintf(stderr, "piper-search: give --model, --cluster and --global-batch; see piper-search --help\n");
-        return 2;
-    }
+    const base_cli cli = {
+        .prog = "piper-search",
+        .usage = "piper-search --model MODEL.yaml --cluster CLUSTER.yaml --global-batch N [options]",
+        .about = "Finds the fastest strategy for the model on the cluster: enumerates candidate programs\n"
+                 "(TP, SP, PP with every schedule, DP, EP, ZeRO, recompute, micro-batch size), drops those\n"
+                 "that cannot fit by a memory lower bound (tier a), compiles and checks the rest (tier b:\n"
+                 "exact peak memory, deadlock proof, a quick step-time estimate), simulates the best K\n"
+                 "(tier c) and prints them ranked (docs/search.md). The space's keys take\n"
+                 "comma-separated lists; they replace the space file's values.",
+        .opts = opts,
+        .nopts = nopts,
+        .epilogue = "exit status: 0 when a strategy fits, 1 when none does or the input is invalid, 2 on usage\n"
+                    "errors.\n",
+    };
+    base_error pe;
+    base_error_clear(&pe);
+    const char **pos = base_xcalloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int prc = base_cli_finish(&cli, base_cli_parse(&cli, argc, argv, pos, &npos, &pe), &pe);
+    /* --emit-top K DIR: the one argument that is not an option is the directory */
+    if (prc < 0 && emit_k > 0 && npos == 0) prc = base_cli_usage_error(&cli, "--emit-top needs K and a directory");
+    if (prc < 0 && emit_k > 0 && npos >= 1) emit_dir = pos[0];
+    if (prc < 0 && npos > (emit_k > 0)) prc = base_cli_usage_error(&cli, "unexpected argument '%s'", pos[emit_k > 0]);
+    free(pos);
+    if (prc >= 0) return prc;
+    if (!model || !cluster || !batch)
+        return base_cli_usage_error(&cli, "give --model, --cluster and --global-batch");
     base_arena arena;
     base_arena_init(&arena);
     base_error e;
@@ -209,7 +168,7 @@ int main(int argc, char **argv)
         snprintf(flag, sizeof flag, "--%s", search_key_name((search_key)k));
         if (flags[k]) rc = search_space_set(&space, (search_key)k, flags[k], base_arena_strdup(&arena, flag), &e);
     }
-    for (int k = 0; !rc && k < nfix; k++) rc = search_space_fix(&space, fixes[k], &e);
+    for (int k = 0; !rc && k < fixes.n; k++) rc = search_space_fix(&space, fixes.v[k], &e);
     if (!rc) rc = search_space_check(&space, &pb, &e);
     if (rc) {
         base_error_print(&e, stderr);
@@ -234,7 +193,15 @@ int main(int argc, char **argv)
         base_arena_free(&arena);
         return 0;
     }
+    /* a terminal sees that a long search is running (base_progress: nothing otherwise) */
+    base_progress pg;
+    base_progress_begin(&pg, "piper-search", "searching");
+    pg.t0 -= t1 - t0; /* tier (a) counts */
+    char what[96];
+    snprintf(what, sizeof what, "tiers (b) and (c): %d candidates", en.n);
+    base_progress_update(&pg, 1, 2, what);
     rc = search_run(&pb, &en, (int)top, (int)jobs, !exhaustive, &r, &e);
+    base_progress_end(&pg);
     r.seconds[0] = t1 - t0;
 
     if (rc) base_error_print(&e, stderr);

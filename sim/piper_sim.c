@@ -14,82 +14,30 @@
 #include "sched/sched.h"
 #include "sim/sim.h"
 
-static void usage(FILE *f)
+/* --coll's algorithms, one entry per row of the table (SIM_COLL_ALGOS), its help wrapped under it */
+static void list_colls(FILE *f)
 {
-    fprintf(f,
-            "usage: piper-sim FILE [options]\n"
-            "\n"
-            "Simulates one training step with SimGrid and reports the step time, tokens/s, MFU and\n"
-            "HFU, each device's compute / exposed communication / idle time and its peak memory\n"
-            "with the breakdown. FILE is a plan (written by piper-compile -o) or a program (YAML or\n"
-            "JSON), which piper-sim first compiles as piper-compile --allow-oom does.\n"
-            "\n"
-            "options:\n"
-            "  --json FILE         also write the results as JSON (docs/sim-json.md); - for stdout\n"
-            "                      instead of the report\n"
-            "  --links LIST        network figures, comma-separated key=value (defaults per GPU type):\n"
-            "                        nvlink_bw=300GB/s  nvlink_lat=1us   (per GPU, per direction)\n"
-            "                        nic_bw=25GB/s      nic_lat=5us      gpus_per_nic=1\n"
-            "                        pcie_bw=...        nodes_per_leaf=16  oversubscription=1\n"
-            "                      bandwidths take B/s, KB/s, MB/s, GB/s, TB/s or Gb/s; latencies s,\n"
-            "                      ms, us or ns\n"
-            "  --costs LIST        what-if overrides, comma-separated:\n"
-            "                        unit:F=1,B=2,BI=1,BW=1  unit costs per pass (seconds for one\n"
-            "                                                stage and micro-batch; others cost 0)\n"
-            "                        nocomm                  communication is free\n"
-            "                        launch=4us  gemm_eff=0.82  gemm_half=128   cost-model constants\n"
-            "                        hbm_eff=0.8  net_eff=0.8  comm_slowdown=0.1  (docs/simulator.md)\n"
-            "                        launch_bwd=4us          host time per backward kernel entry\n"
-            "                        host_sync=p2p+norm+batch  where the host waits for its GPU\n"
-            "                                                (any of p2p, batch, norm; or none)\n"
-            "                        launch_model=host|list  host: a host thread per GPU issues the\n"
-            "                                                plan, launch per kernel (default);\n"
-            "                                                list: per-list launch_overlap=0.5\n"
-            "  --calib FILE|none   the cost model's constants per GPU type (default: the built-in\n"
-            "                      configs/calibration.txt; none: uncalibrated defaults); the\n"
-            "                      cluster file's calibration and --costs apply over it\n"
-            "  --coll ALGO         the collective algorithm (docs/simulator.md):\n");
-    /* one entry per algorithm of the table (SIM_COLL_ALGOS), its help wrapped under it */
+    fprintf(f, "\ncollective algorithms (--coll ALGO; docs/simulator.md):\n");
     for (int a = 0; a < SIM_NCOLL; a++) {
         const char *h = sim_coll_help((sim_coll_algo)a);
-        int col = fprintf(f, "                        %-11s", sim_coll_name((sim_coll_algo)a));
+        int col = fprintf(f, "  %-11s", sim_coll_name((sim_coll_algo)a));
         while (*h) {
             size_t n = strcspn(h, " ");
-            if (col + 1 + (int)n > 92) col = fprintf(f, "\n%35s", "") - 1;
+            if (col + 1 + (int)n > 80) col = fprintf(f, "\n%13s", "") - 1;
             col += fprintf(f, " %.*s", (int)n, h);
             h += n + (h[n] == ' ');
         }
         fputc('\n', f);
     }
-    fprintf(f,
-            "  --trace FILE        write a Chrome trace of the step (Perfetto, chrome://tracing): one\n"
-            "                      process per GPU, one thread per stream\n"
-            "  --emit-chakra DIR   write DIR/NAME.<rank>.et, the step as MLCommons Chakra execution\n"
-            "                      traces with the simulated times (ASTRA-sim; docs/chakra.md)\n"
-            "  --chakra-prefix NAME  the traces' NAME (default: FILE's name without extension)\n"
-            "  --platform FILE     simulate on this SimGrid platform XML instead of the generated one\n"
-            "                      (default: the cluster file's `platform`, if any); it needs a host\n"
-            "                      gpu<d> for each device d (docs/simulator.md)\n"
-            "  --platform-out FILE write the generated SimGrid platform XML\n"
-            "  --micro-batch N     a program's micro-batch size instead of its own (default: the\n"
-            "                      program's; a bare directive array has 1)\n"
-            "  --global-batch N    a program's global batch instead of its own (default: the\n"
-            "                      program's; a bare array has micro x micro-batches x replicas)\n"
-            "  --no-fold           simulate every data-parallel replica (by default, replicas that do\n"
-            "                      exactly what another does are simulated once, where that is exact)\n"
-            "  --no-check          skip the static check of a plan file (deadlock, memory; a program's\n"
-            "                      plan is checked by the compiler)\n"
-            "  --check-all-devices run that check over every device instead of one per replica class\n"
-            "  --in-process        simulate in this process (profiling; SimGrid errors abort)\n"
-            "  -q, --quiet         no report (use with --json)\n"
-            "  -h, --help          this help\n"
-            "\n"
-            "Figures must be finite: a plan's peaks, sizes and kernel figures >= 0 and its bandwidths\n"
-            "> 0; --costs durations >= 0; --links bandwidths > 0, latencies >= 0, counts whole; a\n"
-            "platform's gpu<d> speeds and link bandwidths > 0. Anything else is refused, named.\n"
-            "\n"
-            "exit status: 0 on success, 1 when the input is invalid or the simulation fails, 2 on\n"
-            "usage errors.\n");
+}
+
+static int parse_coll(const char *v, void *dst, char *why, size_t n)
+{
+    base_error ce;
+    base_error_clear(&ce);
+    if (sim_coll_parse(v, dst, &ce) == 0) return 0;
+    snprintf(why, n, "%s", ce.msg);
+    return -1;
 }
 
 /* Is the file a plan? Plans begin with "piper-plan ". */
@@ -131,79 +79,99 @@ static int compile_program(const char *program, plan_set *p)
 
 int main(int argc, char **argv)
 {
-    const char *input = NULL, *json = NULL, *links = NULL, *coll = NULL, *platform_out = NULL, *trace = NULL,
-               *platform = NULL, *calib = NULL, *chakra_dir = NULL, *chakra_prefix = NULL;
-    const char *costs[16];
-    int ncosts = 0;
-    int quiet = 0, no_check = 0, in_process = 0, no_fold = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json") || !strcmp(a, "--links") || !strcmp(a, "--costs") || !strcmp(a, "--coll") ||
-                   !strcmp(a, "--platform-out") || !strcmp(a, "--trace") || !strcmp(a, "--platform") ||
-                   !strcmp(a, "--calib") || !strcmp(a, "--emit-chakra") || !strcmp(a, "--chakra-prefix")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "piper-sim: %s needs a value; see piper-sim --help\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(a, "--json")) json = v;
-            else if (!strcmp(a, "--links")) links = v;
-            else if (!strcmp(a, "--coll")) coll = v;
-            else if (!strcmp(a, "--platform-out")) platform_out = v;
-            else if (!strcmp(a, "--trace")) trace = v;
-            else if (!strcmp(a, "--platform")) platform = v;
-            else if (!strcmp(a, "--calib")) calib = v;
-            else if (!strcmp(a, "--emit-chakra")) chakra_dir = v;
-            else if (!strcmp(a, "--chakra-prefix")) chakra_prefix = v;
-            else if (ncosts < (int)BASE_COUNT(costs)) costs[ncosts++] = v;
-            else {
-                fprintf(stderr, "piper-sim: too many --costs; join them with commas\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--micro-batch") || !strcmp(a, "--global-batch")) {
-            char *end = NULL;
-            long long n = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || n < 1) {
-                fprintf(stderr, "piper-sim: %s needs a whole number of sequences >= 1\n", a);
-                return 2;
-            }
-            *(!strcmp(a, "--micro-batch") ? &batch_micro : &batch_global) = n;
-            i++;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else if (!strcmp(a, "--no-check")) {
-            no_check = 1;
-        } else if (!strcmp(a, "--check-all-devices")) {
-            check_all = true;
-        } else if (!strcmp(a, "--no-fold")) {
-            no_fold = 1;
-        } else if (!strcmp(a, "--in-process")) {
-            in_process = 1;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "piper-sim: unknown option '%s'; see piper-sim --help\n", a);
-            return 2;
-        } else if (!input) {
-            input = a;
-        } else {
-            fprintf(stderr, "piper-sim: one file at a time ('%s' and '%s')\n", input, a);
-            return 2;
-        }
-    }
-    if (!input) {
-        usage(stderr);
-        return 2;
-    }
+    const char *json = NULL, *links = NULL, *platform_out = NULL, *trace = NULL, *platform = NULL,
+               *calib = NULL, *chakra_dir = NULL, *chakra_prefix = NULL;
+    base_cli_list costs = {0};
+    bool quiet = false, no_check = false, in_process = false, no_fold = false;
     sim_coll_algo coll_algo = SIM_COLL_AUTO;
-    if (coll) {
-        base_error ce;
-        base_error_clear(&ce);
-        if (sim_coll_parse(coll, &coll_algo, &ce)) {
-            fprintf(stderr, "piper-sim: %s\n", ce.msg);
-            return 2;
-        }
+    /* one row per option (base.h, base_opt); --help and --version come with the parser */
+    const base_opt opts[] = {
+        {.kind = BASE_OPT_GROUP, .help = "outputs"},
+        {BASE_OPT_PATH, "json", 0, "FILE", &json,
+         .help = "also write the results as JSON (docs/sim-json.md); - for stdout instead of the report"},
+        {BASE_OPT_PATH, "trace", 0, "FILE", &trace, .help = "write a Chrome trace of the step (Perfetto, "
+         "chrome://tracing): one process per GPU, one thread per stream"},
+        {BASE_OPT_PATH, "platform-out", 0, "FILE", &platform_out, .help = "write the generated SimGrid platform XML"},
+        {BASE_OPT_PATH, "emit-chakra", 0, "DIR", &chakra_dir, .help = "write DIR/NAME.<rank>.et, the step as "
+         "MLCommons Chakra execution traces with the simulated times (ASTRA-sim; docs/chakra.md)"},
+        {BASE_OPT_STRING, "chakra-prefix", 0, "NAME", &chakra_prefix, .help = "the traces' NAME",
+         .def = "FILE's name without extension"},
+        {BASE_OPT_FLAG, "quiet", 'q', NULL, &quiet, .help = "no report (use with --json)"},
+        {.kind = BASE_OPT_GROUP, .help = "the machine"},
+        {BASE_OPT_STRING, "links", 0, "LIST", &links,
+         .help = "network figures, comma-separated key=value (defaults per GPU type):\n"
+                 "  nvlink_bw=300GB/s  nvlink_lat=1us   (per GPU, per direction)\n"
+                 "  nic_bw=25GB/s      nic_lat=5us      gpus_per_nic=1\n"
+                 "  pcie_bw=...        nodes_per_leaf=16  oversubscription=1\n"
+                 "bandwidths take B/s, KB/s, MB/s, GB/s, TB/s or Gb/s; latencies s, ms, us or ns"},
+        {BASE_OPT_LIST, "costs", 0, "LIST", &costs,
+         .help = "what-if overrides, comma-separated (may be given again):\n"
+                 "  unit:F=1,B=2,BI=1,BW=1  unit costs per pass (seconds for one\n"
+                 "                          stage and micro-batch; others cost 0)\n"
+                 "  nocomm                  communication is free\n"
+                 "  launch=4us gemm_eff=0.82 gemm_half=128  cost-model constants\n"
+                 "  hbm_eff=0.8 net_eff=0.8 comm_slowdown=0.1  (docs/simulator.md)\n"
+                 "  launch_bwd=4us          host time per backward kernel entry\n"
+                 "  host_sync=p2p+norm+batch  where the host waits for its GPU\n"
+                 "                          (any of p2p, batch, norm; or none)\n"
+                 "  launch_model=host|list  host: a host thread per GPU issues the\n"
+                 "                          plan, launch per kernel (default);\n"
+                 "                          list: per-list launch_overlap=0.5"},
+        {BASE_OPT_PATH, "calib", 0, "FILE|none", &calib,
+         .help = "the cost model's constants per GPU type (none: uncalibrated defaults); the cluster file's "
+         "calibration and --costs apply over it", .def = "the built-in configs/calibration.txt"},
+        {BASE_OPT_CALL, "coll", 0, "ALGO", &coll_algo, .parse = parse_coll,
+         .help = "the collective algorithm (listed below)", .def = "auto"},
+        {BASE_OPT_PATH, "platform", 0, "FILE", &platform,
+         .help = "simulate on this SimGrid platform XML instead of the generated one; it needs a host gpu<d> "
+         "for each device d (docs/simulator.md)", .def = "the cluster file's `platform`, if any"},
+        {.kind = BASE_OPT_GROUP, .help = "a program's batch"},
+        {BASE_OPT_INT, "micro-batch", 0, "N", &batch_micro, .lo = 1, .hi = INT64_MAX,
+         .want = "a whole number of sequences >= 1", .help = "a program's micro-batch size instead of its own",
+         .def = "the program's; a bare directive array has 1"},
+        {BASE_OPT_INT, "global-batch", 0, "N", &batch_global, .lo = 1, .hi = INT64_MAX,
+         .want = "a whole number of sequences >= 1", .help = "a program's global batch instead of its own",
+         .def = "the program's; a bare array has micro x micro-batches x replicas"},
+        {.kind = BASE_OPT_GROUP, .help = "the run"},
+        {BASE_OPT_FLAG, "no-fold", 0, NULL, &no_fold,
+         .help = "simulate every data-parallel replica (by default, replicas that do exactly what another "
+         "does are simulated once, where that is exact)"},
+        {BASE_OPT_FLAG, "no-check", 0, NULL, &no_check, .help = "skip the static check of a plan file "
+         "(deadlock, memory; a program's plan is checked by the compiler)"},
+        {BASE_OPT_FLAG, "check-all-devices", 0, NULL, &check_all,
+         .help = "run that check over every device instead of one per replica class"},
+        {BASE_OPT_FLAG, "in-process", 0, NULL, &in_process,
+         .help = "simulate in this process (profiling; SimGrid errors abort)"},
+    };
+    const base_cli cli = {
+        .prog = "piper-sim",
+        .usage = "piper-sim FILE [options]",
+        .about = "Simulates one training step with SimGrid and reports the step time, tokens/s, MFU and\n"
+                 "HFU, each device's compute / exposed communication / idle time and its peak memory\n"
+                 "with the breakdown. FILE is a plan (written by piper-compile -o) or a program (YAML or\n"
+                 "JSON), which piper-sim first compiles as piper-compile --allow-oom does.",
+        .opts = opts,
+        .nopts = BASE_COUNT(opts),
+        .epilogue = "Figures must be finite: a plan's peaks, sizes and kernel figures >= 0 and its bandwidths\n"
+                    "> 0; --costs durations >= 0; --links bandwidths > 0, latencies >= 0, counts whole; a\n"
+                    "platform's gpu<d> speeds and link bandwidths > 0. Anything else is refused, named.\n"
+                    "\n"
+                    "exit status: 0 on success, 1 when the input is invalid or the simulation fails, 2 on\n"
+                    "usage errors.\n",
+        .epilogue_fn = list_colls,
+    };
+    base_error pe;
+    base_error_clear(&pe);
+    const char **pos = base_xcalloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int prc = base_cli_finish(&cli, base_cli_parse(&cli, argc, argv, pos, &npos, &pe), &pe);
+    const char *input = npos > 0 ? pos[0] : NULL;
+    if (prc < 0 && npos > 1) prc = base_cli_usage_error(&cli, "one file at a time ('%s' and '%s')", pos[0], pos[1]);
+    free(pos);
+    if (prc >= 0) return prc;
+    if (!input) {
+        base_cli_help(&cli, stderr);
+        return 2;
     }
 
     int kind = is_plan_file(input);
@@ -230,11 +198,11 @@ int main(int argc, char **argv)
     o.fold = !no_fold;
     o.platform_out = platform_out;
     o.trace_path = trace;
-    if (platform) o.platform = platform;
     char stem[256];
     chakra_default_prefix(input, stem, sizeof stem);
     chakra_target chakra = {chakra_dir, chakra_prefix ? chakra_prefix : stem};
     if (chakra_dir) o.times_fn = chakra_write_simulated, o.times_ctx = &chakra;
+    if (platform) o.platform = platform;
     o.progress = isatty(STDERR_FILENO);
     o.coll = coll_algo;
     /* cost constants: built-in defaults < calibration file < the cluster's calibration < --costs */
@@ -260,7 +228,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (links) rc = sim_links_parse(&o.links, links, &e);
-    for (int k = 0; !rc && k < ncosts; k++) rc = sim_costs_parse(&o.costs, costs[k], &e);
+    for (int k = 0; !rc && k < costs.n; k++) rc = sim_costs_parse(&o.costs, costs.v[k], &e);
     if (rc) {
         base_error_print(&e, stderr);
         plan_free(&p);

@@ -67,15 +67,16 @@ static double wall_now(void)
 
 /* ---------------------------------------------------------------- accounting */
 
+/* the progress line on a terminal (base_progress): simulated time and activities so far */
+static base_progress replay_progress;
+
 static void progress_tick(void)
 {
     if (!sim_replay_state->o->progress || (++sim_replay_state->ticks & 0xffff)) return;
-    double w = wall_now();
-    if (w - sim_replay_state->wall_last < 1.0) return;
-    sim_replay_state->wall_last = w;
-    fprintf(stderr, "\rpiper-sim: simulated %.6g s of the step, %lld activities, %.0f s wall", simgrid_get_clock(),
-            (long long)sim_replay_state->activities, w - sim_replay_state->wall0);
-    fflush(stderr);
+    char what[96];
+    snprintf(what, sizeof what, "simulated %.6g s of the step, %lld activities", simgrid_get_clock(),
+             (long long)sim_replay_state->activities);
+    base_progress_update(&replay_progress, 0, 0, what);
 }
 
 /* Integrates the device's time up to now, then changes its counts of running computes and
@@ -629,8 +630,9 @@ int sim_replay(const plan_set *p, const sim_options *o, sim_result *r, base_erro
             sg_actor_start(act, stream_main, 0, NULL);
         }
     }
+    if (o->progress) base_progress_begin(&replay_progress, "piper-sim", "simulating");
     simgrid_run();
-    if (o->progress && st.ticks > 0xffff) fputc('\n', stderr);
+    if (o->progress) base_progress_end(&replay_progress);
 
     /* durations so large that their sum overflows stop SimGrid's clock at inf, where every
      * activity looks stuck: that is not a deadlock, and the figures would be meaningless */

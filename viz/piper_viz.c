@@ -8,61 +8,26 @@
 
 #include "viz/viz.h"
 
-static void usage(FILE *f)
+static int parse_collapse(const char *v, void *dst, char *why, size_t n)
 {
-    fprintf(f,
-            "usage: piper-viz COMMAND INPUT -o FILE [options]\n"
-            "\n"
-            "Draws piper's plans and traces as figures (Graphviz: svg, pdf, png or dot).\n"
-            "\n"
-            "commands:\n"
-            "  dag PROGRAM|PLAN       the global DAG of a program (compute boxes, communication\n"
-            "                         ellipses and hexagons, data edges solid, order edges dashed,\n"
-            "                         one cluster per placement); for a plan file, each device's\n"
-            "                         instructions and their dependencies\n"
-            "  schedule PROGRAM|PLAN  the per-rank schedule grid: one row per pipeline rank, one\n"
-            "                         box per forward/backward of a micro-batch, widths from the\n"
-            "                         plan's static cost model, idle time as gaps\n"
-            "  timeline TRACE.json    a Chrome trace (piper-sim --trace): one lane per GPU and\n"
-            "                         stream, with a time axis\n"
-            "\n"
-            "PROGRAM is a program (YAML/JSON, compiled as piper-compile does); PLAN a plan file\n"
-            "(piper-compile -o).\n"
-            "\n"
-            "options:\n"
-            "  -o FILE              the figure (- = stdout); .svg .pdf .png .dot/.gv give the format\n"
-            "  --format F           svg, pdf, png or dot (default: from -o, else svg)\n"
-            "  --title TEXT         the figure's title\n"
-            "  --model FILE         program: model to use instead of the program's own\n"
-            "  --cluster FILE       program: cluster to use instead of the program's own\n"
-            "  --device N           dag: only what device N runs\n"
-            "  --collapse WHAT      dag: mb (one node per region and pass across micro-batches),\n"
-            "                       layers (a stage's layers merged), or mb,layers\n"
-            "  --max-nodes N        dag: refuse larger figures (default 600)\n"
-            "  --unit               schedule: every box one unit wide (the order, not the time)\n"
-            "  --width PX           schedule: the figure at most PX wide (pixels of a png at 150\n"
-            "                       dpi, points of an svg or pdf), cells scaled to fit\n"
-            "  --column             schedule: one paper column wide (3.5 in: --width 252 for svg\n"
-            "                       and pdf, 525 for png)\n"
-            "  --window START:END   timeline: only this span (2ms:3.5ms; bare numbers are\n"
-            "                       microseconds; either side may be left out)\n"
-            "  -h, --help           this help\n"
-            "\n"
-            "examples:\n"
-            "  piper-viz schedule configs/programs/pp4_1f1b.yaml -o pp4.svg\n"
-            "  piper-viz dag configs/programs/pp4_1f1b.yaml --collapse layers -o dag.pdf\n"
-            "  piper-viz timeline trace.json --window 10ms:20ms -o step.png\n"
-            "\n"
-            "exit status: 0 on success, 1 when an input is invalid or a figure cannot be made,\n"
-            "2 on usage errors.\n");
+    base_error e;
+    base_error_clear(&e);
+    if (viz_collapse_parse(v, dst, &e) == 0) return 0;
+    snprintf(why, n, "%s", e.msg);
+    return -1;
 }
 
-static int usage_error(const char *fmt, const char *arg)
+static int parse_window(const char *v, void *dst, char *why, size_t n)
 {
-    fprintf(stderr, "piper-viz: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "; see piper-viz --help\n");
-    return 2;
+    viz_timeline_options *t = dst;
+    base_error e;
+    base_error_clear(&e);
+    if (viz_window_parse(v, &t->t0_us, &t->t1_us, &e) == 0) {
+        t->window = true;
+        return 0;
+    }
+    snprintf(why, n, "%s", e.msg);
+    return -1;
 }
 
 /* A plan file starts with its format line; anything else is a program. */
@@ -78,81 +43,105 @@ static int is_plan_file(const char *path)
 
 int main(int argc, char **argv)
 {
-    const char *cmd = NULL, *input = NULL, *out = NULL, *format = NULL, *model = NULL, *cluster = NULL;
+    const char *out = NULL, *format = NULL, *model = NULL, *cluster = NULL;
     const char *title = NULL;
-    double width_px = 0; /* --width, in the output's units; -1: --column */
     viz_dag_options dopt = {.device = -1};
     viz_schedule_options sopt = {0};
     viz_timeline_options topt = {0};
+    int64_t device = -1, max_nodes = 0, width_arg = 0; /* --width, in the output's units */
+    bool column = false;
+    /* one row per option (base.h, base_opt); --help and --version come with the parser */
+    const base_opt opts[] = {
+        {.kind = BASE_OPT_GROUP, .help = "every command"},
+        {BASE_OPT_PATH, NULL, 'o', "FILE", &out, .help = "the figure (- = stdout); .svg .pdf .png .dot/.gv give the "
+         "format"},
+        {BASE_OPT_STRING, "format", 0, "F", &format, .help = "svg, pdf, png or dot", .def = "from -o, else svg"},
+        {BASE_OPT_STRING, "title", 0, "TEXT", &title, .help = "the figure's title"},
+        {BASE_OPT_PATH, "model", 0, "FILE", &model, .help = "program: model to use instead of the program's own"},
+        {BASE_OPT_PATH, "cluster", 0, "FILE", &cluster, .help = "program: cluster to use instead of the program's own"},
+        {.kind = BASE_OPT_GROUP, .help = "dag"},
+        {BASE_OPT_INT, "device", 0, "N", &device, .lo = 0, .hi = 1 << 30, .want = "a device number >= 0",
+         .help = "only what device N runs"},
+        {BASE_OPT_CALL, "collapse", 0, "WHAT", &dopt.collapse, .parse = parse_collapse,
+         .help = "mb (one node per region and pass across micro-batches), layers (a stage's layers merged), or "
+         "mb,layers"},
+        {BASE_OPT_INT, "max-nodes", 0, "N", &max_nodes, .lo = 0, .hi = 1 << 30, .want = "a count of nodes",
+         .help = "refuse larger figures", .def = "600"},
+        {.kind = BASE_OPT_GROUP, .help = "schedule"},
+        {BASE_OPT_FLAG, "unit", 0, NULL, &sopt.unit, .help = "every box one unit wide (the order, not the time)"},
+        {BASE_OPT_INT, "width", 0, "PX", &width_arg, .lo = 50, .hi = 100000,
+         .want = "the figure's width as a whole number of pixels, 50 to 100000",
+         .help = "the figure at most PX wide (pixels of a png at 150 dpi, points of an svg or pdf), cells scaled "
+         "to fit"},
+        {BASE_OPT_FLAG, "column", 0, NULL, &column,
+         .help = "one paper column wide (3.5 in: --width 252 for svg and pdf, 525 for png)"},
+        {.kind = BASE_OPT_GROUP, .help = "timeline"},
+        {BASE_OPT_CALL, "window", 0, "START:END", &topt, .parse = parse_window,
+         .help = "only this span (2ms:3.5ms; bare numbers are microseconds; either side may be left out)"},
+    };
+    const base_cli cli = {
+        .prog = "piper-viz",
+        .usage = "piper-viz COMMAND INPUT -o FILE [options]",
+        .about = "Draws piper's plans and traces as figures (Graphviz: svg, pdf, png or dot).\n"
+                 "\n"
+                 "commands:\n"
+                 "  dag PROGRAM|PLAN       the global DAG of a program (compute boxes, communication\n"
+                 "                         ellipses and hexagons, data edges solid, order edges dashed,\n"
+                 "                         one cluster per placement); for a plan file, each device's\n"
+                 "                         instructions and their dependencies\n"
+                 "  schedule PROGRAM|PLAN  the per-rank schedule grid: one row per pipeline rank, one\n"
+                 "                         box per forward/backward of a micro-batch, widths from the\n"
+                 "                         plan's static cost model, idle time as gaps\n"
+                 "  timeline TRACE.json    a Chrome trace (piper-sim --trace): one lane per GPU and\n"
+                 "                         stream, with a time axis\n"
+                 "\n"
+                 "PROGRAM is a program (YAML/JSON, compiled as piper-compile does); PLAN a plan file\n"
+                 "(piper-compile -o). The options under a command's name are for that command.",
+        .opts = opts,
+        .nopts = BASE_COUNT(opts),
+        .epilogue = "examples:\n"
+                    "  piper-viz schedule configs/programs/pp4_1f1b.yaml -o pp4.svg\n"
+                    "  piper-viz dag configs/programs/pp4_1f1b.yaml --collapse layers -o dag.pdf\n"
+                    "  piper-viz timeline trace.json --window 10ms:20ms -o step.png\n"
+                    "\n"
+                    "exit status: 0 on success, 1 when an input is invalid or a figure cannot be made,\n"
+                    "2 on usage errors.\n",
+    };
     base_error e;
     base_error_clear(&e);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool takes = !strcmp(a, "-o") || !strcmp(a, "--format") || !strcmp(a, "--model") || !strcmp(a, "--cluster") ||
-                     !strcmp(a, "--device") || !strcmp(a, "--collapse") || !strcmp(a, "--window") ||
-                     !strcmp(a, "--title") || !strcmp(a, "--max-nodes") || !strcmp(a, "--width");
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (takes && i + 1 >= argc) return usage_error("%s needs a value", a);
-        const char *v = takes ? argv[++i] : NULL;
-        if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--format")) format = v;
-        else if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--cluster")) cluster = v;
-        else if (!strcmp(a, "--title")) title = v;
-        else if (!strcmp(a, "--device") || !strcmp(a, "--max-nodes")) {
-            int64_t n;
-            if (base_parse_i64(v, 0, 1 << 30, &n, NULL, 0)) return usage_error("'%s' is not a count or device number", v);
-            if (!strcmp(a, "--device")) dopt.device = (int)n;
-            else dopt.max_nodes = (int)n;
-        } else if (!strcmp(a, "--collapse")) {
-            if (viz_collapse_parse(v, &dopt.collapse, &e)) return usage_error("%s", e.msg);
-        } else if (!strcmp(a, "--window")) {
-            if (viz_window_parse(v, &topt.t0_us, &topt.t1_us, &e)) return usage_error("%s", e.msg);
-            topt.window = true;
-        } else if (!strcmp(a, "--width")) {
-            int64_t n;
-            if (base_parse_i64(v, 50, 100000, &n, NULL, 0))
-                return usage_error("--width '%s': give the figure's width as a whole number of pixels, 50 to 100000", v);
-            width_px = (double)n;
-        } else if (!strcmp(a, "--column")) {
-            width_px = -1;
-        } else if (!strcmp(a, "--unit")) {
-            sopt.unit = true;
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option '%s'", a);
-        } else if (!cmd) {
-            cmd = a;
-        } else if (!input) {
-            input = a;
-        } else {
-            return usage_error("one input at a time (got another: '%s')", a);
-        }
-    }
+    const char **pos = base_xcalloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int prc = base_cli_finish(&cli, base_cli_parse(&cli, argc, argv, pos, &npos, &e), &e);
+    const char *cmd = npos > 0 ? pos[0] : NULL, *input = npos > 1 ? pos[1] : NULL;
+    if (prc < 0 && npos > 2) prc = base_cli_usage_error(&cli, "one input at a time (got another: '%s')", pos[2]);
+    free(pos);
+    if (prc >= 0) return prc;
+    dopt.device = (int)device;
+    dopt.max_nodes = (int)max_nodes;
     if (!cmd) {
-        usage(stderr);
+        base_cli_help(&cli, stderr);
         return 2;
     }
     bool is_dag = !strcmp(cmd, "dag"), is_sched = !strcmp(cmd, "schedule"), is_tl = !strcmp(cmd, "timeline");
-    if (!is_dag && !is_sched && !is_tl) return usage_error("unknown command '%s' (dag, schedule or timeline)", cmd);
-    if (!input) return usage_error("%s needs an input file", cmd);
-    if (!out) return usage_error("%s", "say where the figure goes: -o FILE (.svg, .pdf, .png, .dot), or -o - for stdout");
+    if (!is_dag && !is_sched && !is_tl) return base_cli_usage_error(&cli, "unknown command '%s' (dag, schedule or timeline)", cmd);
+    if (!input) return base_cli_usage_error(&cli, "%s needs an input file", cmd);
+    if (!out) return base_cli_usage_error(&cli, "%s", "say where the figure goes: -o FILE (.svg, .pdf, .png, .dot), or -o - for stdout");
     int fmt = format ? viz_format_parse(format) : strcmp(out, "-") ? viz_format_of_path(out) : VIZ_FMT_SVG;
     if (fmt < 0) {
-        if (format) return usage_error("--format '%s': use svg, pdf, png or dot", format);
-        return usage_error("cannot tell the format from '%s'; end it in .svg, .pdf, .png or .dot, or give --format", out);
+        if (format) return base_cli_usage_error(&cli, "--format '%s': use svg, pdf, png or dot", format);
+        return base_cli_usage_error(&cli, "cannot tell the format from '%s'; end it in .svg, .pdf, .png or .dot, or give --format", out);
     }
     if (!is_dag && (dopt.device >= 0 || dopt.collapse || dopt.max_nodes))
-        return usage_error("--device, --collapse and --max-nodes are for 'dag', not '%s'", cmd);
-    if (!is_sched && sopt.unit) return usage_error("--unit is for 'schedule', not '%s'", cmd);
-    if (!is_sched && width_px) return usage_error("--width and --column are for 'schedule', not '%s'", cmd);
+        return base_cli_usage_error(&cli, "--device, --collapse and --max-nodes are for 'dag', not '%s'", cmd);
+    if (!is_sched && sopt.unit) return base_cli_usage_error(&cli, "--unit is for 'schedule', not '%s'", cmd);
+    double width_px = column ? -1 : (double)width_arg;
+    if (!is_sched && width_px)
+        return base_cli_usage_error(&cli, "--width and --column are for 'schedule', not '%s'", cmd);
     /* a png is rendered at 150 dpi (render.c), the others in points */
     double px_per_pt = fmt == VIZ_FMT_PNG ? 150.0 / 72 : 1;
     if (width_px < 0) width_px = VIZ_COLUMN_IN * 72 * px_per_pt;
     sopt.width_pt = width_px / px_per_pt;
-    if (!is_tl && topt.window) return usage_error("--window is for 'timeline', not '%s'", cmd);
+    if (!is_tl && topt.window) return base_cli_usage_error(&cli, "--window is for 'timeline', not '%s'", cmd);
 
     base_buf dot = {0};
     int rc = 0;

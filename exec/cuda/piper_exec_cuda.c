@@ -21,79 +21,70 @@
 #include "cuda_exec.h"
 #include "nccl_dl.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: [mpirun -np N] piper-exec-cuda PLAN [options]\n"
-            "Runs a plan written by piper-compile -o on GPUs, one rank per device (rank r runs\n"
-            "device r on GPU local-rank %% GPUs; a one-device plan runs without mpirun).\n"
-            "  --steps K          training steps, a whole number from 1 to 1000000 (default 5)\n"
-            "  --seed S           initialisation, data and dropout seed, a whole number from 0 to\n"
-            "                     2^64-1, read exactly (default 1)\n"
-            "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --lr X             learning rate, finite and > 0 (default 1e-3 for AdamW, 0.1 for SGD)\n"
-            "  --weight-decay X   decoupled weight decay of matrices, >= 0 (default 0.1)\n"
-            "  --beta1 X --beta2 X --eps X   AdamW: betas in [0, 1), eps > 0 (defaults 0.9, 0.95,\n"
-            "                     1e-8)\n"
-            "  --grad-clip X      clip to this global norm when the plan computes it, >= 0 (default 1)\n"
-            "  --no-check         run a plan that fails the static check (plan_check), which is\n"
-            "                     otherwise refused before the first step\n"
-            "  --data SRC         tokens, as piper-exec reads them: synthetic (default), corpus (the\n"
-            "                     bundled text, byte-level tokens), uint16:PATH or uint32:PATH (a\n"
-            "                     pre-tokenised file of little-endian tokens)\n"
-            "  --timeout SEC      watchdog for communication (default 300; 0 disables)\n"
-            "  --gpu G            the GPU to use (default: local rank modulo the GPUs)\n"
-            "  --log FILE         rank 0 writes one line per step: step loss ce aux grad_norm\n"
-            "                     seconds tokens_per_s tflops_per_s mfu peak_bytes reserved_bytes\n"
-            "  --trace FILE       the last step's instructions from CUDA events, Chrome format\n"
-            "                     (rank r > 0 writes FILE.rank<r>)\n"
-            "  --no-nvtx          no NVTX ranges (default: one per instruction)\n"
-            "  --memory           each rank prints its buffers' bytes by category, and per step\n"
-            "                     the peak asked of the allocator next to the plan's peak\n"
-            "  --check            read the plan, set the device up and stop before the first step\n"
-            "  --device D         with --check, in one process: read device D of the plan (its\n"
-            "                     buffers, bindings, collectives), without communicators\n"
-            "  -q                 print only the per-step lines\n");
-}
-
 typedef struct args {
     exec_cli_common c;      /* plan, steps, log, trace, -q, --memory, the optimizer, ... */
-    int gpu, device;
-    bool check;
+    int64_t gpu, device;
+    bool check, no_nvtx;
     const char *data;       /* --data, NULL: synthetic */
     exec_cuda_options o;
 } args;
 
-static int parse_args(int argc, char **argv, args *a, base_error *e)
+/* The options: the drivers' common rows (exec_cli_rows) and piper-exec-cuda's own, one row each
+ * (base_opt, base.h). */
+static base_opt g_opts[EXEC_CLI_NROWS + 16];
+static const base_cli *cli_of(args *a)
+{
+    static base_cli cli;
+    size_t n = 0;
+    exec_cli_rows(&a->c, g_opts, &n);
+    const base_opt own[] = {
+        {BASE_OPT_STRING, "data", 0, "SRC", &a->data,
+         .help = "tokens, as piper-exec reads them: synthetic, corpus (the bundled text, byte-level tokens), "
+         "uint16:PATH or uint32:PATH (a pre-tokenised file of little-endian tokens)", .def = "synthetic"},
+        {.kind = BASE_OPT_GROUP, .help = "the GPU"},
+        {BASE_OPT_INT, "gpu", 0, "G", &a->gpu, .lo = 0, .hi = 1 << 20, .help = "the GPU to use",
+         .def = "local rank modulo the GPUs"},
+        {BASE_OPT_FLAG, "no-nvtx", 0, NULL, &a->no_nvtx, .help = "no NVTX ranges", .def = "one per instruction"},
+        {BASE_OPT_FLAG, "check", 0, NULL, &a->check,
+         .help = "read the plan, set the device up and stop before the first step"},
+        {BASE_OPT_INT, "device", 0, "D", &a->device, .lo = 0, .hi = 1 << 30,
+         .help = "with --check, in one process: read device D of the plan (its buffers, bindings, collectives), "
+         "without communicators"},
+        {.kind = BASE_OPT_GROUP, .help = "outputs"},
+        {BASE_OPT_PATH, "log", 0, "FILE", &a->c.log, .help = "rank 0 writes one line per step: step loss ce aux "
+         "grad_norm seconds tokens_per_s tflops_per_s mfu peak_bytes reserved_bytes"},
+        {BASE_OPT_PATH, "trace", 0, "FILE", &a->c.trace, .help = "the last step's instructions from CUDA events, "
+         "Chrome format (rank r > 0 writes FILE.rank<r>)"},
+    };
+    for (size_t k = 0; k < BASE_COUNT(own); k++) g_opts[n++] = own[k];
+    cli = (base_cli){
+        .prog = "piper-exec-cuda",
+        .usage = "[mpirun -np N] piper-exec-cuda PLAN [options]",
+        .about = "Runs a plan written by piper-compile -o on GPUs, one rank per device (rank r runs\n"
+                 "device r on GPU local-rank % GPUs; a one-device plan runs without mpirun).",
+        .opts = g_opts,
+        .nopts = n,
+        .epilogue = "exit status: 0 on success, 1 when the plan cannot run or a step fails, 2 on usage errors.\n",
+    };
+    return &cli;
+}
+
+static int parse_args(int argc, char **argv, args *a, const base_cli **cli, base_error *e)
 {
     memset(a, 0, sizeof *a);
     exec_cli_defaults(&a->c);
     a->gpu = -1;
     a->device = -1;
-    a->o.nvtx = true;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        int64_t d;
-        if (strcmp(s, "--gpu") == 0) {
-            if (exec_cli_int(argc, argv, &i, 0, 1 << 20, &d, e)) return -1;
-            a->gpu = (int)d;
-        } else if (strcmp(s, "--device") == 0) {
-            if (exec_cli_int(argc, argv, &i, 0, 1 << 30, &d, e)) return -1;
-            a->device = (int)d;
-        } else if (strcmp(s, "--no-nvtx") == 0) {
-            a->o.nvtx = false;
-        } else if (strcmp(s, "--check") == 0) {
-            a->check = true;
-        } else if (strcmp(s, "--data") == 0) {
-            if (!(a->data = exec_cli_value(argc, argv, &i, e))) return -1;
-        } else {
-            int rc = exec_cli_option(argc, argv, &i, "piper-exec-cuda", &a->c, e);
-            if (rc) return rc;
-        }
-    }
-    if (exec_cli_finish(&a->c, "piper-exec-cuda", e)) return -1;
+    *cli = cli_of(a);
+    const char **pos = base_xcalloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    int rc = base_cli_parse(*cli, argc, argv, pos, &npos, e);
+    if (rc == BASE_CLI_OK && exec_cli_finish(&a->c, "piper-exec-cuda", npos, pos, e)) rc = -1;
+    free(pos);
+    if (rc) return rc;
     if (a->device >= 0 && !a->check)
         return base_errorf(e, "--device D reads one device of a plan in one process: it needs --check");
+    a->o.nvtx = !a->no_nvtx;
     a->o.seed = a->c.seed;
     a->o.optim = a->c.optim;
     a->o.grad_clip = a->c.grad_clip;
@@ -174,16 +165,13 @@ int main(int argc, char **argv)
     }
     int rank = boot.rank, size = boot.size;
     args a;
-    int prc = parse_args(argc, argv, &a, &e);
+    const base_cli *cli;
+    int prc = parse_args(argc, argv, &a, &cli, &e);
     if (prc) {
-        if (rank == 0) {
-            if (prc > 0)
-                usage(stdout);
-            else
-                fprintf(stderr, "piper-exec-cuda: %s\n", e.msg);
-        }
+        int status = 0;
+        if (rank == 0) status = base_cli_finish(cli, prc, &e);
         exec_boot_finalize(&boot);
-        return prc > 0 ? 0 : 2;
+        return prc > 0 ? 0 : rank == 0 ? status : BASE_CLI_USAGE_EXIT;
     }
 
     plan_set plan;
@@ -201,8 +189,8 @@ int main(int argc, char **argv)
             if (size > 1)
                 base_errorf(&e, "--device reads one device in one process; start it without mpirun");
             else if (a.device >= plan.ndevices)
-                base_errorf(&e, "--device %d, but the plan has %d devices", a.device, plan.ndevices);
-            rank = a.device;
+                base_errorf(&e, "--device %d, but the plan has %d devices", (int)a.device, plan.ndevices);
+            rank = (int)a.device;
             size = plan.ndevices;
         }
         if (!e.set) exec_cli_check_plan(&plan, &a.c, &e);
@@ -210,7 +198,7 @@ int main(int argc, char **argv)
         int ngpus = 0;
         if (!e.set && exec_cuda_device_count(&ngpus, &e) == 0) {
             if (ngpus < 1) base_errorf(&e, "no CUDA device is visible");
-            gpu = a.gpu >= 0 ? a.gpu : boot.local_rank % (ngpus > 0 ? ngpus : 1);
+            gpu = a.gpu >= 0 ? (int)a.gpu : boot.local_rank % (ngpus > 0 ? ngpus : 1);
             if (!e.set && gpu >= ngpus)
                 base_errorf(&e, "--gpu %d, but only %d GPUs are visible", gpu, ngpus);
             if (!e.set) exec_cuda_device_describe(gpu, gpu_desc, sizeof gpu_desc, &e);

@@ -130,6 +130,7 @@ static void test_parse_integers(void)
 }
 
 int piper_tests_register_out(void); /* test_out.c */
+int piper_tests_register_cli(void); /* test_cli.c */
 
 int piper_tests_register(void)
 {
@@ -142,5 +143,5 @@ int piper_tests_register(void)
         {"numbers: finite, in range, whole", test_parse_double},
         {"integers: exact to 64 bits", test_parse_integers},
         {NULL, NULL}};
-    return test_add_suite("base", cases) || piper_tests_register_out();
+    return test_add_suite("base", cases) || piper_tests_register_out() || piper_tests_register_cli();
 }

@@ -30,8 +30,8 @@ expect() {
 }
 
 prog=$src/configs/programs/dp2.yaml
-expect 2 "unknown option '--bogus'; see piper-compile --help" "$prog" --bogus
-expect 2 "-o needs a file name" "$prog" -o
+expect 2 "piper-compile: --bogus: unknown option; see piper-compile --help" "$prog" --bogus
+expect 2 "piper-compile: -o: needs a value (FILE)" "$prog" -o
 expect 2 "usage: piper-compile PROGRAM" 
 expect 2 "one program at a time" "$prog" "$prog"
 expect 1 "error: $tmp/missing.yaml: cannot open file" "$tmp/missing.yaml"
@@ -42,13 +42,13 @@ expect 0 "exit status: 0 on success" --help
 # --micro-batch / --global-batch: a bare Piper array's batch (default micro-batch 1)
 arr=$src/tests/fixtures/piper_schema/harness_1f1b.json
 mc="--model $src/tests/fixtures/programs/tiny_gpt.yaml --cluster $src/configs/clusters/cpu_8.yaml"
-expect 0 "--micro-batch N       sequences per micro-batch instead of the program's (a bare" --help
+expect 0 "(default: the program's; a bare array of directives" --help
 expect 0 "batch 8 sequences = micro-batch 1 x 4 micro-batches x data-parallel 2" "$arr" $mc
 expect 0 "batch 16 sequences = micro-batch 2 x 4 micro-batches x data-parallel 2" "$arr" $mc --micro-batch 2
 expect 0 "batch 16 sequences = micro-batch 2 x 4 micro-batches x data-parallel 2" "$arr" $mc --micro-batch 2 --global-batch 16
 expect 1 "global batch 7 is not a multiple of the micro-batch 2" "$arr" $mc --micro-batch 2 --global-batch 7
-expect 2 "--micro-batch needs a whole number of sequences >= 1" "$arr" $mc --micro-batch 0
-expect 2 "--global-batch needs a whole number of sequences >= 1" "$arr" $mc --global-batch
+expect 2 "--micro-batch: '0' is too small; write a whole number of sequences >= 1" "$arr" $mc --micro-batch 0
+expect 2 "--global-batch: needs a value (N)" "$arr" $mc --global-batch
 # bounded readers (docs/programs.md, "Inputs"): a device without end, a file over the limit (sparse,
 # so the test writes nothing) and a directory are refused by name, at once
 start=$(date +%s)

@@ -82,8 +82,8 @@ expect 1 "gpt_tiny.yaml:[0-9]*:[0-9]*: --tp 3 (command line).*use --tp 1, 2 or 4
 expect 1 "does not divide the global batch of 8 sequences.*use --mbs 1, 2, 4 or 8" "${args[@]}" --mbs 3
 expect 1 "unknown schedule '1f1bb'; did you mean '1f1b'?" "${args[@]}" --schedules 1f1bb
 expect 1 "gpt_tiny.yaml:6:9: --pp 3 (command line): pp 3 must divide the 4 GPUs and not exceed the 2 layers; use --pp 1 or 2" "${args[@]}" --pp 3
-expect 2 "give a positive integer" "${args[@]}" --global-batch 0
-expect 2 "unknown option '--tpp'" "${args[@]}" --tpp 2
+expect 2 "piper-search: --global-batch: .0. is too small; write a positive integer" "${args[@]}" --global-batch 0
+expect 2 "piper-search: --tpp: unknown option" "${args[@]}" --tpp 2
 expect 2 "give --model, --cluster and --global-batch" --model x.yaml
 expect 2 "--emit-top needs K and a directory" "${args[@]}" --emit-top 3
 expect 1 "exists and is not a directory" "${args[@]}" -q --emit-top 3 "$tmp/j1.json"

@@ -1436,9 +1436,9 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(run_cmdf("'%s' --help > '%s'", bin_path("piper-sim"), err), 0);
     t = slurp(err);
     TEST_ASSERT_CONTAINS(t, "usage: piper-sim FILE");
-    TEST_ASSERT_CONTAINS(t, "\n                        auto        rings; across nodes,");
-    TEST_ASSERT_CONTAINS(t, "\n                        ring-steps  one flat ring in lock-step phases of bytes/n\n");
-    TEST_ASSERT_CONTAINS(t, "\n                        tree        all-reduce over NCCL's double binary tree;");
+    TEST_ASSERT_CONTAINS(t, "\n  auto        rings; across nodes,");
+    TEST_ASSERT_CONTAINS(t, "\n  ring-steps  one flat ring in lock-step phases of bytes/n\n");
+    TEST_ASSERT_CONTAINS(t, "\n  tree        all-reduce over NCCL's double binary tree;");
     free(t);
 }
 

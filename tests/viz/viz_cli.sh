@@ -125,11 +125,11 @@ expect 2 "--format 'gif'" schedule "$prog" -o "$tmp/x.svg" --format gif
 expect 2 "--unit is for 'schedule'" dag "$prog" --unit -o "$tmp/x.svg"
 expect 2 "--window is for 'timeline'" schedule "$prog" --window 1:2 -o "$tmp/x.svg"
 expect 2 "--width and --column are for 'schedule'" timeline "$trace" --column -o "$tmp/x.svg"
-expect 2 "--width 'wide': give the figure's width" schedule "$prog" --width wide -o "$tmp/x.svg"
-expect 2 "--width '10'" schedule "$prog" --width 10 -o "$tmp/x.svg"
+expect 2 "--width: 'wide' is not a whole number; write the figure's width" schedule "$prog" --width wide -o "$tmp/x.svg"
+expect 2 "--width: '10' is not a whole number in [50, 100000]" schedule "$prog" --width 10 -o "$tmp/x.svg"
 expect 2 "unknown part 'micro'" dag "$prog" --collapse micro -o "$tmp/x.svg"
 expect 2 "expected START:END" timeline "$trace" --window 5ms -o "$tmp/x.svg"
-expect 2 "unknown option '--bogus'" schedule "$prog" --bogus -o "$tmp/x.svg"
+expect 2 "piper-viz: --bogus: unknown option" schedule "$prog" --bogus -o "$tmp/x.svg"
 expect 0 "exit status: 0 on success" --help
 # inputs that cannot be read or drawn
 expect 1 "error: $tmp/missing.yaml" schedule "$tmp/missing.yaml" -o "$tmp/x.svg"
