@@ -750,22 +750,84 @@ static int read_computes(exec_bind *b, base_error *e)
 
 /* ---------------------------------------------------------------- collectives */
 
-/* An activation collective: one buffer in, one out, both sized by a compute or by the other side
- * of another collective (exec_coll_sizes). */
+/* The shape an activation collective's piece has, in bytes, over a group of g: an all-gather
+ * gives g times its input, a reduce-scatter a g-th, an all-reduce as much, an even all-to-all as
+ * much in g equal blocks. NULL when the piece has it, else what the kind moves. */
+static const char *act_piece_misfit(plan_coll k, int64_t inb, int64_t outb, int g)
+{
+    switch (k) {
+    case PLAN_ALL_REDUCE: return inb == outb ? NULL : "as many bytes out as in";
+    case PLAN_REDUCE_SCATTER: return inb == outb * g ? NULL : "a group-size-th of its input out";
+    case PLAN_ALL_GATHER: return outb == inb * g ? NULL : "group-size times its input out";
+    case PLAN_ALL_TO_ALL:
+        return inb == outb && inb % g == 0 ? NULL : "as many bytes out as in, in group-size blocks";
+    default: return NULL; /* the backends refuse the kinds they do not move */
+    }
+}
+
+/* An activation collective: a list of pieces, each one buffer in and one out (the same: in
+ * place), sized by a compute or by the other side of another collective (exec_coll_sizes). One
+ * piece, unless fuse_collectives merged several members into it: then it reads one buffer per
+ * member and writes one per member in the same order (sched/dir_fuse_collectives.c), and its
+ * bytes are the members' summed. Every piece must have the kind's shape, and the plan's bytes
+ * must be the pieces' (each the larger side of its plan buffers, an sp_regather's its output): a
+ * plan whose pieces disagree with the buffers it names is refused here, for every backend. */
 static int bind_act_coll(exec_bind *b, int i, exec_coll *C, base_error *e)
 {
     const plan_instr *in = &b->L->ins[i];
+    const plan_list *L = b->L;
     C->kind = EXEC_COLL_ACT;
-    C->in = in->nreads > 0 ? in->reads[0] : in->buf;
-    C->out = in->nwrites > 0 ? in->writes[0] : C->in;
-    if (in->nreads > 1 || in->nwrites > 1) {
-        base_errorf(e, "an activation collective over several buffers; the %s moves one",
-                    b->ops.who);
+    const int n = in->nreads > 0 ? in->nreads : 1;
+    if (in->nwrites != 0 && in->nwrites != n) {
+        base_errorf(e, "the collective reads %d buffers and writes %d; each piece of a fused "
+                       "collective reads one buffer and writes one (or none, in place): the "
+                       "plan's fused pieces disagree with the buffers it names; compile it again",
+                    n, in->nwrites);
         return exec_bind_instr_error(b, i, e);
     }
-    if (!b->buf[C->in].bytes || !b->buf[C->out].bytes) {
-        base_errorf(e, "no compute on this device tells the size of buffer %s",
-                    buf_name(b, b->buf[C->in].bytes ? C->out : C->in));
+    C->npiece = n;
+    C->piece = base_xcalloc((size_t)n, sizeof *C->piece);
+    int64_t plan_bytes = 0;
+    for (int k = 0; k < n; k++) {
+        exec_piece *P = &C->piece[k];
+        P->in = in->nreads > 0 ? in->reads[k] : in->buf;
+        P->out = in->nwrites > 0 ? in->writes[k] : P->in;
+        if (P->in < 0) {
+            base_errorf(e, "an activation collective that names no buffer");
+            return exec_bind_instr_error(b, i, e);
+        }
+        if (!b->buf[P->in].bytes || !b->buf[P->out].bytes) {
+            base_errorf(e, "no compute on this device tells the size of buffer %s",
+                        buf_name(b, b->buf[P->in].bytes ? P->out : P->in));
+            return exec_bind_instr_error(b, i, e);
+        }
+        P->in_bytes = b->buf[P->in].bytes;
+        P->out_bytes = b->buf[P->out].bytes;
+        /* sequence parallelism's backward re-gather reads the leading shards of an act buffer
+         * (sched/dir_shard.c): as many bytes as the output's share */
+        const bool leading = b->buf[P->out].saved_gather && in->coll == PLAN_ALL_GATHER;
+        if (leading && P->out_bytes % C->gsize == 0 && P->out_bytes / C->gsize <= P->in_bytes)
+            P->in_bytes = P->out_bytes / C->gsize;
+        const int64_t pi = L->bufs[P->in].bytes, po = L->bufs[P->out].bytes;
+        plan_bytes += leading ? po : pi > po ? pi : po;
+        const char *want =
+            act_piece_misfit((plan_coll)in->coll, P->in_bytes, P->out_bytes, C->gsize);
+        if (want) {
+            base_errorf(e, "piece %d of %d (%s into %s) is a %s of %lld bytes into %lld over %d "
+                           "ranks, which moves %s: the plan's fused pieces disagree with the "
+                           "buffers it names; compile it again",
+                        k + 1, n, buf_name(b, P->in), buf_name(b, P->out),
+                        plan_coll_name((plan_coll)in->coll), (long long)P->in_bytes,
+                        (long long)P->out_bytes, C->gsize, want);
+            return exec_bind_instr_error(b, i, e);
+        }
+    }
+    if (plan_bytes != in->bytes) {
+        base_errorf(e, "the collective moves %lld bytes, but the plan buffers of its %d piece%s "
+                       "(%s, ...) hold %lld: the plan's fused pieces disagree with the buffers "
+                       "it names; compile it again",
+                    (long long)in->bytes, n, n > 1 ? "s" : "", buf_name(b, C->piece[0].in),
+                    (long long)plan_bytes);
         return exec_bind_instr_error(b, i, e);
     }
     return 0;
@@ -1062,7 +1124,10 @@ void exec_bind_close(exec_bind *b)
 {
     if (!b->p) return;
     if (b->coll)
-        for (int i = 0; i < b->L->n; i++) free(b->coll[i].seg);
+        for (int i = 0; i < b->L->n; i++) {
+            free(b->coll[i].seg);
+            free(b->coll[i].piece);
+        }
     free(b->coll);
     free(b->comp);
     free(b->buf);

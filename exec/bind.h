@@ -1,7 +1,7 @@
 /* bind.h — the binding layer every executor backend reads its device's plan through: which
  * regions the device runs and how (shard, recompute split, parameter block, ZeRO pieces), what
  * each plan buffer holds for the kernels and how big it is in the backend's layouts, what every
- * compute reads and writes (exec_compute), what every collective moves (exec_coll and its
+ * compute reads and writes (exec_compute), what every collective moves (exec_coll: its pieces or
  * segments), the boundary slots between regions and the data-parallel rank. One reading, so that
  * the CPU executor (exec/cpu) and the CUDA runtime (exec/cuda) cannot read one plan two ways; a
  * backend supplies only what really differs (exec_bind_ops): its kernels' buffer layouts, its

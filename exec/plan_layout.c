@@ -198,22 +198,26 @@ void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf)
             const plan_instr *in = &L->ins[i];
             if (in->op != PLAN_COLL) continue;
             int g = plan_dev_group(p, dev, in), n = p->groups[g].n;
-            int ib = in->nreads > 0 ? in->reads[0] : in->buf;
-            int ob = in->nwrites > 0 ? in->writes[0] : ib;
-            if (ib < 0 || L->bufs[ib].role != PLAN_ROLE_COMM || ob == ib) continue;
-            exec_buf *I = &buf[ib], *O = &buf[ob];
-            int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1;
-            int64_t div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
-            if (I->bytes && !O->bytes) {
-                O->bytes = I->bytes * mul / div;
-                O->role = EXEC_BUF_COMM;
-                O->region = L->bufs[ob].region;
-                changed = true;
-            } else if (O->bytes && !I->bytes) {
-                I->bytes = O->bytes * div / mul;
-                I->role = EXEC_BUF_COMM;
-                I->region = L->bufs[ib].region;
-                changed = true;
+            /* a fused collective's piece k reads reads[k] into writes[k] (bind.c refuses
+             * other shapes) */
+            for (int k = 0; k < (in->nreads > 0 ? in->nreads : 1); k++) {
+                int ib = in->nreads > 0 ? in->reads[k] : in->buf;
+                int ob = in->nwrites > k ? in->writes[k] : in->nwrites ? -1 : ib;
+                if (ib < 0 || ob < 0 || L->bufs[ib].role != PLAN_ROLE_COMM || ob == ib) continue;
+                exec_buf *I = &buf[ib], *O = &buf[ob];
+                int64_t mul = in->coll == PLAN_ALL_GATHER ? n : 1;
+                int64_t div = in->coll == PLAN_REDUCE_SCATTER ? n : 1;
+                if (I->bytes && !O->bytes) {
+                    O->bytes = I->bytes * mul / div;
+                    O->role = EXEC_BUF_COMM;
+                    O->region = L->bufs[ob].region;
+                    changed = true;
+                } else if (O->bytes && !I->bytes) {
+                    I->bytes = O->bytes * div / mul;
+                    I->role = EXEC_BUF_COMM;
+                    I->region = L->bufs[ib].region;
+                    changed = true;
+                }
             }
         }
         if (!changed) break;
@@ -284,7 +288,7 @@ int exec_instr_error(const plan_set *p, int dev, int i, base_error *e)
 int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *e)
 {
     const plan_instr *in = &plan_dev_list(p, dev)->ins[i];
-    C->in = C->out = C->comm = -1;
+    C->out = C->comm = -1;
     C->group = plan_dev_group(p, dev, in);
     C->gsize = p->groups[C->group].n;
     C->grank = exec_group_pos(p, C->group, dev);

@@ -59,10 +59,10 @@ static inline exec_seg exec_seg_at(int region, int64_t off, int64_t n)
     return (exec_seg){region, off, n, -1, -1};
 }
 
-/* What a collective instruction is to a backend: an activation collective (in, out: plan
- * buffers), a gradient sum (the segments summed), a ZeRO reduce-scatter of gradients or
- * all-gather of parameters (one segment per region), or the sum of a scalar (the gradient norm,
- * a collective without buffers). */
+/* What a collective instruction is to a backend: an activation collective (its pieces), a
+ * gradient sum (the segments summed), a ZeRO reduce-scatter of gradients or all-gather of
+ * parameters (one segment per region), or the sum of a scalar (the gradient norm, a collective
+ * without buffers). */
 typedef enum {
     EXEC_COLL_NONE,
     EXEC_COLL_ACT,
@@ -72,12 +72,24 @@ typedef enum {
     EXEC_COLL_SCALAR
 } exec_coll_kind;
 
+/* One piece of an activation collective: the plan buffer it reads, the one its result goes to
+ * (the same: in place), and the bytes it sends from in and receives into out, in the backend's
+ * layouts (bind.c's rule: an sp_regather sends the leading share of in). A collective that
+ * fuse_collectives merged has one piece per member, in the order the plan lists its buffers;
+ * any other has one. */
+typedef struct exec_piece {
+    int in, out;
+    int64_t in_bytes, out_bytes;
+} exec_piece;
+
 typedef struct exec_coll {
     exec_coll_kind kind;
     int group, gsize, grank;
     int comm;               /* the backend's communicator, -1 */
-    int in, out;            /* ACT: plan buffers; PARAM_GATHER: out = the buffer a ZeRO-3 gather
-                               fills, -1 when it gathers into the parameters */
+    int out;                /* PARAM_GATHER: the buffer a ZeRO-3 gather fills, -1 when it
+                               gathers into the parameters */
+    int npiece;             /* ACT: its pieces (one or more) */
+    exec_piece *piece;
     int nseg;
     exec_seg *seg;
     int64_t chunk;          /* SCATTER / GATHER: elements per rank in staging (the largest piece) */
@@ -110,7 +122,7 @@ int exec_match_act_mode(int64_t fb, int64_t rb, exec_act_split_fn split, const v
 static inline int64_t exec_work_extra_at(int64_t w) { return (w + 7) / 8 * 8; }
 
 /* Starts reading collective instruction i of device dev into C: its group, the group's size and
- * the device's position (in, out, comm: -1). Fails when the device is not a member. */
+ * the device's position (out, comm: -1; no pieces). Fails when the device is not a member. */
 int exec_coll_open(const plan_set *p, int dev, int i, exec_coll *C, base_error *e);
 
 /* The gradient segments [seg0, C->nseg) of region r that collective `in` of list L reads from
@@ -215,9 +227,9 @@ int *exec_bind_boundary(exec_bind_slots *s, bool fwd, int side, bool route);
 int exec_bind_slots_fill(const exec_region_kind *kinds, int nreg, int64_t nmb, int r, int mb,
                          plan_pass pass, const char *name, exec_bind_slots *s, base_error *e);
 
-/* The sizes of comm buffers that only collectives touch, from the other side of each activation
- * collective of comm buffers (an all-gather multiplies by the group size, a reduce-scatter
- * divides), repeated until nothing changes; a buffer sized here becomes a comm buffer of its
+/* The sizes of comm buffers that only collectives touch, from the other side of each piece of
+ * an activation collective of comm buffers (read k with write k; an all-gather multiplies by the
+ * group size, a reduce-scatter divides), repeated until nothing changes; a buffer sized here becomes a comm buffer of its
  * owner region (plan_buffer.region).
  * buf[]: the device's plan buffers (0 bytes: not known yet). */
 void exec_coll_sizes(const plan_set *p, int dev, exec_buf *buf);

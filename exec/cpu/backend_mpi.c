@@ -14,7 +14,9 @@
  * A bucket's collectives run one call per tensor, where the tensor lives (requests tested
  * together): all-reduces in place, ZeRO all-gathers in place or into the plan's gathered buffer,
  * ZeRO reduce-scatters into a scratch of the rank's pieces, copied (ZeRO-2/3: added) into place
- * when MPI reports completion. No staging copy of a whole bucket, which the plan does not size. */
+ * when MPI reports completion. No staging copy of a whole bucket, which the plan does not size.
+ * A fused activation collective (fuse_collectives) runs the same way: one call per piece, the
+ * pieces' requests tested together. */
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -228,48 +230,53 @@ static int be_coll(void *ctx, int instr, const plan_instr *in, int group, int *r
         EXEC_MPI(MPI_Iallreduce(MPI_IN_PLACE, &c->norm_sq, 1, MPI_DOUBLE, MPI_SUM, comm, &R->r), e);
         return 0;
     case EXEC_COLL_ACT: {
-        char *ip = exec_cpu_buf(c, C->in, "the collective's input", e);
-        char *op = ip ? exec_cpu_buf(c, C->out, "the collective's output", e) : NULL;
-        if (!op) return -1;
-        int64_t n = c->bd.buf[C->in].bytes / (int64_t)es, no = c->bd.buf[C->out].bytes / (int64_t)es;
-        /* sequence parallelism's backward re-gather reads the leading shards of an act buffer
-         * (sched/dir_shard.c): as many elements as the output's share */
-        if (c->bd.buf[C->out].saved_gather && in->coll == PLAN_ALL_GATHER && C->gsize > 0 &&
-            no % C->gsize == 0 && no / C->gsize <= n)
-            n = no / C->gsize;
-        if (int_count(n, "a collective", e)) return -1;
-        int g = C->gsize;
-        /* the plan's bytes of an activation collective: the larger side (an all-gather's
-         * output, a reduce-scatter's input) */
-        c->comm_bytes += (double)(n > no ? n : no) * (double)es;
-        switch ((plan_coll)in->coll) {
-        case PLAN_ALL_REDUCE:
-            if (no != n) return base_errorf(e, "all-reduce of %lld elements into %lld", (long long)n, (long long)no);
-            EXEC_MPI(MPI_Iallreduce(ip == op ? MPI_IN_PLACE : ip, op, (int)n, c->mdt, MPI_SUM, comm, &R->r), e);
-            return 0;
-        case PLAN_REDUCE_SCATTER:
-            if (n % g || no != n / g)
-                return base_errorf(e, "reduce-scatter of %lld elements over %d ranks into %lld",
-                                   (long long)n, g, (long long)no);
-            EXEC_MPI(MPI_Ireduce_scatter_block(ip, op, (int)(n / g), c->mdt, MPI_SUM, comm, &R->r), e);
-            return 0;
-        case PLAN_ALL_GATHER:
-            if (no != n * g)
-                return base_errorf(e, "all-gather of %lld elements over %d ranks into %lld",
-                                   (long long)n, g, (long long)no);
-            EXEC_MPI(MPI_Iallgather(ip, (int)n, c->mdt, op, (int)n, c->mdt, comm, &R->r), e);
-            return 0;
-        case PLAN_ALL_TO_ALL:
-            if (n % g || no != n)
-                return base_errorf(e, "all-to-all of %lld elements over %d ranks into %lld",
-                                   (long long)n, g, (long long)no);
-            if (ip == op) return base_errorf(e, "an all-to-all in place; the plan must give it an output buffer");
-            EXEC_MPI(MPI_Ialltoall(ip, (int)(n / g), c->mdt, op, (int)(n / g), c->mdt, comm, &R->r), e);
-            return 0;
-        default:
-            return base_errorf(e, "%s of activations is not supported by the CPU executor",
-                               plan_coll_name((plan_coll)in->coll));
+        /* one MPI call per piece, all started here and completed together (be_test): a fused
+         * collective's pieces are separate plan buffers, and packing them into one staging
+         * buffer would take memory the plan does not size (sched/sizes.c counts the members'
+         * buffers only) and change MPI's count, hence its algorithm and summation order. Per
+         * piece, the call is the unfused member's call, so a fused run is the unfused run bit
+         * for bit. The shapes are the binding's (bind.c); an all-to-all's blocks must be whole
+         * elements here. */
+        const int g = C->gsize;
+        if (C->npiece > 1) R->more = base_xcalloc((size_t)(C->npiece - 1), sizeof *R->more);
+        for (int k = 0; k < C->npiece; k++) {
+            const exec_piece *P = &C->piece[k];
+            char *ip = exec_cpu_buf(c, P->in, "the collective's input", e);
+            char *op = ip ? exec_cpu_buf(c, P->out, "the collective's output", e) : NULL;
+            if (!op) return -1;
+            const int64_t n = P->in_bytes / (int64_t)es, no = P->out_bytes / (int64_t)es;
+            if (int_count(n > no ? n : no, "a collective", e)) return -1;
+            /* the plan's bytes of an activation collective: the larger side (an all-gather's
+             * output, a reduce-scatter's input) */
+            c->comm_bytes += (double)(n > no ? n : no) * (double)es;
+            MPI_Request *q = k == 0 ? &R->r : &R->more[R->nmore++];
+            switch ((plan_coll)in->coll) {
+            case PLAN_ALL_REDUCE:
+                EXEC_MPI(MPI_Iallreduce(ip == op ? MPI_IN_PLACE : ip, op, (int)n, c->mdt, MPI_SUM,
+                                        comm, q), e);
+                break;
+            case PLAN_REDUCE_SCATTER:
+                EXEC_MPI(MPI_Ireduce_scatter_block(ip, op, (int)no, c->mdt, MPI_SUM, comm, q), e);
+                break;
+            case PLAN_ALL_GATHER:
+                EXEC_MPI(MPI_Iallgather(ip, (int)n, c->mdt, op, (int)n, c->mdt, comm, q), e);
+                break;
+            case PLAN_ALL_TO_ALL:
+                if (n % g)
+                    return base_errorf(e, "all-to-all of %lld elements over %d ranks",
+                                       (long long)n, g);
+                if (ip == op)
+                    return base_errorf(e, "an all-to-all in place; the plan must give it an "
+                                          "output buffer");
+                EXEC_MPI(MPI_Ialltoall(ip, (int)(n / g), c->mdt, op, (int)(n / g), c->mdt, comm, q),
+                         e);
+                break;
+            default:
+                return base_errorf(e, "%s of activations is not supported by the CPU executor",
+                                   plan_coll_name((plan_coll)in->coll));
+            }
         }
+        return 0;
     }
     case EXEC_COLL_GRAD_SUM: {
         /* each segment summed in place where it lives, as NCCL does a bucket's tensors in one

@@ -874,12 +874,15 @@ static int rt_p2p_start(void *ctx, int i, const plan_instr *in, int peer, int *r
     return 0;
 }
 
-static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, base_error *e)
+/* One piece of an activation collective (exec_piece: its shape is the binding's), issued on
+ * stream s; the caller groups it. */
+static int piece_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, const exec_piece *P,
+                     void *s, base_error *e)
 {
-    void *ib = buf_ptr(r, C->in, "the collective's input", e);
-    void *ob = ib ? buf_ptr(r, C->out, "the collective's output", e) : NULL;
+    void *ib = buf_ptr(r, P->in, "the collective's input", e);
+    void *ob = ib ? buf_ptr(r, P->out, "the collective's output", e) : NULL;
     if (!ob) return -1;
-    const int64_t inb = r->bd.buf[C->in].bytes, outb = r->bd.buf[C->out].bytes;
+    const int64_t inb = P->in_bytes, outb = P->out_bytes;
     if (C->gsize == 1) return exec_cuda_copy_d2d(s, ob, ib, (size_t)(inb < outb ? inb : outb), e);
     void *comm = r->comm[C->comm];
     int64_t count;
@@ -893,33 +896,44 @@ static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, v
             return base_errorf(e, "a reduce-scatter into %lld bytes: not bf16 data", (long long)outb);
         return exec_nccl_reduce_scatter(ib, ob, (size_t)count, EXEC_NCCL_BF16, comm, s, e);
     case PLAN_ALL_GATHER: {
-        /* SP's backward re-gather reads the leading share of an act buffer (see read_computes) */
-        int64_t nb = r->bd.buf[C->out].saved_gather && outb % C->gsize == 0 && outb / C->gsize <= inb
-                         ? outb / C->gsize : inb;
-        exec_nccl_dtype dt = bytes_dtype(nb, &count);
+        /* SP's backward re-gather sends the leading share of an act buffer (P->in_bytes) */
+        exec_nccl_dtype dt = bytes_dtype(inb, &count);
         return exec_nccl_all_gather(ib, ob, (size_t)count, dt, comm, s, e);
     }
     case PLAN_ALL_TO_ALL: {
         /* block k of the input goes to rank k, block k of the output comes from it */
-        if (inb % C->gsize || outb % C->gsize)
-            return base_errorf(e, "an all-to-all of %lld bytes over %d ranks", (long long)inb, C->gsize);
         const int64_t blk = inb / C->gsize;
         exec_nccl_dtype dt = bytes_dtype(blk, &count);
-        if (exec_nccl_group_start(e)) return -1;
         int rc = 0;
         for (int k = 0; k < C->gsize && !rc; k++) {
             rc = exec_nccl_send((char *)ib + k * blk, (size_t)count, dt, k, comm, s, e);
             if (!rc) rc = exec_nccl_recv((char *)ob + k * blk, (size_t)count, dt, k, comm, s, e);
         }
-        base_error e2;
-        base_error_clear(&e2);
-        if (exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
         return rc;
     }
     default:
         return base_errorf(e, "a %s of activations is not supported by the CUDA runtime",
                            plan_coll_name((plan_coll)in->coll));
     }
+}
+
+/* An activation collective: its pieces inside one NCCL group, so that a collective
+ * fuse_collectives merged is one launch on the stream over every member's buffers, with each
+ * piece the unfused member's operation (the same counts, so the same result). One piece of a
+ * kind with one NCCL call needs no group; an all-to-all's sends and receives always do. */
+static int coll_act(exec_cuda_rt *r, const plan_instr *in, const exec_coll *C, void *s, base_error *e)
+{
+    const bool grouped = C->gsize > 1 && (C->npiece > 1 || in->coll == PLAN_ALL_TO_ALL);
+    if (grouped && exec_nccl_group_start(e)) return -1;
+    int rc = 0;
+    for (int k = 0; k < C->npiece && !rc; k++) rc = piece_act(r, in, C, &C->piece[k], s, e);
+    if (grouped) {
+        base_error e2;
+        base_error_clear(&e2);
+        /* close the group even after a failure, or NCCL stays in group mode */
+        if (exec_nccl_group_end(rc ? &e2 : e)) rc = -1;
+    }
+    return rc;
 }
 
 static int coll_grads(exec_cuda_rt *r, const exec_coll *C, void *s, base_error *e)

@@ -9,7 +9,9 @@
  *    every gradient reduce-scatter is a GRAD_SCATTER over two ranks whose staging chunk is
  *    ceil(n / 2) per region, and the parameter all-gathers are PARAM_GATHERs in place;
  *  - errors: a rank beyond the plan's devices, and an identity the backend's table lacks, named
- *    with the backend's name. */
+ *    with the backend's name;
+ *  - fuse_collectives: a fused activation collective binds as one piece per member, the pairs
+ *    the unfused plan has, and one whose pieces disagree with its buffers is refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,12 +236,128 @@ static void test_errors(void)
     sched_compilation_free(&sc);
 }
 
+/* Counts device dev's activation collectives of plan p and their pieces (into *ncoll, *npiece),
+ * checking each piece: a buffer in and a different one out of the toy layouts' y_bytes (the
+ * all-reduces of gpt_tp2: one region output per micro-batch), every piece its own pair. */
+static void act_pieces(const plan_set *p, int dev, const exec_cfg *cfg, int *ncoll, int *npiece,
+                       int *widest)
+{
+    const exec_bind_ops ops = toy_ops((exec_cfg *)cfg);
+    base_error e;
+    base_error_clear(&e);
+    exec_bind b;
+    *ncoll = *npiece = *widest = 0;
+    if (exec_bind_open(&b, p, dev, cfg, &ops, &e)) {
+        fprintf(stderr, "\n  device %d: %s\n", dev, e.msg);
+        CU_FAIL("the plan does not bind");
+        exec_bind_close(&b);
+        return;
+    }
+    const int64_t y = 2 * cfg->b * cfg->s * cfg->h;
+    for (int i = 0; i < b.L->n; i++) {
+        const exec_coll *C = &b.coll[i];
+        if (b.L->ins[i].op != PLAN_COLL || C->kind != EXEC_COLL_ACT) continue;
+        (*ncoll)++;
+        *npiece += C->npiece;
+        if (C->npiece > *widest) *widest = C->npiece;
+        for (int k = 0; k < C->npiece; k++) {
+            const exec_piece *P = &C->piece[k];
+            CU_ASSERT(P->in != P->out);
+            CU_ASSERT_EQUAL(P->in_bytes, y);
+            CU_ASSERT_EQUAL(P->out_bytes, y);
+            for (int q = 0; q < k; q++) CU_ASSERT(C->piece[q].in != P->in && C->piece[q].out != P->out);
+        }
+    }
+    exec_bind_close(&b);
+}
+
+/* fuse_collectives: gpt_tp2's 40 activation all-reduces per device (5 TP regions x 2 directions
+ * x 4 micro-batches) are 10 fused collectives of 4 pieces each, the same 40 (in, out) pairs. */
+static void test_fused(void)
+{
+    sched_compilation plain, fused;
+    if (compile("tests/exec_mpi/programs/gpt_tp2.yaml", &plain)) {
+        CU_FAIL("gpt_tp2 does not compile");
+        return;
+    }
+    if (compile("tests/exec_mpi/programs/gpt_tp2_fuse.yaml", &fused)) {
+        CU_FAIL("gpt_tp2_fuse does not compile");
+        sched_compilation_free(&plain);
+        return;
+    }
+    base_error e;
+    base_error_clear(&e);
+    exec_cfg cfg;
+    CU_ASSERT_FATAL(exec_cfg_from_plan(&plain.plan.model, 1, &cfg, &e) == 0);
+    for (int dev = 0; dev < 2; dev++) {
+        int nc, np, w;
+        act_pieces(&plain.plan, dev, &cfg, &nc, &np, &w);
+        CU_ASSERT_EQUAL(nc, 40);
+        CU_ASSERT_EQUAL(np, 40);
+        CU_ASSERT_EQUAL(w, 1);
+        act_pieces(&fused.plan, dev, &cfg, &nc, &np, &w);
+        CU_ASSERT_EQUAL(nc, 10);
+        CU_ASSERT_EQUAL(np, 40);
+        CU_ASSERT_EQUAL(w, 4);
+    }
+    sched_compilation_free(&plain);
+    sched_compilation_free(&fused);
+}
+
+/* A fused collective whose pieces disagree with the buffers it names is refused at bind, naming
+ * the instruction: a write missing, a piece of the wrong shape for its kind (an all-reduce's
+ * pieces read as an all-gather's), bytes that are not the pieces'. */
+static void test_fused_errors(void)
+{
+    static const struct {
+        const char *what, *want;
+    } cases[] = {
+        {"a write missing", "reads 4 buffers and writes 3; each piece of a fused collective"},
+        {"an all-gather", "piece 1 of 4 (F.embed.mb0"},
+        {"bytes", "the collective moves 32769 bytes, but the plan buffers of its 4 pieces"},
+    };
+    for (size_t c = 0; c < BASE_COUNT(cases); c++) {
+        sched_compilation sc;
+        if (compile("tests/exec_mpi/programs/gpt_tp2_fuse.yaml", &sc)) {
+            CU_FAIL("gpt_tp2_fuse does not compile");
+            return;
+        }
+        plan_set *p = &sc.plan;
+        base_error e;
+        base_error_clear(&e);
+        exec_cfg cfg;
+        CU_ASSERT_FATAL(exec_cfg_from_plan(&p->model, 1, &cfg, &e) == 0);
+        const exec_bind_ops ops = toy_ops(&cfg);
+        plan_list *L = (plan_list *)plan_dev_list(p, 0);
+        plan_instr *in = NULL;
+        for (int i = 0; i < L->n && !in; i++)
+            if (L->ins[i].op == PLAN_COLL && L->ins[i].purpose == PLAN_PURPOSE_TP_FWD &&
+                L->ins[i].nreads == 4)
+                in = &L->ins[i];
+        CU_ASSERT_FATAL(in != NULL);
+        CU_ASSERT_EQUAL(in->bytes, 32768);
+        if (c == 0) in->nwrites--;
+        if (c == 1) in->coll = PLAN_ALL_GATHER;
+        if (c == 2) in->bytes++;
+        exec_bind b;
+        CU_ASSERT_EQUAL(exec_bind_open(&b, p, 0, &cfg, &ops, &e), -1);
+        TEST_ASSERT_CONTAINS(e.msg, cases[c].want);
+        TEST_ASSERT_CONTAINS(e.msg, "fused pieces disagree with the buffers it names");
+        TEST_ASSERT_CONTAINS(e.msg, "device 0, #");
+        if (!strstr(e.msg, cases[c].want)) fprintf(stderr, "\n  %s: %s\n", cases[c].what, e.msg);
+        exec_bind_close(&b);
+        sched_compilation_free(&sc);
+    }
+}
+
 int piper_tests_register(void)
 {
     static const test_case cases[] = {
         {"DP2: data-parallel rank, norm replicas, storage sizes, kernels", test_dp2},
         {"ZeRO-1: pieces, optimizer state, scatter chunks, gathers", test_zero1},
         {"errors: no such device, an identity the backend lacks", test_errors},
+        {"fused collectives: one piece per member, the unfused pairs", test_fused},
+        {"fused collectives whose pieces disagree with their buffers", test_fused_errors},
         {NULL, NULL},
     };
     return test_add_suite("exec binding layer", cases);

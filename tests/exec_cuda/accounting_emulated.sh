@@ -20,7 +20,10 @@
 # of the same program without recompute (R reproduces F exactly, so the backward reads the same
 # tensors). Under sequence parallelism each device keeps its rows of the norm inputs and outputs
 # and the backward reads the plan's all-gather of them; its losses equal TP2's without it bit for
-# bit too (two ranks: a reduce-scatter and an all-reduce add the same two numbers).
+# bit too (two ranks: a reduce-scatter and an all-reduce add the same two numbers). A fused
+# collective's pieces (fuse_collectives, one NCCL group) take no memory beyond the plan's
+# buffers, and moe_tp2 fused computes what it computes unfused bit for bit (untied: fusion keeps
+# every summation order).
 #   usage: accounting_emulated.sh BUILD_DIR PIPER_EXEC_CUDA_EMU
 set -uo pipefail
 build="$1" emu="$2"
@@ -39,7 +42,8 @@ for case in gpt_single:1:gpt_tiny_flash gpt_dp2:2:gpt_tiny_flash gpt_zero1:2:gpt
             gpt_dp2_selective:2:gpt_tiny_flash:gpt_dp2 gpt_tp2_recompute:2:gpt_tiny_flash:gpt_tp2 \
             moe_dp2:2:moe_tiny_flash moe_dp2_recompute:2:moe_tiny_flash:moe_dp2 \
             moe_ep2_recompute:2:moe_tiny_flash:moe_ep2 gpt_tp2_sp:2:gpt_tiny_flash:gpt_tp2 \
-            moe_pp2_dp2_ep2_dualpipe_zero1:4:moe_tiny_flash; do
+            moe_pp2_dp2_ep2_dualpipe_zero1:4:moe_tiny_flash moe_tp2:2:moe_tiny_flash \
+            moe_tp2_fuse:2:moe_tiny_flash:moe_tp2; do
   IFS=: read -r p n model ref <<< "$case"
   prog="$work/$p.yaml" plan="$work/$p.plan" out="$work/$p.out"
   sed 's/^dtype: fp32$/dtype: bf16\ngrad_dtype: fp32/' "$src/tests/exec_mpi/programs/$p.yaml" > "$prog"

@@ -21,6 +21,9 @@
 #                         shards (replicated tensors counted once)
 #   gpt_tp2_sp            tensor + sequence parallelism: reduce-scatter / all-gather of
 #                         activations, TP gradient sums, the head's vocabulary-parallel reductions
+#   gpt_tp2_fuse          fused collectives (fuse_collectives): each TP region's all-reduces
+#   gpt_tp2_sp_fuse       (_sp_: reduce-scatters and all-gathers) of the 4 micro-batches as one
+#                         collective of 4 pieces inside one NCCL group
 #   moe_ep2               expert parallelism: all-to-all
 #   gpt_pp2_clip          a pipeline with tied embeddings: the last stage's copy of the token
 #                         table, summed with the embedding's over the tied pair; p2p; clipping
@@ -39,7 +42,8 @@ mkdir -p "$work"
 export PIPER_BOOT_MPI="$build/libpiper_boot_mpi.so"
 rc=0
 for prog in gpt_dp2_clip gpt_zero1_clip gpt_zero2_clip gpt_zero3 moe_zero3 gpt_tp2_dp2_zero3 \
-            gpt_tp2_dp2_zero3_clip gpt_tp2_clip gpt_tp2_sp moe_ep2 gpt_pp2_clip gpt4_pp2x2_dualpipev; do
+            gpt_tp2_dp2_zero3_clip gpt_tp2_clip gpt_tp2_sp gpt_tp2_fuse gpt_tp2_sp_fuse moe_ep2 \
+            gpt_pp2_clip gpt4_pp2x2_dualpipev; do
   "$build/piper-compile" -q "$src/tests/exec_mpi/programs/$prog.yaml" -o "$work/$prog.plan"
   # one rank per device that has work: the devices the program's directives name
   np="$(awk '$1 == "list" && /instrs=/ { n = $0; sub(/.*instrs=/, "", n); work[$2] = n + 0 }
