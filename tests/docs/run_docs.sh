@@ -32,6 +32,9 @@ src=$(cd "$1" && pwd) || exit 2
 build=$(cd "$2" && pwd) || exit 2
 shift 2
 default_timeout=${PIPER_DOCS_TIMEOUT:-60}
+# every limit times this (a sanitizer build runs the same commands several times slower)
+time_scale=${PIPER_DOCS_TIME_SCALE:-1}
+case $time_scale in '' | *[!0-9]* | 0) echo "PIPER_DOCS_TIME_SCALE=$time_scale: give a whole number >= 1" >&2; exit 2 ;; esac
 if [ $# -eq 0 ]; then
   # shellcheck disable=SC2046  # the names are the repository's own, without spaces
   set -- $(cd "$src" && ls README.md docs/*.md exec/README.md exec/cuda/README.md) || exit 2
@@ -144,6 +147,7 @@ for md in "$@"; do
     esac
     t0=$(date +%s.%N)
     log="$body.log"
+    arg=$((arg * time_scale))
     (cd "$tree" && timeout --kill-after=10 "$arg" bash -e -o pipefail "$body") > "$log" 2>&1 < /dev/null
     rc=$?
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
