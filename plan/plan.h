@@ -429,6 +429,9 @@ typedef struct plan_stats {
  * timed with the header's GPU figures. Fails, naming the stuck instructions of each device, if the
  * plan can deadlock, if groups see collectives in inconsistent orders, or if buffers are used or
  * freed when not live. Fills per-device peak memory by category. */
+/* The static check's time of one kernel: the roofline at the GPU's peaks, max(FLOPs / peak of its
+ * dtype, bytes / HBM bandwidth). piper-search's step-time bound uses the same rule. */
+double plan_kernel_seconds(const plan_gpu *g, const plan_kernel *k);
 int plan_check(const plan_set *p, plan_stats *st, base_error *e);
 void plan_stats_free(plan_stats *st);
 

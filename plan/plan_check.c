@@ -192,7 +192,7 @@ static int cmp_i32(const void *a, const void *b)
 
 /* ---------------------------------------------------------------- static facts per list */
 
-static double kernel_seconds(const plan_gpu *g, const plan_kernel *k)
+double plan_kernel_seconds(const plan_gpu *g, const plan_kernel *k)
 {
     double fl = g->peak_flops[k->dtype] > 0 && k->flops > 0 ? k->flops / g->peak_flops[k->dtype] : 0;
     double by = g->hbm_bw > 0 && k->bytes > 0 ? k->bytes / g->hbm_bw : 0;
@@ -211,7 +211,7 @@ static int prepare_kernels(checker *c)
         for (int j = 0; j < kl->n; j++) {
             if (kl->k[j].dtype >= PLAN_NDTYPE)
                 return fail(c, "kernel list %d kernel %d has dtype %d; the compiler built an invalid plan", i, j, kl->k[j].dtype);
-            t += kernel_seconds(&p->gpu, &kl->k[j]);
+            t += plan_kernel_seconds(&p->gpu, &kl->k[j]);
         }
         c->kl_dur[i] = t;
     }

@@ -27,41 +27,66 @@ double search_usable_bytes(const search_problem *pb)
     return pb->cluster.gpu.mem_bytes - pb->cluster.gpu.reserve_bytes;
 }
 
-double search_memory_bound(const search_problem *pb, const search_candidate *c)
+/* What both bounds need of each region: its program stage, the pipeline rank that runs it, and
+ * the shape it runs at, with the recompute the program's directive (search_program_text) asks. */
+typedef struct region_plan {
+    int n;
+    ir_region *regs;
+    int32_t *stage;
+    int *rank;
+    ir_shape *shape;
+} region_plan;
+
+static void plan_regions(const search_problem *pb, const search_candidate *c, base_arena *a, region_plan *rp)
 {
     const ir_model *m = &pb->model;
-    base_arena a;
-    base_arena_init(&a);
     ir_program prog;
     memset(&prog, 0, sizeof prog);
     prog.model = *m;
     prog.ann.pp_stages = c->stages > 1 ? c->stages : 0;
-    int n = ir_model_nregions(m);
-    int32_t *stage = base_arena_calloc(&a, (size_t)n, sizeof *stage);
-    ir_region *regs = base_arena_calloc(&a, (size_t)n, sizeof *regs);
-    ir_program_stage_of_region(&prog, &a, stage);
-    ir_model_regions(m, &a, regs);
-
-    double *params = base_arena_calloc(&a, (size_t)c->pp, sizeof *params);
-    double *act = base_arena_calloc(&a, (size_t)c->pp, sizeof *act);
-    double *stage_act = base_arena_calloc(&a, (size_t)c->stages, sizeof *stage_act);
+    rp->n = ir_model_nregions(m);
+    size_t n = (size_t)(rp->n ? rp->n : 1);
+    rp->stage = base_arena_calloc(a, n, sizeof *rp->stage);
+    rp->regs = base_arena_calloc(a, n, sizeof *rp->regs);
+    rp->rank = base_arena_calloc(a, n, sizeof *rp->rank);
+    rp->shape = base_arena_calloc(a, n, sizeof *rp->shape);
+    ir_program_stage_of_region(&prog, a, rp->stage);
+    ir_model_regions(m, a, rp->regs);
     ir_shape s = ir_shape_default();
     s.micro_batch = c->mbs;
     s.tp = c->tp;
     s.sequence_parallel = c->sp;
     s.ep = c->ep;
-    for (int i = 0; i < n; i++) {
-        int rank = c->schedule >= 0 ? sched_schedule_rank(c->schedule, c->pp, stage[i]) : 0;
-        if (rank < 0 || rank >= c->pp) rank = 0;
+    for (int i = 0; i < rp->n; i++) {
+        int rank = c->schedule >= 0 ? sched_schedule_rank(c->schedule, c->pp, rp->stage[i]) : 0;
+        rp->rank[i] = rank < 0 || rank >= c->pp ? 0 : rank;
         ir_shape rs = s;
-        bool layer = regs[i].layer >= 0;
-        /* what the program's recompute directive (search_program_text) asks of this region */
-        if (c->recompute == IR_RECOMPUTE_FULL && layer) {
+        const ir_region *r = &rp->regs[i];
+        if (c->recompute == IR_RECOMPUTE_FULL && r->layer >= 0) {
             rs.recompute = IR_RECOMPUTE_FULL;
-            rs.recompute_from_prev = i > 0 && regs[i - 1].layer == regs[i].layer;
-        } else if (c->recompute == IR_RECOMPUTE_SELECTIVE && regs[i].kind == IR_REGION_ATTN) {
+            rs.recompute_from_prev = i > 0 && rp->regs[i - 1].layer == r->layer;
+        } else if (c->recompute == IR_RECOMPUTE_SELECTIVE && r->kind == IR_REGION_ATTN) {
             rs.recompute = IR_RECOMPUTE_SELECTIVE;
         }
+        rp->shape[i] = rs;
+    }
+}
+
+double search_memory_bound(const search_problem *pb, const search_candidate *c)
+{
+    const ir_model *m = &pb->model;
+    base_arena a;
+    base_arena_init(&a);
+    region_plan rp;
+    plan_regions(pb, c, &a, &rp);
+    double *params = base_arena_calloc(&a, (size_t)c->pp, sizeof *params);
+    double *act = base_arena_calloc(&a, (size_t)c->pp, sizeof *act);
+    double *stage_act = base_arena_calloc(&a, (size_t)c->stages, sizeof *stage_act);
+    const int32_t *stage = rp.stage;
+    const ir_region *regs = rp.regs;
+    for (int i = 0; i < rp.n; i++) {
+        int rank = rp.rank[i];
+        const ir_shape rs = rp.shape[i];
         params[rank] += (double)ir_region_params_per_device(m, &regs[i], &rs);
         double bytes = ir_region_activation_bytes(m, &regs[i], &rs);
         act[rank] += bytes;
@@ -86,14 +111,6 @@ double search_memory_bound(const search_problem *pb, const search_candidate *c)
 
 /* ---------------------------------------------------------------- the step-time lower bound */
 
-/* The static check's time of one kernel (plan_check.c: the roofline at the GPU's peaks). */
-static double roofline_seconds(const plan_gpu *g, const plan_kernel *k)
-{
-    double fl = g->peak_flops[k->dtype] > 0 && k->flops > 0 ? k->flops / g->peak_flops[k->dtype] : 0;
-    double by = g->hbm_bw > 0 && k->bytes > 0 ? k->bytes / g->hbm_bw : 0;
-    return fl > by ? fl : by;
-}
-
 double search_time_bound(const search_problem *pb, const search_candidate *c)
 {
     /* DualPipe's mirror runs half the micro-batches through each stage's copy: its per-rank work
@@ -102,45 +119,25 @@ double search_time_bound(const search_problem *pb, const search_candidate *c)
     const ir_model *m = &pb->model;
     base_arena a;
     base_arena_init(&a);
-    ir_program prog;
-    memset(&prog, 0, sizeof prog);
-    prog.model = *m;
-    prog.ann.pp_stages = c->stages > 1 ? c->stages : 0;
-    int n = ir_model_nregions(m);
-    int32_t *stage = base_arena_calloc(&a, (size_t)n, sizeof *stage);
-    ir_region *regs = base_arena_calloc(&a, (size_t)n, sizeof *regs);
-    ir_program_stage_of_region(&prog, &a, stage);
-    ir_model_regions(m, &a, regs);
+    region_plan rp;
+    plan_regions(pb, c, &a, &rp);
+    const int32_t *stage = rp.stage;
     double *busy = base_arena_calloc(&a, (size_t)c->pp, sizeof *busy);
     double *stage_s = c->schedule >= 0 && c->m <= 4096
                           ? base_arena_calloc(&a, (size_t)c->stages * PLAN_NPASS, sizeof *stage_s)
                           : NULL;
-    ir_shape s = ir_shape_default();
-    s.micro_batch = c->mbs;
-    s.tp = c->tp;
-    s.sequence_parallel = c->sp;
-    s.ep = c->ep;
     /* a schedule that splits backwards runs BI and BW instead of B: count only its forwards */
     bool whole_b = c->schedule < 0 || (c->m <= 1 << 20 && sched_schedule_splits(c->schedule, c->pp, (int)c->m, c->v) == 0);
-    for (int i = 0; i < n; i++) {
-        int rank = c->schedule >= 0 ? sched_schedule_rank(c->schedule, c->pp, stage[i]) : 0;
-        if (rank < 0 || rank >= c->pp) rank = 0;
-        /* the recompute the program asks of this region (as search_memory_bound reads it) */
-        ir_shape rs = s;
-        bool layer = regs[i].layer >= 0;
-        if (c->recompute == IR_RECOMPUTE_FULL && layer) {
-            rs.recompute = IR_RECOMPUTE_FULL;
-            rs.recompute_from_prev = i > 0 && regs[i - 1].layer == regs[i].layer;
-        } else if (c->recompute == IR_RECOMPUTE_SELECTIVE && regs[i].kind == IR_REGION_ATTN) {
-            rs.recompute = IR_RECOMPUTE_SELECTIVE;
-        }
+    for (int i = 0; i < rp.n; i++) {
+        int rank = rp.rank[i];
+        const ir_shape rs = rp.shape[i];
         static const plan_pass passes[5] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_BI, PLAN_PASS_BW, PLAN_PASS_R};
         double t[PLAN_NPASS] = {0};
         for (int q = 0; q < 5; q++) {
             if (passes[q] == PLAN_PASS_R && rs.recompute == IR_RECOMPUTE_NONE) continue;
             plan_kernel_list kl = {0};
-            if (ir_region_kernels(m, &regs[i], passes[q], &rs, &a, &kl)) continue;
-            for (int k = 0; k < kl.n; k++) t[passes[q]] += roofline_seconds(&pb->cluster.gpu, &kl.k[k]);
+            if (ir_region_kernels(m, &rp.regs[i], passes[q], &rs, &a, &kl)) continue;
+            for (int k = 0; k < kl.n; k++) t[passes[q]] += plan_kernel_seconds(&pb->cluster.gpu, &kl.k[k]);
         }
         /* what the rank runs for each micro-batch: the forward, the recompute, and the whole
          * backward or (split) only the forward, whose halves the bound leaves to the order */
